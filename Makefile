@@ -1,0 +1,87 @@
+# joiner developer entry points. `make demo` and `make test` work on a fresh
+# machine: they create .venv/, build (or reuse) the cluster binaries and start
+# the local KWOK cluster themselves.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@echo "==> creating the virtual environment in $(VENV)/ (first run downloads the Python dependencies)"
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required"; exit 1; }
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet --progress-bar off -e '.[dev]'
+	@touch $(STAMP)
+	@echo "==> $(VENV)/ is ready ($(BIN)/joiner --help)"
+
+.PHONY: venv
+venv: $(STAMP) ## create or update the virtual environment
+
+.PHONY: binaries
+binaries: ## build (or reuse) the pinned cluster binaries
+	@bash hack/build-binaries.sh >/dev/null
+
+.PHONY: cluster-up cluster-down cluster-status
+cluster-up: ## start the local KWOK cluster (.kwok/kubeconfig)
+	@bash hack/cluster.sh up
+cluster-down: ## stop the local KWOK cluster
+	@bash hack/cluster.sh down
+cluster-status:
+	@bash hack/cluster.sh status
+
+.PHONY: crds
+crds: $(STAMP) ## regenerate deploy/crds from the api/ models
+	@$(BIN)/python -m api.crdgen
+
+.PHONY: lint
+lint: $(STAMP) ## ruff, mypy --strict, the layering contracts, the CRD drift check, hadolint
+	@echo "==> ruff"
+	@$(BIN)/ruff check .
+	@$(BIN)/ruff format --check .
+	@echo "==> mypy --strict"
+	@$(BIN)/mypy
+	@echo "==> layering (import-linter)"
+	@$(BIN)/lint-imports
+	@echo "==> CRD drift"
+	@$(BIN)/python -m api.crdgen --check
+	@echo "==> Dockerfile (hadolint)"
+	@$(BIN)/hadolint Dockerfile
+
+.PHONY: unit
+unit: $(STAMP) ## unit tests (pure, no cluster)
+	@echo "==> unit tests"
+	@$(BIN)/pytest tests/unit -q
+
+.PHONY: e2e
+e2e: $(STAMP) binaries ## end-to-end tests against the local KWOK cluster
+	@echo "==> end-to-end tests (starts the KWOK cluster if it is not running)"
+	@$(BIN)/pytest tests/e2e -q
+
+.PHONY: test
+test: $(STAMP) binaries ## the whole suite: unit, e2e, lint and type checks
+	@echo "==> unit and end-to-end tests"
+	@$(BIN)/pytest tests -q
+	@$(MAKE) --no-print-directory lint
+
+.PHONY: demo
+demo: $(STAMP) binaries ## the main job: cluster, CRDs, NodePools, controller, GPU workloads
+	@bash hack/demo.sh
+
+.PHONY: bench
+bench: $(STAMP) ## solver benchmarks (figures go to docs/performance.md)
+	@$(BIN)/python -m hack.bench.solver
+	@$(BIN)/python -m hack.bench.quality
+
+.PHONY: clean
+clean: ## stop the cluster and remove local state (not the binary cache)
+	@bash hack/cluster.sh down || true
+	@rm -rf .kwok .mypy_cache .ruff_cache .pytest_cache
