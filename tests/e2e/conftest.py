@@ -83,8 +83,22 @@ class Cluster:
 
 
 def _namespaced(kind: str) -> bool:
-    return kind.split(".")[0] in {"pods", "pod", "po", "events", "event", "deployments", "poddisruptionbudgets",
-                                  "pdb", "daemonsets", "ds", "configmaps", "cm", "replicasets", "rs"}
+    return kind.split(".")[0] in {
+        "pods",
+        "pod",
+        "po",
+        "events",
+        "event",
+        "deployments",
+        "poddisruptionbudgets",
+        "pdb",
+        "daemonsets",
+        "ds",
+        "configmaps",
+        "cm",
+        "replicasets",
+        "rs",
+    }
 
 
 def _as_list(obj: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
@@ -109,7 +123,7 @@ def eventually(
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def cluster() -> Cluster:
     """Start (or reuse) the local KWOK cluster and install the CRDs once per session."""
     subprocess.run(["bash", str(ROOT / "hack" / "cluster.sh"), "up"], check=True, cwd=ROOT)
     handle = Cluster(
@@ -119,7 +133,7 @@ def cluster() -> Iterator[Cluster]:
     handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "deploy" / "crds"))
     for crd in JOINER_KINDS:
         handle.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
-    yield handle
+    return handle
 
 
 @pytest.fixture(autouse=True)

@@ -26,13 +26,17 @@ def _fake_node(name: str, *, cpu: str = "8", memory: str = "32Gi", gpus: int = 0
     }
 
 
-def _pod(name: str, ns: str, *, cpu: str = "1", gpus: int = 0, gates: list[str] | None = None) -> dict[str, Any]:
+def _pod(
+    name: str, ns: str, *, cpu: str = "1", gpus: int = 0, gates: list[str] | None = None
+) -> dict[str, Any]:
     requests: dict[str, str] = {"cpu": cpu}
     limits: dict[str, str] = {}
     if gpus:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
     spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}],
+        "containers": [
+            {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}
+        ],
     }
     if gates:
         spec["schedulingGates"] = [{"name": g} for g in gates]
@@ -98,7 +102,14 @@ def test_scheduling_gates_are_honoured(cluster: Cluster) -> None:
     assert cond["reason"] == "SchedulingGated"
     assert not cluster.get("pod", "gated", namespace=ns)["spec"].get("nodeName")
     cluster.kubectl(
-        "patch", "pod", "gated", "-n", ns, "--type=json", "-p", '[{"op":"remove","path":"/spec/schedulingGates"}]'
+        "patch",
+        "pod",
+        "gated",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        '[{"op":"remove","path":"/spec/schedulingGates"}]',
     )
     eventually(
         lambda: cluster.get("pod", "gated", namespace=ns)["status"].get("phase") == "Running",

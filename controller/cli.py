@@ -1,0 +1,121 @@
+"""The `joiner` command: `joiner run` (the controller), `joiner plan` (the solver offline)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from controller.settings import Settings
+
+
+def _version() -> str:
+    try:
+        return version("joiner")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = Settings()
+    p = subparsers.add_parser(
+        "run",
+        help="run the controller",
+        description="Watch unschedulable pods, provision NodeClaims and nodes, and manage their lifecycle.",
+    )
+    p.add_argument("--provider", choices=["kwok"], default="kwok", help="the cloud provider (default: kwok)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", choices=["json", "console", "auto"], default="auto")
+    p.add_argument("--metrics-port", type=int, default=d.metrics_port, help="serve /metrics here (0: none)")
+    p.add_argument("--health-port", type=int, default=d.health_port, help="serve /healthz and /readyz here")
+    p.add_argument("--bind-address", default=d.bind_address)
+    p.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="elect a leader through a Lease so that only one replica acts (default: on)",
+    )
+    p.add_argument("--leader-elect-namespace", default="kube-system")
+    p.add_argument("--batch-idle-duration", type=float, default=d.batch_idle_seconds, metavar="SECONDS")
+    p.add_argument("--batch-max-duration", type=float, default=d.batch_max_seconds, metavar="SECONDS")
+    p.add_argument("--launch-timeout", type=float, default=d.launch_timeout_seconds, metavar="SECONDS")
+    p.add_argument(
+        "--registration-timeout", type=float, default=d.registration_timeout_seconds, metavar="SECONDS"
+    )
+    p.add_argument(
+        "--initialization-timeout", type=float, default=d.initialization_timeout_seconds, metavar="SECONDS"
+    )
+    p.add_argument(
+        "--unavailable-offering-ttl",
+        type=float,
+        default=d.unavailable_offering_ttl_seconds,
+        metavar="SECONDS",
+    )
+    p.add_argument("--gc-interval", type=float, default=d.gc_interval_seconds, metavar="SECONDS")
+    p.add_argument(
+        "--catalog", help="instance catalog JSON for the kwok provider (default: the built-in one)"
+    )
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from controller.operator.app import run_operator
+    from controller.operator.logging import configure
+
+    configure(
+        level=args.log_level, json_output=None if args.log_format == "auto" else args.log_format == "json"
+    )
+    settings = Settings(
+        batch_idle_seconds=args.batch_idle_duration,
+        batch_max_seconds=args.batch_max_duration,
+        launch_timeout_seconds=args.launch_timeout,
+        registration_timeout_seconds=args.registration_timeout,
+        initialization_timeout_seconds=args.initialization_timeout,
+        unavailable_offering_ttl_seconds=args.unavailable_offering_ttl,
+        gc_interval_seconds=args.gc_interval,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        bind_address=args.bind_address,
+    )
+    return asyncio.run(
+        run_operator(
+            kubeconfig=args.kubeconfig,
+            provider=args.provider,
+            settings=settings,
+            leader_elect=args.leader_elect,
+            leader_namespace=args.leader_elect_namespace,
+            catalog=args.catalog,
+        )
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="joiner",
+        description="A node provisioner for GPU clusters: gangs, GPU-aware packing, warm capacity.",
+    )
+    parser.add_argument("--version", action="version", version=f"joiner {_version()}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_run(subparsers)
+    from controller import plan
+
+    plan.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    result: int = handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Offerings that recently failed with insufficient capacity, avoided by the solver for a while."""
+
+from __future__ import annotations
+
+from controller.clock import Clock
+from controller.cloudprovider.types import Offering
+
+
+class UnavailableOfferings:
+    def __init__(self, *, clock: Clock, ttl_seconds: float) -> None:
+        self._clock = clock
+        self._ttl = ttl_seconds
+        self._until: dict[Offering, float] = {}
+
+    def mark(self, offering: Offering, *, ttl_seconds: float | None = None) -> None:
+        self._until[offering] = self._clock.monotonic() + (self._ttl if ttl_seconds is None else ttl_seconds)
+
+    def is_unavailable(self, offering: Offering) -> bool:
+        until = self._until.get(offering)
+        if until is None:
+            return False
+        if until <= self._clock.monotonic():
+            del self._until[offering]
+            return False
+        return True
+
+    def current(self) -> frozenset[Offering]:
+        now = self._clock.monotonic()
+        for offering in [o for o, until in self._until.items() if until <= now]:
+            del self._until[offering]
+        return frozenset(self._until)

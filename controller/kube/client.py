@@ -1,0 +1,279 @@
+"""The only module that talks to the Kubernetes API (through kubernetes_asyncio).
+
+Objects travel as plain JSON dicts, exactly as the apiserver sends them: no generated model
+classes cross this boundary, so the rest of joiner works on the same shapes that
+`kubectl get -o json` prints, and the pure layers stay free of client types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from controller.kube.resources import PODS, Resource
+
+Obj = dict[str, Any]
+PatchType = Literal["merge", "json", "strategic", "apply"]
+_PATCH_CONTENT_TYPES: dict[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+FIELD_MANAGER = "joiner"
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the apiserver."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFoundError(ApiError):
+    pass
+
+
+class ConflictError(ApiError):
+    """409: the object changed (resourceVersion) or already exists."""
+
+
+class GoneError(ApiError):
+    """410: a watch's resourceVersion is too old; relist."""
+
+
+class TooManyRequestsError(ApiError):
+    """429: throttled, or an eviction that a PodDisruptionBudget forbids right now."""
+
+
+class InvalidError(ApiError):
+    """422: the object failed validation (OpenAPI schema, CEL)."""
+
+
+def _error_for(status: int, body: bytes) -> ApiError:
+    reason, message = "", body.decode("utf-8", "replace")[:2000]
+    try:
+        status_obj = json.loads(body)
+        reason = str(status_obj.get("reason", ""))
+        message = str(status_obj.get("message", message))
+    except (ValueError, AttributeError):
+        pass
+    cls: type[ApiError] = {
+        404: NotFoundError,
+        409: ConflictError,
+        410: GoneError,
+        422: InvalidError,
+        429: TooManyRequestsError,
+    }.get(status, ApiError)
+    return cls(status, reason, message)
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    items: list[Obj]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+    object: Obj
+
+
+class KubeClient:
+    """A small, dict-based client over kubernetes_asyncio's authenticated ApiClient."""
+
+    def __init__(self, api: k8s_client.ApiClient) -> None:
+        self._api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, *, qps_pool: int = 64) -> KubeClient:
+        """Load a kubeconfig file (or the in-cluster service account when none is given)."""
+        configuration = k8s_client.Configuration()
+        if kubeconfig:
+            await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except k8s_config.ConfigException:
+                await k8s_config.load_kube_config(client_configuration=configuration)
+        configuration.connection_pool_maxsize = qps_pool
+        return cls(k8s_client.ApiClient(configuration))
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = 60,
+    ) -> aiohttp.ClientResponse:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        response: aiohttp.ClientResponse = await self._api.call_api(
+            path,
+            method,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(total=request_timeout, sock_read=request_timeout)
+            if request_timeout
+            else None,
+        )
+        if response.status >= 300:
+            data = await response.read()
+            response.release()
+            raise _error_for(response.status, data)
+        return response
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Obj:
+        response = await self._request(method, path, **kwargs)
+        try:
+            data: Obj = await response.json(content_type=None)
+        finally:
+            response.release()
+        return data
+
+    async def get_raw(self, path: str) -> Obj:
+        return await self._json("GET", path)
+
+    async def get(self, res: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        return await self._json("GET", res.path(namespace=namespace, name=name))
+
+    async def list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> ListResult:
+        items: list[Obj] = []
+        query: dict[str, str] = {"limit": str(page_size)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        while True:
+            page = await self._json("GET", res.path(namespace=namespace), query=query)
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return ListResult(items=items, resource_version=str(meta.get("resourceVersion", "")))
+            query["continue"] = meta["continue"]
+
+    async def watch(
+        self, res: Resource, *, resource_version: str, timeout_seconds: int = 300
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream changes since `resource_version` until the server closes the watch.
+
+        Raises GoneError when the version is too old (the caller relists).
+        """
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        response = await self._request("GET", res.path(), query=query, request_timeout=timeout_seconds + 30)
+        try:
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                etype = event.get("type")
+                obj = event.get("object") or {}
+                if etype == "ERROR":
+                    code = int(obj.get("code", 500))
+                    raise _error_for(code, json.dumps(obj).encode())
+                if etype in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+                    yield WatchEvent(type=etype, object=obj)
+        finally:
+            response.release()
+
+    async def create(self, res: Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
+        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        return await self._json(
+            "POST", res.path(namespace=ns), body=obj, query={"fieldManager": FIELD_MANAGER}
+        )
+
+    async def replace(self, res: Resource, obj: Obj, *, subresource: str | None = None) -> Obj:
+        """PUT: optimistic concurrency through metadata.resourceVersion (ConflictError on a race)."""
+        meta = obj["metadata"]
+        path = res.path(namespace=meta.get("namespace"), name=meta["name"], subresource=subresource)
+        return await self._json("PUT", path, body=obj, query={"fieldManager": FIELD_MANAGER})
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: PatchType = "merge",
+    ) -> Obj:
+        query = {"fieldManager": FIELD_MANAGER}
+        if patch_type == "apply":
+            query["force"] = "true"
+        return await self._json(
+            "PATCH",
+            res.path(namespace=namespace, name=name, subresource=subresource),
+            body=patch,
+            content_type=_PATCH_CONTENT_TYPES[patch_type],
+            query=query,
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+    ) -> None:
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        response = await self._request("DELETE", res.path(namespace=namespace, name=name), body=body)
+        response.release()
+
+    async def evict(self, namespace: str, name: str, *, grace_period_seconds: int | None = None) -> None:
+        """The Eviction API: honours PodDisruptionBudgets (TooManyRequestsError when one forbids)."""
+        body: Obj = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if grace_period_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+        response = await self._request(
+            "POST", PODS.path(namespace=namespace, name=name, subresource="eviction"), body=body
+        )
+        response.release()

@@ -1,0 +1,180 @@
+"""Wiring: build the shared context, start the caches, the servers and every controller."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import structlog
+
+from controller.clock import RealClock
+from controller.cloudprovider.metrics import MeteredCloudProvider
+from controller.cloudprovider.types import CloudProvider
+from controller.cloudprovider.unavailable import UnavailableOfferings
+from controller.context import Context
+from controller.kube.client import ApiError, KubeClient, NotFoundError
+from controller.kube.events import EventRecorder
+from controller.kube.resources import CRDS
+from controller.metrics import REGISTRY
+from controller.operator.leader import LeaderElector
+from controller.operator.server import Servers
+from controller.settings import Settings
+from controller.state.cluster import ClusterState
+
+log = structlog.get_logger()
+REQUIRED_CRDS = ("nodepools.joiner.sh", "nodeclaims.joiner.sh", "kwoknodeclasses.joiner.sh")
+
+
+class Runnable(Protocol):
+    async def run(self) -> None: ...
+
+
+def build_cloud_provider(
+    *, provider: str, client: KubeClient, cluster: ClusterState, catalog: str | None, clock: RealClock
+) -> CloudProvider:
+    if provider == "kwok":
+        from controller.cloudprovider.catalog import load_catalog
+        from controller.cloudprovider.kwok.provider import KWOKCloudProvider
+
+        return KWOKCloudProvider(client=client, cluster=cluster, clock=clock, catalog=load_catalog(catalog))
+    raise ValueError(f"unknown provider {provider!r}")
+
+
+def build_controllers(ctx: Context) -> list[Runnable]:
+    from controller.nodeclaim.gc import GarbageCollector
+    from controller.nodeclaim.lifecycle import LifecycleController
+    from controller.provisioning.nodepool_status import NodePoolStatusController
+    from controller.provisioning.provisioner import Provisioner
+    from controller.termination.controller import TerminationController
+
+    return [
+        Provisioner(ctx),
+        LifecycleController(ctx),
+        TerminationController(ctx),
+        GarbageCollector(ctx),
+        NodePoolStatusController(ctx),
+    ]
+
+
+async def missing_crds(client: KubeClient) -> list[str]:
+    missing = []
+    for name in REQUIRED_CRDS:
+        try:
+            await client.get(CRDS, name)
+        except NotFoundError:
+            missing.append(name)
+    return missing
+
+
+async def run_operator(
+    *,
+    kubeconfig: str | None,
+    provider: str,
+    settings: Settings,
+    leader_elect: bool,
+    leader_namespace: str,
+    catalog: str | None,
+) -> int:
+    clock = RealClock()
+    client = await KubeClient.connect(kubeconfig)
+    log.info("operator.starting", apiserver=client.host, provider=provider, leader_elect=leader_elect)
+    try:
+        missing = await missing_crds(client)
+    except ApiError as err:
+        log.error("operator.apiserver_unreachable", error=str(err))
+        await client.close()
+        return 1
+    if missing:
+        log.error("operator.crds_missing", missing=missing, hint="kubectl apply -f deploy/crds/")
+        await client.close()
+        return 1
+
+    cluster = ClusterState(source=client, clock=clock)
+    cloud = MeteredCloudProvider(
+        build_cloud_provider(provider=provider, client=client, cluster=cluster, catalog=catalog, clock=clock)
+    )
+    ctx = Context(
+        client=client,
+        cluster=cluster,
+        clock=clock,
+        events=EventRecorder(client=client, clock=clock),
+        cloud=cloud,
+        unavailable=UnavailableOfferings(clock=clock, ttl_seconds=settings.unavailable_offering_ttl_seconds),
+        settings=settings,
+    )
+    elector = LeaderElector(client=client, clock=clock, namespace=leader_namespace) if leader_elect else None
+
+    def not_ready() -> list[str]:
+        problems = []
+        if not cluster.synced:
+            problems.append("cache not synced")
+        if elector is not None and elector.leader is None:
+            problems.append("leader unknown")
+        return problems
+
+    servers = Servers(
+        registry=REGISTRY,
+        readiness=not_ready,
+        bind_address=settings.bind_address,
+        metrics_port=settings.metrics_port,
+        health_port=settings.health_port,
+    )
+    await servers.start()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+
+    tasks: list[asyncio.Task[None]] = [asyncio.create_task(cluster.run(), name="cache")]
+
+    async def lead() -> None:
+        if elector is not None:
+            tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+            await elector.is_leader.wait()
+        await cluster.wait_synced()
+        log.info("operator.started", synced=True)
+        controllers = build_controllers(ctx)
+        await asyncio.gather(*(_supervise(type(c).__name__, c.run, clock) for c in controllers))
+
+    tasks.append(asyncio.create_task(lead(), name="controllers"))
+    waiters = [asyncio.create_task(stop.wait())]
+    if elector is not None:
+        waiters.append(asyncio.create_task(elector.lost.wait()))
+    done, _ = await asyncio.wait([*waiters, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    exit_code = 0
+    for task in done:
+        if task in tasks and task.exception() is not None:
+            log.error("operator.task_failed", task=task.get_name(), error=repr(task.exception()))
+            exit_code = 1
+    if elector is not None and elector.lost.is_set():
+        exit_code = 1
+    log.info("operator.stopping")
+    for task in [*tasks, *waiters]:
+        task.cancel()
+    await asyncio.gather(*tasks, *waiters, return_exceptions=True)
+    if elector is not None:
+        await elector.release()
+    await servers.stop()
+    await client.close()
+    log.info("operator.stopped", exit_code=exit_code)
+    return exit_code
+
+
+async def _supervise(name: str, run: Callable[[], Awaitable[None]], clock: RealClock) -> None:
+    """Keep a controller running: a crash is logged and the controller restarted, never the process."""
+    backoff = 1.0
+    while True:
+        try:
+            await run()
+            log.warning("controller.returned", controller=name)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("controller.crashed", controller=name, restart_in=backoff)
+        await clock.sleep(backoff)
+        backoff = min(backoff * 2, 60.0)

@@ -1,0 +1,48 @@
+"""Collects bursts of pending pods into one decision.
+
+A batch opens with the first trigger and closes when `idle` seconds pass without another trigger,
+or `max_wait` seconds after it opened, whichever comes first. Waiting uses the injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from controller.clock import Clock
+
+
+class Batcher:
+    def __init__(self, *, clock: Clock, idle_seconds: float, max_seconds: float) -> None:
+        self._clock = clock
+        self._idle = idle_seconds
+        self._max = max_seconds
+        self._trigger = asyncio.Event()
+
+    def trigger(self) -> None:
+        """Something happened that may need new capacity (a pod became unschedulable, ...)."""
+        self._trigger.set()
+
+    async def _triggered_within(self, seconds: float) -> bool:
+        if self._trigger.is_set():
+            return True
+        waiter = asyncio.ensure_future(self._trigger.wait())
+        timer = asyncio.ensure_future(self._clock.sleep(seconds))
+        try:
+            await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            timer.cancel()
+        return self._trigger.is_set()
+
+    async def wait(self) -> float:
+        """Return when a batch is complete; the result is how long the batch stayed open."""
+        await self._trigger.wait()
+        opened = self._clock.monotonic()
+        while True:
+            self._trigger.clear()
+            elapsed = self._clock.monotonic() - opened
+            remaining = self._max - elapsed
+            if remaining <= 0:
+                return elapsed
+            if not await self._triggered_within(min(self._idle, remaining)):
+                return self._clock.monotonic() - opened

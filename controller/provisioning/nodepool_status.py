@@ -1,0 +1,178 @@
+"""NodePool status: what the pool holds (resources, nodes) and whether it can launch (conditions).
+
+Conditions: `ValidationSucceeded` (the spec passes the same rules as the CRD), `NodeClassReady`
+(the referenced NodeClass exists), `LimitsReached` (a resource in spec.limits is used up: the pool
+launches nothing more), and `Ready` (validation and NodeClass are fine).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from api.v1 import labels as wk
+from api.v1.nodepool import NodePool
+from api.v1.validation import InvalidObjectError, validate
+from controller.clock import format_time
+from controller.context import Context
+from controller.kube.client import ApiError, NotFoundError
+from controller.kube.resources import NODEPOOLS
+from controller.scheduling.quantity import format_human
+from controller.scheduling.resources import Resources, sum_resources
+from controller.state.queue import WorkQueue
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+
+
+def _condition(ctype: str, ok: bool, reason: str, message: str) -> Obj:
+    return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def desired_status(
+    *, pool: Obj, claims: list[Obj], registered: set[str], nodeclass_exists: bool
+) -> tuple[Obj, str | None]:
+    """The status a NodePool should have, and the validation error if its spec is invalid. Pure."""
+    name = pool["metadata"]["name"]
+    mine = [
+        c
+        for c in claims
+        if (c["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL) == name
+        and not c["metadata"].get("deletionTimestamp")
+    ]
+    used = sum_resources(Resources.parse((c.get("status") or {}).get("capacity")) for c in mine)
+    error: str | None = None
+    try:
+        validate(NodePool, pool)
+    except InvalidObjectError as err:
+        error = str(err)
+    ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+    limits = Resources.parse((pool.get("spec") or {}).get("limits"))
+    reached = [
+        f"{res}: {format_human(res, used.get(res))} of {format_human(res, limit)} in use"
+        for res in limits
+        if (limit := limits.get(res)) >= 0 and used.get(res) >= limit
+    ]
+    conditions = [
+        _condition(
+            "ValidationSucceeded",
+            error is None,
+            "Valid" if error is None else "Invalid",
+            "" if error is None else error,
+        ),
+        _condition(
+            "NodeClassReady",
+            nodeclass_exists,
+            "Found" if nodeclass_exists else "NodeClassNotFound",
+            ""
+            if nodeclass_exists
+            else f"{ref.get('kind', 'NodeClass')} {ref.get('name', '')!r} does not exist",
+        ),
+        _condition(
+            "LimitsReached",
+            bool(reached),
+            "LimitsReached" if reached else "WithinLimits",
+            "; ".join(reached) if reached else "",
+        ),
+    ]
+    ready = error is None and nodeclass_exists
+    conditions.append(
+        _condition(
+            "Ready",
+            ready,
+            "Ready" if ready else "NotReady",
+            "" if ready else "; ".join(c["message"] for c in conditions[:2] if c["status"] == "False"),
+        )
+    )
+    status = {
+        "resources": used.to_quantities(),
+        "nodes": sum(1 for c in mine if c["metadata"]["name"] in registered),
+        "conditions": conditions,
+    }
+    return status, error
+
+
+def _same_conditions(old: list[Obj], new: list[Obj]) -> bool:
+    def strip(conds: list[Obj]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message") or "") for c in conds
+        )
+
+    return strip(old) == strip(new)
+
+
+class NodePoolStatusController:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.queue = WorkQueue(name="nodepool-status", clock=ctx.clock)
+        self._reported: dict[str, str] = {}  # pool -> the validation error already reported as an Event
+
+    def _enqueue_all(self, *_: Any) -> None:
+        for name in self.ctx.cluster.nodepools():
+            self.queue.add(name)
+
+    def _on_pool(self, etype: str, obj: Obj, old: Obj | None) -> None:
+        if etype != "DELETED":
+            self.queue.add(obj["metadata"]["name"])
+
+    def _on_claim(self, etype: str, obj: Obj, old: Obj | None) -> None:
+        pool = (obj["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL)
+        if pool:
+            self.queue.add(pool)
+
+    async def run(self) -> None:
+        cluster = self.ctx.cluster
+        cluster.subscribe("NodePool", self._on_pool)
+        cluster.subscribe("NodeClaim", self._on_claim)
+        cluster.subscribe("KWOKNodeClass", self._enqueue_all)
+        await cluster.wait_synced()
+        self._enqueue_all()
+        await self.queue.run(self.reconcile, workers=2)
+
+    async def reconcile(self, name: str) -> float | None:
+        cluster = self.ctx.cluster
+        pool = cluster.nodepools().get(name)
+        if pool is None:
+            self._reported.pop(name, None)
+            return None
+        ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+        nodeclass_exists = ref.get("kind") == "KWOKNodeClass" and ref.get("name") in cluster.nodeclasses()
+        claims = list(cluster.nodeclaims().values())
+        registered = {c["metadata"]["name"] for c in claims if cluster.node_for_claim(c) is not None}
+        status, error = desired_status(
+            pool=pool, claims=claims, registered=registered, nodeclass_exists=nodeclass_exists
+        )
+        current = pool.get("status") or {}
+        if error and self._reported.get(name) != error:
+            self._reported[name] = error
+            log.warning("nodepool.invalid", nodepool=name, error=error)
+            await self.ctx.events.emit(pool, reason="InvalidNodePool", message=error, type="Warning")
+        elif not error:
+            self._reported.pop(name, None)
+        if (
+            current.get("resources") == status["resources"]
+            and current.get("nodes") == status["nodes"]
+            and _same_conditions(current.get("conditions") or [], status["conditions"])
+        ):
+            return None
+        now = format_time(self.ctx.clock.now())
+        old_by_type = {c.get("type"): c for c in current.get("conditions") or []}
+        for cond in status["conditions"]:
+            old = old_by_type.get(cond["type"])
+            same = old is not None and old.get("status") == cond["status"]
+            cond["lastTransitionTime"] = old.get("lastTransitionTime", now) if same and old else now
+            cond["observedGeneration"] = pool["metadata"].get("generation", 1)
+        # a merge patch merges maps: resources the pool no longer holds must be nulled out
+        resources: dict[str, str | None] = dict.fromkeys(current.get("resources") or {})
+        resources.update(status["resources"])
+        try:
+            await self.ctx.client.patch(
+                NODEPOOLS, name, {"status": {**status, "resources": resources}}, subresource="status"
+            )
+        except NotFoundError:
+            return None
+        except ApiError as err:
+            log.warning("nodepool.status_update_failed", nodepool=name, error=str(err))
+            return 5.0
+        return None

@@ -1,0 +1,294 @@
+"""Pending pods -> solver -> NodeClaims.
+
+Decide, then write: `decide()` reads one consistent view of the cache and returns the solver's
+Plan (no writes); `apply()` turns the plan's new machines into NodeClaim objects (the durable
+record of intent) and tells each pod that fits nowhere why, with an Event. The lifecycle
+controller launches NodeClaims; kube-scheduler binds the pods. A crash between two writes leaves
+NodeClaims that the next solve counts as in-flight capacity, so nothing is bought twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from api.v1 import labels as wk
+from api.v1.nodepool import NodePool
+from api.v1.validation import InvalidObjectError, validate
+from controller import metrics
+from controller.cloudprovider.types import CloudProviderError
+from controller.context import Context
+from controller.kube.client import ApiError
+from controller.kube.resources import NODECLAIMS
+from controller.provisioning.batcher import Batcher
+from controller.scheduling import kubeconv
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
+from controller.scheduling.solver import solve
+from controller.state.cluster import is_daemon_pod, is_terminal, is_unschedulable
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+PLANNED_INSTANCE_TYPE = "joiner.sh/planned-instance-type"
+
+PODS_PENDING = metrics.gauge(
+    "joiner_pods_pending", "Pods kube-scheduler marked unschedulable, at the last solve."
+)
+PODS_UNSCHEDULABLE = metrics.gauge(
+    "joiner_provisioner_unschedulable_pods", "Pending pods that no NodePool could serve at the last solve."
+)
+SOLVE_SECONDS = metrics.histogram(
+    "joiner_provisioner_solve_duration_seconds", "Time the solver took per batch."
+)
+BATCH_SIZE = metrics.histogram(
+    "joiner_provisioner_batch_size",
+    "Pending pods per solved batch.",
+    buckets=(1, 5, 10, 50, 100, 500, 1000, 5000, 20000),
+)
+NODECLAIMS_CREATED = metrics.counter(
+    "joiner_nodeclaims_created_total", "NodeClaims created, by NodePool and reason.", ("nodepool", "reason")
+)
+PRICE_CREATED = metrics.counter(
+    "joiner_provisioner_price_per_hour_created_total",
+    "Sum of the $/hour of the NodeClaims created, by NodePool.",
+    ("nodepool",),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    plan: Plan
+    pending: dict[str, Obj]  # pod key -> pod, the pods this plan was made for
+    pools: dict[str, Obj]  # NodePool name -> NodePool, the valid ones
+
+
+class Provisioner:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.batcher = Batcher(
+            clock=ctx.clock,
+            idle_seconds=ctx.settings.batch_idle_seconds,
+            max_seconds=ctx.settings.batch_max_seconds,
+        )
+
+    # --- triggers --------------------------------------------------------------------------
+    def _on_pod(self, etype: str, pod: Obj, old: Obj | None) -> None:
+        if etype != "DELETED" and is_unschedulable(pod):
+            self.batcher.trigger()
+
+    def _on_capacity_change(self, etype: str, obj: Obj, old: Obj | None) -> None:
+        # a NodeClaim that went away (insufficient capacity, timeout) or a NodePool that changed
+        # may leave pods that need a new decision
+        if etype == "DELETED" or obj.get("kind") == "NodePool":
+            self.batcher.trigger()
+
+    async def run(self) -> None:
+        cluster = self.ctx.cluster
+        cluster.subscribe("Pod", self._on_pod)
+        cluster.subscribe("NodeClaim", self._on_capacity_change)
+        cluster.subscribe("NodePool", self._on_capacity_change)
+        cluster.subscribe("KWOKNodeClass", self._on_capacity_change)
+        await cluster.wait_synced()
+        self.batcher.trigger()  # pods that were pending before we started
+        while True:
+            await self.batcher.wait()
+            await self.reconcile()
+
+    async def reconcile(self) -> Plan | None:
+        decision = await self.decide()
+        if decision is None:
+            return None
+        await self.apply(decision)
+        return decision.plan
+
+    # --- decide ----------------------------------------------------------------------------
+    async def _valid_pools(self) -> dict[str, tuple[Obj, tuple[InstanceType, ...]]]:
+        """NodePools that may launch now, with the instance types their provider offers them."""
+        pools: dict[str, tuple[Obj, tuple[InstanceType, ...]]] = {}
+        for name, pool in sorted(self.ctx.cluster.nodepools().items()):
+            if pool["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                validate(NodePool, pool)
+                instance_types = tuple(await self.ctx.cloud.instance_types(pool))
+            except InvalidObjectError as err:
+                log.warning("provisioner.nodepool_invalid", nodepool=name, error=str(err))
+                continue
+            except CloudProviderError as err:
+                log.warning("provisioner.instance_types_unavailable", nodepool=name, error=str(err))
+                continue
+            pools[name] = (pool, instance_types)
+        return pools
+
+    def _existing(self, instance_types: Sequence[InstanceType]) -> list[ExistingNode]:
+        """Registered nodes with their pods, and in-flight NodeClaims as the capacity they will bring."""
+        cluster = self.ctx.cluster
+        pods = [p for p in cluster.pods() if not is_terminal(p)]
+        existing = list(kubeconv.existing_nodes_from_dicts(cluster.nodes().values(), pods))
+        for claim in cluster.nodeclaims().values():
+            if claim["metadata"].get("deletionTimestamp") or cluster.node_for_claim(claim) is not None:
+                continue
+            node = kubeconv.nodeclaim_from_dict(claim, instance_types=instance_types)
+            planned = (claim["metadata"].get("annotations") or {}).get(PLANNED_INSTANCE_TYPE)
+            if node is None and planned:
+                # created but not launched yet: count the machine the plan chose, so it is not bought twice
+                labels = {**(claim["metadata"].get("labels") or {}), wk.LABEL_INSTANCE_TYPE: planned}
+                node = kubeconv.nodeclaim_from_dict(
+                    {**claim, "metadata": {**claim["metadata"], "labels": labels}},
+                    instance_types=instance_types,
+                )
+            if node is not None:
+                existing.append(node)
+        return existing
+
+    async def decide(self) -> Decision | None:
+        cluster = self.ctx.cluster
+        await cluster.wait_synced()
+        pending_objs = {
+            f"{p['metadata'].get('namespace', 'default')}/{p['metadata']['name']}": p
+            for p in cluster.pods()
+            if is_unschedulable(p) and not is_daemon_pod(p)
+        }
+        PODS_PENDING.set(len(pending_objs))
+        if not pending_objs:
+            PODS_UNSCHEDULABLE.set(0)
+            return None
+        pods: list[Pod] = []
+        for key, obj in pending_objs.items():
+            try:
+                pods.append(kubeconv.pod_from_dict(obj, detect_gang=False))
+            except ValueError as err:
+                log.warning("provisioner.pod_unreadable", pod=key, error=str(err))
+        pools = await self._valid_pools()
+        all_types = {it.name: it for _, its in pools.values() for it in its}
+        existing = self._existing(list(all_types.values()))
+        templates: list[NodePoolTemplate] = []
+        for name, (pool, its) in pools.items():
+            try:
+                usage = kubeconv.pool_usage(name, existing)
+                templates.append(kubeconv.nodepool_from_dict(pool, its, usage=usage))
+            except ValueError as err:
+                log.warning("provisioner.nodepool_invalid", nodepool=name, error=str(err))
+        daemons = []
+        for ds in cluster.daemonsets():
+            try:
+                daemons.append(kubeconv.daemonset_from_dict(ds))
+            except ValueError as err:
+                log.warning(
+                    "provisioner.daemonset_unreadable", daemonset=ds["metadata"]["name"], error=str(err)
+                )
+        unavailable = {(o.instance_type, o.zone, o.capacity_type) for o in self.ctx.unavailable.current()}
+        started = time.perf_counter()
+        plan = solve(
+            pods=pods,
+            node_pools=templates,
+            existing_nodes=existing,
+            daemon_pods=daemons,
+            unavailable=unavailable,
+        )
+        elapsed = time.perf_counter() - started
+        SOLVE_SECONDS.observe(elapsed)
+        BATCH_SIZE.observe(len(pods))
+        PODS_UNSCHEDULABLE.set(len(plan.unschedulable))
+        log.info(
+            "provisioner.solved",
+            pods=len(pods),
+            new_nodeclaims=len(plan.new_nodes),
+            on_existing=sum(len(v) for v in plan.existing_placements.values()),
+            unschedulable=len(plan.unschedulable),
+            price_per_hour=round(plan.total_price, 4),
+            seconds=round(elapsed, 4),
+        )
+        return Decision(plan=plan, pending=pending_objs, pools={n: p for n, (p, _) in pools.items()})
+
+    # --- write -----------------------------------------------------------------------------
+    def nodeclaim_manifest(self, node: NewNodeClaim, pool: Obj) -> Obj:
+        template = (pool.get("spec") or {}).get("template") or {}
+        tmeta = template.get("metadata") or {}
+        tspec = template.get("spec") or {}
+        node_labels = {**(tmeta.get("labels") or {}), **dict(node.labels), wk.LABEL_NODEPOOL: node.node_pool}
+        if node.gang:
+            node_labels[wk.LABEL_GANG] = node.gang
+        spec: Obj = {
+            "nodeClassRef": tspec.get("nodeClassRef"),
+            "requirements": node.requirements.to_expressions(),
+            "resources": {"requests": node.requests.to_quantities()},
+        }
+        taints = [t.to_dict() for t in node.taints]
+        startup = [t.to_dict() for t in node.startup_taints]
+        if taints:
+            spec["taints"] = taints
+        if startup:
+            spec["startupTaints"] = startup
+        for field in ("expireAfter", "terminationGracePeriod"):
+            if tspec.get(field):
+                spec[field] = tspec[field]
+        return {
+            "apiVersion": wk.API_VERSION,
+            "kind": "NodeClaim",
+            "metadata": {
+                "generateName": f"{node.node_pool}-",
+                "labels": node_labels,
+                "annotations": {
+                    **(tmeta.get("annotations") or {}),
+                    "joiner.sh/nodepool-generation": str(pool["metadata"].get("generation", "")),
+                    PLANNED_INSTANCE_TYPE: node.choice.instance_type,
+                    "joiner.sh/planned-price": f"{node.choice.price:.4f}",
+                },
+                "ownerReferences": [
+                    {
+                        "apiVersion": wk.API_VERSION,
+                        "kind": "NodePool",
+                        "name": pool["metadata"]["name"],
+                        "uid": pool["metadata"]["uid"],
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+
+    async def apply(self, decision: Decision) -> list[Obj]:
+        created: list[Obj] = []
+        for node in decision.plan.new_nodes:
+            pool = decision.pools[node.node_pool]
+            try:
+                claim = await self.ctx.client.create(NODECLAIMS, self.nodeclaim_manifest(node, pool))
+            except ApiError as err:
+                log.error("provisioner.nodeclaim_create_failed", nodepool=node.node_pool, error=str(err))
+                continue
+            created.append(claim)
+            NODECLAIMS_CREATED.labels(nodepool=node.node_pool, reason="provisioning").inc()
+            PRICE_CREATED.labels(nodepool=node.node_pool).inc(node.choice.price)
+            log.info(
+                "nodeclaim.created",
+                nodeclaim=claim["metadata"]["name"],
+                nodepool=node.node_pool,
+                instance_type=node.choice.instance_type,
+                zone=node.choice.zone,
+                capacity_type=node.choice.capacity_type,
+                price_per_hour=node.choice.price,
+                candidates=len(node.candidates),
+                pods=len(node.pods),
+                gang=node.gang,
+            )
+            for key in node.pods[:50]:
+                pod = decision.pending.get(key)
+                if pod is not None:
+                    await self.ctx.events.emit(
+                        pod,
+                        reason="Nominated",
+                        message=f"Pod should schedule on nodeclaim/{claim['metadata']['name']} "
+                        f"({node.choice.instance_type}, {node.choice.zone}, {node.choice.capacity_type})",
+                    )
+        for key, reason in decision.plan.unschedulable.items():
+            pod = decision.pending.get(key)
+            if pod is None:
+                continue
+            log.info("provisioner.pod_unschedulable", pod=key, reason=reason)
+            await self.ctx.events.emit(pod, reason="FailedProvisioning", message=reason, type="Warning")
+        return created

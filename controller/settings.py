@@ -1,0 +1,24 @@
+"""Operator settings: every knob of the running controller, with the defaults users get."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # provisioning: a batch closes after `batch_idle` seconds without a new pod, or `batch_max` in all
+    batch_idle_seconds: float = 1.0
+    batch_max_seconds: float = 10.0
+    # NodeClaim lifecycle timeouts; each ends in deleting the NodeClaim with an Event saying why
+    launch_timeout_seconds: float = 300.0
+    registration_timeout_seconds: float = 900.0
+    initialization_timeout_seconds: float = 900.0
+    # an offering that returned insufficient capacity is avoided for this long
+    unavailable_offering_ttl_seconds: float = 180.0
+    # garbage collection of instances and Nodes that have no NodeClaim
+    gc_interval_seconds: float = 60.0
+    # serving
+    metrics_port: int = 8080
+    health_port: int = 8081
+    bind_address: str = "0.0.0.0"

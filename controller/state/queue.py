@@ -1,0 +1,81 @@
+"""A keyed work queue: each key is processed by one worker at a time, duplicates fold together,
+and a key can be re-queued after a delay measured on the injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from controller.clock import Clock
+
+log = structlog.get_logger()
+
+
+class WorkQueue:
+    def __init__(self, *, name: str, clock: Clock) -> None:
+        self.name = name
+        self._clock = clock
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._pending: set[str] = set()
+        self._active: set[str] = set()
+        self._dirty: set[str] = set()
+        self._timers: dict[str, asyncio.Task[None]] = {}
+
+    def add(self, key: str) -> None:
+        if key in self._active:
+            self._dirty.add(key)
+            return
+        if key in self._pending:
+            return
+        self._pending.add(key)
+        self._queue.put_nowait(key)
+
+    def add_after(self, key: str, seconds: float) -> None:
+        """Queue `key` again after `seconds`; a timer already pending for the key is kept."""
+        if seconds <= 0:
+            self.add(key)
+            return
+        if key in self._timers and not self._timers[key].done():
+            return
+
+        async def later() -> None:
+            await self._clock.sleep(seconds)
+            self._timers.pop(key, None)
+            self.add(key)
+
+        self._timers[key] = asyncio.create_task(later(), name=f"{self.name}-requeue-{key}")
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    async def run(self, handler: Callable[[str], Awaitable[float | None]], *, workers: int = 4) -> None:
+        """Process keys forever. The handler returns None when done, or seconds to look again."""
+
+        async def worker() -> None:
+            while True:
+                key = await self._queue.get()
+                self._pending.discard(key)
+                self._active.add(key)
+                try:
+                    again = await handler(key)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception(f"{self.name}.reconcile_failed", key=key)
+                    again = 5.0
+                finally:
+                    self._active.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.add(key)
+                elif again is not None:
+                    self.add_after(key, again)
+
+        tasks = [asyncio.create_task(worker(), name=f"{self.name}-worker-{i}") for i in range(workers)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in [*tasks, *self._timers.values()]:
+                t.cancel()

@@ -1,0 +1,69 @@
+"""The batcher closes a batch after `idle` quiet seconds or `max` seconds in all (fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from controller.clock import FakeClock
+from controller.provisioning.batcher import Batcher
+
+
+async def _settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_batch_closes_after_idle_period() -> None:
+    clock = FakeClock()
+    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0)
+    done = asyncio.ensure_future(batcher.wait())
+    batcher.trigger()
+    await _settle()
+    await clock.advance(0.9)
+    assert not done.done()
+    await clock.advance(0.2)
+    await _settle()
+    assert done.done()
+    assert done.result() == 1.0
+
+
+async def test_each_new_pod_extends_the_batch_until_max() -> None:
+    clock = FakeClock()
+    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0)
+    done = asyncio.ensure_future(batcher.wait())
+    batcher.trigger()
+    await _settle()
+    for _ in range(20):  # a pod every 0.8 s keeps the batch open ...
+        await clock.advance(0.8)
+        batcher.trigger()
+        await _settle()
+        if done.done():
+            break
+    assert done.done()  # ... but never beyond max_seconds
+    assert 9.5 <= done.result() <= 10.0
+
+
+async def test_no_batch_without_trigger() -> None:
+    clock = FakeClock()
+    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0)
+    done = asyncio.ensure_future(batcher.wait())
+    await clock.advance(60)
+    assert not done.done()
+    done.cancel()
+
+
+async def test_trigger_during_solve_opens_the_next_batch() -> None:
+    clock = FakeClock()
+    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0)
+    batcher.trigger()
+    first = asyncio.ensure_future(batcher.wait())
+    await _settle()
+    await clock.advance(1.0)
+    await _settle()
+    assert first.done()
+    batcher.trigger()  # arrives while the provisioner is busy with the first batch
+    second = asyncio.ensure_future(batcher.wait())
+    await _settle()
+    await clock.advance(1.0)
+    await _settle()
+    assert second.done()
