@@ -1,0 +1,92 @@
+"""Base model classes and the object metadata shared by every kind.
+
+Three strictness levels:
+
+* :class:`SpecModel`: what users write. Unknown fields are rejected so that typos are caught.
+* :class:`StatusModel`: what controllers write. Unknown fields are ignored.
+* :class:`ObjectMeta`: what the apiserver returns. Everything is kept (uid, managedFields, ...).
+
+All models accept both the JSON (camelCase) names and the Python (snake_case) names and dump
+with the JSON names when ``by_alias=True``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic.alias_generators import to_camel
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+    omit_when_empty: ClassVar[frozenset[str]] = frozenset()
+    """Fields (Python names) left out of dumps when they are an empty list or dict, because
+    for them empty means the same as absent. Keeps manifests as the user wrote them."""
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not self.omit_when_empty or not isinstance(data, dict):
+            return data
+        fields = type(self).model_fields
+        keys = set(self.omit_when_empty) | {fields[name].alias or name for name in self.omit_when_empty}
+        return {key: value for key, value in data.items() if not (key in keys and _is_empty(value))}
+
+
+def _is_empty(value: Any) -> bool:
+    return isinstance(value, dict | list) and not value
+
+
+class SpecModel(_Model):
+    """Base of user-written parts of an object: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StatusModel(_Model):
+    """Base of controller-written parts of an object: unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class OwnerReference(_Model):
+    """A reference to the object that owns this one."""
+
+    model_config = ConfigDict(extra="allow")
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(_Model):
+    """Standard object metadata. Permissive: fields not declared here are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    deletion_grace_period_seconds: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    finalizers: list[str] = Field(default_factory=list)
+    owner_references: list[OwnerReference] = Field(default_factory=list)
+    managed_fields: list[dict[str, Any]] | None = None
+
+    omit_when_empty = frozenset({"labels", "annotations", "finalizers", "owner_references"})

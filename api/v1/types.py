@@ -1,0 +1,348 @@
+"""Scalar value types shared by the kinds: durations, quantities, label keys and values, cron.
+
+Each type is an ``Annotated`` alias that carries both the pydantic check and the OpenAPI schema
+the CRD generator emits for it, built from the same regular expression, so the controller and the
+apiserver accept exactly the same strings. The expressions are written in the common subset of
+Python ``re`` and RE2 (what the apiserver uses) and are matched with ``fullmatch``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+from typing import Annotated, Any, Final
+
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+# --- patterns ---------------------------------------------------------------------------------
+
+DURATION_PATTERN: Final = r"^([0-9]+h([0-9]+m)?([0-9]+s)?|[0-9]+m([0-9]+s)?|[0-9]+s)$"
+"""Hours, minutes, seconds in that order, each optional but at least one: 720h, 30m, 1h30m, 0s."""
+NEVER: Final = "Never"
+NILLABLE_DURATION_PATTERN: Final = r"^(Never|[0-9]+h([0-9]+m)?([0-9]+s)?|[0-9]+m([0-9]+s)?|[0-9]+s)$"
+BUDGET_DURATION_PATTERN: Final = r"^([0-9]+h([0-9]+m)?|[0-9]+m)(0s)?$"
+"""Budget windows are cron-aligned, so hours and minutes only (a trailing 0s is tolerated)."""
+BUDGET_NODES_PATTERN: Final = r"^([0-9]+|(100|[1-9]?[0-9])%)$"
+"""A node count (``5``) or a percentage from 0% to 100% (``10%``)."""
+CRON_PATTERN: Final = (
+    r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)"
+    r"|[0-9A-Za-z*?/,-]+([ \t]+[0-9A-Za-z*?/,-]+){4})$"
+)
+"""Five cron fields (minute hour day-of-month month day-of-week) or an @-macro."""
+QUANTITY_PATTERN: Final = (
+    r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)"
+    r"([KMGTPE]i|[numkMGTPE]|[eE][+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+))?$"
+)
+"""A non-negative Kubernetes resource quantity: ``500m``, ``16Gi``, ``8``, ``1.5``, ``1e3``."""
+QUALIFIED_NAME_PATTERN: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+"""A label key, taint key or condition type: an optional DNS-subdomain prefix and a name."""
+QUALIFIED_NAME_MAX_LENGTH: Final = 316
+LABEL_VALUE_PATTERN: Final = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LABEL_VALUE_MAX_LENGTH: Final = 63
+OBJECT_REF_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
+"""A ``namespace/name`` reference to a namespaced object."""
+CONDITION_REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+INTEGER_PATTERN: Final = r"^[0-9]+$"
+
+_DURATION_RE: Final = re.compile(DURATION_PATTERN)
+_NILLABLE_DURATION_RE: Final = re.compile(NILLABLE_DURATION_PATTERN)
+_BUDGET_DURATION_RE: Final = re.compile(BUDGET_DURATION_PATTERN)
+_BUDGET_NODES_RE: Final = re.compile(BUDGET_NODES_PATTERN)
+_CRON_RE: Final = re.compile(CRON_PATTERN)
+_QUANTITY_RE: Final = re.compile(QUANTITY_PATTERN)
+_QUALIFIED_NAME_RE: Final = re.compile(QUALIFIED_NAME_PATTERN)
+_LABEL_VALUE_RE: Final = re.compile(LABEL_VALUE_PATTERN)
+_OBJECT_REF_RE: Final = re.compile(OBJECT_REF_PATTERN)
+_CONDITION_REASON_RE: Final = re.compile(CONDITION_REASON_PATTERN)
+_INTEGER_RE: Final = re.compile(INTEGER_PATTERN)
+_DURATION_PART_RE: Final = re.compile(r"([0-9]+)([hms])")
+
+
+def is_integer_string(value: str) -> bool:
+    """Whether ``value`` is a non-negative decimal integer (what ``Gt``/``Lt`` compare against)."""
+    return _INTEGER_RE.fullmatch(value) is not None
+
+
+# --- durations --------------------------------------------------------------------------------
+
+
+def parse_duration(value: str) -> timedelta | None:
+    """Parse ``720h``, ``30m``, ``1h30m``, ``0s`` (or ``Never``, which gives ``None``).
+
+    Raises ``ValueError`` for anything else.
+    """
+    if value == NEVER:
+        return None
+    if _DURATION_RE.fullmatch(value) is None:
+        raise ValueError(f"invalid duration '{value}': expected e.g. 720h, 30m, 1h30m, 45s")
+    seconds = 0
+    for amount, unit in _DURATION_PART_RE.findall(value):
+        seconds += int(amount) * {"h": 3600, "m": 60, "s": 1}[unit]
+    return timedelta(seconds=seconds)
+
+
+def format_duration(value: timedelta | None) -> str:
+    """The canonical string for a whole-second duration (``None`` gives ``Never``)."""
+    if value is None:
+        return NEVER
+    total = int(value.total_seconds())
+    if total < 0 or timedelta(seconds=total) != value:
+        raise ValueError(f"duration '{value}' is not a non-negative whole number of seconds")
+    if total == 0:
+        return "0s"
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    out = ""
+    if hours:
+        out += f"{hours}h"
+    if minutes:
+        out += f"{minutes}m"
+    if seconds:
+        out += f"{seconds}s"
+    return out
+
+
+# --- quantities -------------------------------------------------------------------------------
+
+_BINARY_SUFFIXES: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL_SUFFIXES: Final = {
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
+}
+_QUANTITY_SPLIT_RE: Final = re.compile(r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(.*)$")
+
+
+def parse_quantity(value: str | int) -> Decimal:
+    """The exact numeric value of a Kubernetes quantity (``"500m"`` gives ``Decimal("0.5")``).
+
+    Raises ``ValueError`` for anything that is not a non-negative quantity.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"invalid quantity '{value}'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"invalid quantity '{value}': must not be negative")
+        return Decimal(value)
+    if _QUANTITY_RE.fullmatch(value) is None:
+        raise ValueError(f"invalid quantity '{value}': expected e.g. 500m, 16Gi, 8")
+    split = _QUANTITY_SPLIT_RE.fullmatch(value)
+    assert split is not None  # the quantity pattern is stricter than the split
+    number, suffix = Decimal(split.group(1)), split.group(2)
+    if suffix in _BINARY_SUFFIXES:
+        return number * (Decimal(1024) ** _BINARY_SUFFIXES[suffix])
+    if suffix in _DECIMAL_SUFFIXES:
+        return number.scaleb(_DECIMAL_SUFFIXES[suffix])
+    return number.scaleb(int(suffix[1:]))  # exponent form: e3, E-2
+
+
+# --- pydantic checks (each raises an error whose message says what is expected) ----------------
+
+
+def _check_duration(value: str) -> str:
+    if _DURATION_RE.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "duration",
+            "must be a duration of hours, minutes and seconds such as 720h, 30m or 1h30m, got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _check_nillable_duration(value: str) -> str:
+    if _NILLABLE_DURATION_RE.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "duration",
+            "must be a duration of hours, minutes and seconds such as 720h, 30m or 1h30m, "
+            "or Never, got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _check_budget_duration(value: str) -> str:
+    if _BUDGET_DURATION_RE.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "duration",
+            "must be a duration in hours and minutes such as 8h, 30m or 1h30m, got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _check_budget_nodes(value: str) -> str:
+    if _BUDGET_NODES_RE.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "budget_nodes",
+            "must be a node count such as 5 or a percentage from 0% to 100% such as 10%, got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _check_cron(value: str) -> str:
+    if _CRON_RE.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "cron",
+            "must be a cron schedule of five fields (minute hour day-of-month month day-of-week) "
+            "such as '0 9 * * 1-5', or one of @yearly, @annually, @monthly, @weekly, @daily, "
+            "@midnight, @hourly, got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _check_quantity(value: Any) -> Any:
+    ok = False
+    if isinstance(value, bool):
+        ok = False
+    elif isinstance(value, int):
+        ok = value >= 0
+    elif isinstance(value, str):
+        ok = _QUANTITY_RE.fullmatch(value) is not None
+    if not ok:
+        raise PydanticCustomError(
+            "quantity",
+            "must be a non-negative quantity such as 500m, 16Gi or 8, got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def check_qualified_name(value: str) -> str:
+    """Validate a label key / taint key: ``[prefix/]name``, prefix a DNS subdomain."""
+    prefix, _, name = value.rpartition("/")
+    if (
+        _QUALIFIED_NAME_RE.fullmatch(value) is None
+        or len(value) > QUALIFIED_NAME_MAX_LENGTH
+        or len(name) > 63
+        or len(prefix) > 253
+    ):
+        raise PydanticCustomError(
+            "qualified_name",
+            "must be a qualified name such as 'example.com/name' (an optional DNS subdomain "
+            "prefix and a name of at most 63 alphanumerics, '-', '_' or '.'), got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _check_label_value(value: str) -> str:
+    if len(value) > LABEL_VALUE_MAX_LENGTH or _LABEL_VALUE_RE.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "label_value",
+            "must be a label value: at most 63 alphanumerics, '-', '_' or '.', starting and ending "
+            "with an alphanumeric, got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _check_object_ref(value: str) -> str:
+    if len(value) > 317 or _OBJECT_REF_RE.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "object_ref",
+            "must be 'namespace/name', got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _check_condition_reason(value: str) -> str:
+    if len(value) > 1024 or _CONDITION_REASON_RE.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "condition_reason",
+            "must be a CamelCase reason such as 'NodeNotFound' (letters, digits, '_', ',' or ':'), "
+            "got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+# --- annotated types --------------------------------------------------------------------------
+
+Duration = Annotated[
+    str,
+    AfterValidator(_check_duration),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN, "maxLength": 64}),
+]
+"""A duration such as ``720h``, ``30m``, ``1h30m`` or ``0s``."""
+
+NillableDuration = Annotated[
+    str,
+    AfterValidator(_check_nillable_duration),
+    WithJsonSchema({"type": "string", "pattern": NILLABLE_DURATION_PATTERN, "maxLength": 64}),
+]
+"""A :data:`Duration` or ``Never``."""
+
+BudgetDuration = Annotated[
+    str,
+    AfterValidator(_check_budget_duration),
+    WithJsonSchema({"type": "string", "pattern": BUDGET_DURATION_PATTERN, "maxLength": 64}),
+]
+
+BudgetNodes = Annotated[
+    str,
+    AfterValidator(_check_budget_nodes),
+    WithJsonSchema({"type": "string", "pattern": BUDGET_NODES_PATTERN, "maxLength": 16}),
+]
+
+CronSchedule = Annotated[
+    str,
+    AfterValidator(_check_cron),
+    WithJsonSchema({"type": "string", "pattern": CRON_PATTERN, "maxLength": 256}),
+]
+
+Quantity = Annotated[
+    str | int,
+    BeforeValidator(_check_quantity),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "minimum": 0,
+        }
+    ),
+]
+"""A Kubernetes quantity: an integer, or a string such as ``500m``, ``16Gi``, ``1.5``."""
+
+QualifiedName = Annotated[
+    str,
+    AfterValidator(check_qualified_name),
+    WithJsonSchema(
+        {"type": "string", "pattern": QUALIFIED_NAME_PATTERN, "maxLength": QUALIFIED_NAME_MAX_LENGTH}
+    ),
+]
+
+LabelValue = Annotated[
+    str,
+    AfterValidator(_check_label_value),
+    WithJsonSchema({"type": "string", "pattern": LABEL_VALUE_PATTERN, "maxLength": LABEL_VALUE_MAX_LENGTH}),
+]
+
+ObjectRef = Annotated[
+    str,
+    AfterValidator(_check_object_ref),
+    WithJsonSchema({"type": "string", "pattern": OBJECT_REF_PATTERN, "maxLength": 317}),
+]
+
+ConditionReason = Annotated[
+    str,
+    AfterValidator(_check_condition_reason),
+    WithJsonSchema(
+        {"type": "string", "pattern": CONDITION_REASON_PATTERN, "maxLength": 1024, "minLength": 1}
+    ),
+]

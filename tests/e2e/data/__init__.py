@@ -1,0 +1,1 @@
+"""Test data shared by the unit and e2e suites."""
