@@ -6,7 +6,7 @@ import json
 import uuid
 from typing import Any
 
-from tests.e2e.conftest import Cluster, eventually
+from tests.e2e.harness import Cluster, eventually
 
 
 def _fake_node(name: str, *, cpu: str = "8", memory: str = "32Gi", gpus: int = 0) -> dict[str, Any]:
@@ -26,17 +26,13 @@ def _fake_node(name: str, *, cpu: str = "8", memory: str = "32Gi", gpus: int = 0
     }
 
 
-def _pod(
-    name: str, ns: str, *, cpu: str = "1", gpus: int = 0, gates: list[str] | None = None
-) -> dict[str, Any]:
+def _pod(name: str, ns: str, *, cpu: str = "1", gpus: int = 0, gates: list[str] | None = None) -> dict[str, Any]:
     requests: dict[str, str] = {"cpu": cpu}
     limits: dict[str, str] = {}
     if gpus:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
     spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}
-        ],
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}],
     }
     if gates:
         spec["schedulingGates"] = [{"name": g} for g in gates]

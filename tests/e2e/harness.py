@@ -1,0 +1,131 @@
+"""The handle on the real local KWOK cluster that e2e tests drive the way an operator uses kubectl."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_DIR = Path(os.environ.get("JOINER_CLUSTER_DIR", ROOT / ".kwok"))
+JOINER_KINDS = ("nodeclaims.joiner.sh", "nodepools.joiner.sh", "kwoknodeclasses.joiner.sh")
+T = TypeVar("T")
+
+
+@dataclass
+class Cluster:
+    """A handle on the running KWOK cluster, used the way an operator uses kubectl."""
+
+    kubeconfig: Path
+    bin_dir: Path
+    namespaces: set[str] = field(default_factory=set)
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the pinned kubectl against the test cluster."""
+        proc = subprocess.run(
+            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def apply(self, manifest: str | dict[str, Any] | list[dict[str, Any]]) -> None:
+        """kubectl apply -f - with a YAML text, an object, or a list of objects."""
+        text = manifest if isinstance(manifest, str) else json.dumps(_as_list(manifest))
+        self.kubectl("apply", "-f", "-", input=text)
+
+    def get(self, kind: str, name: str = "", *, namespace: str | None = None) -> dict[str, Any]:
+        args = ["get", kind, *([name] if name else []), "-o", "json"]
+        if namespace:
+            args += ["-n", namespace]
+        result: dict[str, Any] = json.loads(self.kubectl(*args).stdout)
+        return result
+
+    def items(self, kind: str, *, namespace: str | None = None, selector: str | None = None) -> list[dict[str, Any]]:
+        args = ["get", kind, "-o", "json"]
+        args += ["-n", namespace] if namespace else (["-A"] if _namespaced(kind) else [])
+        if selector:
+            args += ["-l", selector]
+        items: list[dict[str, Any]] = json.loads(self.kubectl(*args).stdout)["items"]
+        return items
+
+    def create_namespace(self, name: str) -> str:
+        self.kubectl("create", "namespace", name)
+        self.namespaces.add(name)
+        return name
+
+
+def _namespaced(kind: str) -> bool:
+    return kind.split(".")[0] in {
+        "pods",
+        "pod",
+        "po",
+        "events",
+        "event",
+        "deployments",
+        "poddisruptionbudgets",
+        "pdb",
+        "daemonsets",
+        "ds",
+        "configmaps",
+        "cm",
+        "replicasets",
+        "rs",
+    }
+
+
+def _as_list(obj: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        return obj
+    return {"apiVersion": "v1", "kind": "List", "items": obj}
+
+
+def eventually(
+    probe: Callable[[], T | None], *, timeout: float = 60, interval: float = 0.5, what: str = "condition"
+) -> T:
+    """Poll `probe` until it returns something truthy; the real cluster cannot be faked in time."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def clean_cluster(handle: Cluster) -> None:
+    for ns in sorted(handle.namespaces):
+        handle.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+    handle.namespaces.clear()
+    for kind in JOINER_KINDS:
+        for obj in handle.items(kind):
+            name = obj["metadata"]["name"]
+            if obj["metadata"].get("finalizers"):
+                handle.kubectl(
+                    "patch", kind, name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False
+                )
+            handle.kubectl("delete", kind, name, "--wait=false", "--ignore-not-found", check=False)
+    nodes = [n["metadata"]["name"] for n in handle.items("nodes")]
+    if nodes:
+        handle.kubectl("delete", "nodes", *nodes, "--wait=false", "--ignore-not-found", check=False)

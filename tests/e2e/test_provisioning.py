@@ -1,0 +1,225 @@
+"""Provisioning, as a user of a GPU cluster sees it: pending pods become NodeClaims, Nodes, Running pods."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from tests.e2e.harness import Cluster, eventually
+from tests.e2e.manifests import (
+    GPU,
+    GPU_TOLERATION,
+    cheapest_offering,
+    deployment,
+    expect_event,
+    expect_nodeclaims_initialized,
+    expect_pods_running,
+    is_true,
+    node_of,
+    nodeclaims,
+    nodeclass,
+    nodepool,
+    pod,
+    req,
+)
+
+GPU_COUNT = "joiner.sh/gpu-count"
+GPU_NAME = "joiner.sh/gpu-name"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+def _ns(cluster: Cluster) -> str:
+    return cluster.create_namespace(f"prov-{uuid.uuid4().hex[:6]}")
+
+
+def _gpus(it: dict[str, Any]) -> int:
+    return int(it["capacity"].get(GPU, 0))
+
+
+def test_one_gpu_pod_gets_the_cheapest_fitting_gpu_node(cluster: Cluster, start_joiner: Any) -> None:
+    ns = _ns(cluster)
+    cluster.apply([nodeclass(), nodepool("general")])
+    joiner = start_joiner()
+    cluster.apply(pod("infer", ns, gpus=1))
+
+    [running] = expect_pods_running(cluster, ns, 1)
+    [claim] = expect_nodeclaims_initialized(cluster, 1)
+    expected_type, expected_price = cheapest_offering(lambda it: _gpus(it) >= 1)
+    labels = claim["metadata"]["labels"]
+    assert labels[INSTANCE_TYPE] == expected_type, f"bought {labels[INSTANCE_TYPE]}, cheapest is {expected_type}"
+    assert labels["joiner.sh/nodepool"] == "general"
+    node = node_of(cluster, ns, "infer")
+    assert node["metadata"]["name"] == running["spec"]["nodeName"] == claim["status"]["nodeName"]
+    assert node["spec"]["providerID"] == claim["status"]["providerID"]
+    assert int(node["metadata"]["labels"][GPU_COUNT]) < 8
+    assert not any(t["key"] == "joiner.sh/unregistered" for t in node["spec"].get("taints") or [])
+    for ctype in ("Launched", "Registered", "Initialized", "Ready"):
+        assert is_true(claim, ctype), ctype
+    assert joiner.metric("joiner_nodeclaims_created_total", nodepool="general") == 1
+    assert float(claim["metadata"]["annotations"]["joiner.sh/planned-price"]) == expected_price
+
+
+def test_two_hundred_mixed_pods_all_run_and_no_node_is_bought_twice(cluster: Cluster, start_joiner: Any) -> None:
+    ns = _ns(cluster)
+    cluster.apply(
+        [
+            nodeclass(),
+            nodepool("cpu", requirements=[req(GPU_COUNT, "DoesNotExist")]),
+            nodepool(
+                "gpu",
+                requirements=[req(GPU_COUNT, "Exists")],
+                taints=[{"key": GPU, "effect": "NoSchedule"}],
+            ),
+        ]
+    )
+    start_joiner()
+    cluster.apply(
+        [
+            deployment("web", ns, replicas=120, cpu="500m", memory="1Gi"),
+            deployment("batch", ns, replicas=40, cpu="2", memory="8Gi"),
+            deployment("infer", ns, replicas=32, cpu="4", memory="16Gi", gpus=1),
+            deployment("train", ns, replicas=8, cpu="16", memory="64Gi", gpus=4),
+        ]
+    )
+    pods = expect_pods_running(cluster, ns, 200, timeout=240)
+    claims = nodeclaims(cluster)
+    nodes = {n["metadata"]["name"]: n for n in cluster.items("nodes")}
+    per_node = Counter(p["spec"]["nodeName"] for p in pods)
+    # every machine bought carries pods: nothing was bought twice or for nobody
+    assert len(claims) == len(nodes) == len(per_node)
+    assert all(per_node[c["status"]["nodeName"]] > 0 for c in claims)
+    for p in pods:
+        node = nodes[p["spec"]["nodeName"]]
+        wants_gpu = any(GPU in (c["resources"].get("requests") or {}) for c in p["spec"]["containers"])
+        on_gpu_node = GPU in node["status"]["allocatable"]
+        assert wants_gpu == on_gpu_node, f"{p['metadata']['name']} on {node['metadata']['name']}"
+
+
+def test_node_selector_on_gpu_name_is_honoured(cluster: Cluster, start_joiner: Any) -> None:
+    ns = _ns(cluster)
+    cluster.apply([nodeclass(), nodepool("general")])
+    start_joiner()
+    cluster.apply(pod("a100-job", ns, gpus=1, node_selector={GPU_NAME: "A100"}))
+    expect_pods_running(cluster, ns, 1)
+    node = node_of(cluster, ns, "a100-job")
+    assert node["metadata"]["labels"][GPU_NAME] == "A100"
+    expected, _ = cheapest_offering(lambda it: it["labels"].get(GPU_NAME) == "A100")
+    assert node["metadata"]["labels"][INSTANCE_TYPE] == expected
+
+
+def test_tainted_nodepool_only_takes_tolerating_pods(cluster: Cluster, start_joiner: Any) -> None:
+    ns = _ns(cluster)
+    cluster.apply(
+        [
+            nodeclass(),
+            nodepool(
+                "gpu-only",
+                requirements=[req(GPU_COUNT, "Exists")],
+                taints=[{"key": GPU, "effect": "NoSchedule"}],
+            ),
+        ]
+    )
+    start_joiner()
+    cluster.apply(
+        [
+            pod("tolerates", ns, gpus=1, tolerations=[GPU_TOLERATION]),
+            pod("intolerant", ns, gpus=1, tolerations=[]),
+        ]
+    )
+    eventually(
+        lambda: cluster.get("pod", "tolerates", namespace=ns)["status"].get("phase") == "Running",
+        timeout=90,
+        what="tolerating pod Running",
+    )
+    event = expect_event(cluster, namespace=ns, name="intolerant", reason="FailedProvisioning")
+    assert "gpu-only" in event["message"], event["message"]
+    assert GPU in event["message"], event["message"]
+    assert cluster.get("pod", "intolerant", namespace=ns)["status"]["phase"] == "Pending"
+    assert len(nodeclaims(cluster)) == 1
+
+
+def test_nodepool_at_its_gpu_limit_leaves_pods_pending_with_an_event(cluster: Cluster, start_joiner: Any) -> None:
+    ns = _ns(cluster)
+    cluster.apply([nodeclass(), nodepool("capped", limits={GPU: "2"}, requirements=[req(GPU_COUNT, "In", "1")])])
+    start_joiner()
+    cluster.apply([pod(f"job-{i}", ns, gpus=1) for i in range(3)])
+    eventually(
+        lambda: sum(p["status"].get("phase") == "Running" for p in cluster.items("pods", namespace=ns)) == 2,
+        timeout=90,
+        what="two pods Running",
+    )
+    pending = [p for p in cluster.items("pods", namespace=ns) if p["status"].get("phase") == "Pending"]
+    assert len(pending) == 1
+    event = expect_event(cluster, namespace=ns, name=pending[0]["metadata"]["name"], reason="FailedProvisioning")
+    assert "limit" in event["message"], event["message"]
+    assert GPU in event["message"], event["message"]
+    assert len(nodeclaims(cluster)) == 2
+
+    def limited() -> dict[str, Any] | None:
+        pool = cluster.get("nodepool.joiner.sh", "capped")
+        return pool if is_true(pool, "LimitsReached") else None
+
+    pool = eventually(limited, what="LimitsReached condition")
+    assert pool["status"]["resources"][GPU] == "2"
+    assert pool["status"]["nodes"] == 2
+
+
+def test_insufficient_capacity_on_the_cheapest_offering_falls_back_to_the_next(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    ns = _ns(cluster)
+    cheapest, _ = cheapest_offering(lambda it: _gpus(it) >= 1)
+    cluster.apply(
+        [
+            nodeclass(failures={"insufficientCapacity": [{"instanceType": cheapest}]}),
+            nodepool("general"),
+        ]
+    )
+    start_joiner()
+    cluster.apply(pod("infer", ns, gpus=1))
+    expect_pods_running(cluster, ns, 1)
+    node = node_of(cluster, ns, "infer")
+    fallback, _ = cheapest_offering(lambda it: _gpus(it) >= 1 and it["name"] != cheapest)
+    assert node["metadata"]["labels"][INSTANCE_TYPE] == fallback
+
+
+def test_a_node_that_never_registers_is_deleted_after_the_timeout(cluster: Cluster, start_joiner: Any) -> None:
+    ns = _ns(cluster)
+    cheapest, _ = cheapest_offering(lambda it: _gpus(it) >= 1)
+    cluster.apply([nodeclass(failures={"neverRegister": [cheapest]}), nodepool("general")])
+    joiner = start_joiner(registration_timeout="8")
+    cluster.apply(pod("infer", ns, gpus=1))
+    first = eventually(lambda: nodeclaims(cluster), what="a NodeClaim")[0]
+    name = first["metadata"]["name"]
+    eventually(
+        lambda: all(c["metadata"]["name"] != name for c in nodeclaims(cluster)),
+        timeout=60,
+        what=f"NodeClaim {name} deleted after the registration timeout",
+    )
+    event = expect_event(cluster, namespace="default", name=name, reason="RegistrationTimeout")
+    assert "register" in event["message"].lower()
+    assert joiner.metric("joiner_nodeclaims_terminated_total") >= 1
+
+
+def test_deleting_a_nodeclaim_drains_and_removes_its_node(cluster: Cluster, start_joiner: Any) -> None:
+    ns = _ns(cluster)
+    cluster.apply([nodeclass(), nodepool("general", requirements=[req(GPU_COUNT, "DoesNotExist")])])
+    start_joiner()
+    cluster.apply(deployment("web", ns, replicas=3, cpu="1", memory="1Gi"))
+    expect_pods_running(cluster, ns, 3)
+    [claim] = nodeclaims(cluster)
+    node_name = claim["status"]["nodeName"]
+    cluster.kubectl("delete", "nodeclaim.joiner.sh", claim["metadata"]["name"], "--wait=false")
+    eventually(
+        lambda: not any(n["metadata"]["name"] == node_name for n in cluster.items("nodes")),
+        timeout=90,
+        what=f"node {node_name} removed",
+    )
+    eventually(
+        lambda: not any(c["metadata"]["name"] == claim["metadata"]["name"] for c in nodeclaims(cluster)),
+        what="NodeClaim gone (finalizer released)",
+    )
+    # the evicted pods were re-created by their Deployment and provisioned a new node
+    expect_pods_running(cluster, ns, 3, timeout=120)
+    assert all(p["spec"]["nodeName"] != node_name for p in cluster.items("pods", namespace=ns))
