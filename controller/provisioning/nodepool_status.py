@@ -65,9 +65,7 @@ def desired_status(
             "NodeClassReady",
             nodeclass_exists,
             "Found" if nodeclass_exists else "NodeClassNotFound",
-            ""
-            if nodeclass_exists
-            else f"{ref.get('kind', 'NodeClass')} {ref.get('name', '')!r} does not exist",
+            "" if nodeclass_exists else f"{ref.get('kind', 'NodeClass')} {ref.get('name', '')!r} does not exist",
         ),
         _condition(
             "LimitsReached",
@@ -95,9 +93,7 @@ def desired_status(
 
 def _same_conditions(old: list[Obj], new: list[Obj]) -> bool:
     def strip(conds: list[Obj]) -> list[tuple[Any, ...]]:
-        return sorted(
-            (c.get("type"), c.get("status"), c.get("reason"), c.get("message") or "") for c in conds
-        )
+        return sorted((c.get("type"), c.get("status"), c.get("reason"), c.get("message") or "") for c in conds)
 
     return strip(old) == strip(new)
 

@@ -25,25 +25,21 @@ from controller.context import Context
 from controller.kube.client import ApiError
 from controller.kube.resources import NODECLAIMS
 from controller.provisioning.batcher import Batcher
+from controller.provisioning.nodeclaims import PLANNED_INSTANCE_TYPE, nodeclaim_manifest
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
+from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Pod
 from controller.scheduling.solver import solve
 from controller.state.cluster import is_daemon_pod, is_terminal, is_unschedulable
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
-PLANNED_INSTANCE_TYPE = "joiner.sh/planned-instance-type"
 
-PODS_PENDING = metrics.gauge(
-    "joiner_pods_pending", "Pods kube-scheduler marked unschedulable, at the last solve."
-)
+PODS_PENDING = metrics.gauge("joiner_pods_pending", "Pods kube-scheduler marked unschedulable, at the last solve.")
 PODS_UNSCHEDULABLE = metrics.gauge(
     "joiner_provisioner_unschedulable_pods", "Pending pods that no NodePool could serve at the last solve."
 )
-SOLVE_SECONDS = metrics.histogram(
-    "joiner_provisioner_solve_duration_seconds", "Time the solver took per batch."
-)
+SOLVE_SECONDS = metrics.histogram("joiner_provisioner_solve_duration_seconds", "Time the solver took per batch.")
 BATCH_SIZE = metrics.histogram(
     "joiner_provisioner_batch_size",
     "Pending pods per solved batch.",
@@ -178,9 +174,7 @@ class Provisioner:
             try:
                 daemons.append(kubeconv.daemonset_from_dict(ds))
             except ValueError as err:
-                log.warning(
-                    "provisioner.daemonset_unreadable", daemonset=ds["metadata"]["name"], error=str(err)
-                )
+                log.warning("provisioner.daemonset_unreadable", daemonset=ds["metadata"]["name"], error=str(err))
         unavailable = {(o.instance_type, o.zone, o.capacity_type) for o in self.ctx.unavailable.current()}
         started = time.perf_counter()
         plan = solve(
@@ -206,58 +200,12 @@ class Provisioner:
         return Decision(plan=plan, pending=pending_objs, pools={n: p for n, (p, _) in pools.items()})
 
     # --- write -----------------------------------------------------------------------------
-    def nodeclaim_manifest(self, node: NewNodeClaim, pool: Obj) -> Obj:
-        template = (pool.get("spec") or {}).get("template") or {}
-        tmeta = template.get("metadata") or {}
-        tspec = template.get("spec") or {}
-        node_labels = {**(tmeta.get("labels") or {}), **dict(node.labels), wk.LABEL_NODEPOOL: node.node_pool}
-        if node.gang:
-            node_labels[wk.LABEL_GANG] = node.gang
-        spec: Obj = {
-            "nodeClassRef": tspec.get("nodeClassRef"),
-            "requirements": node.requirements.to_expressions(),
-            "resources": {"requests": node.requests.to_quantities()},
-        }
-        taints = [t.to_dict() for t in node.taints]
-        startup = [t.to_dict() for t in node.startup_taints]
-        if taints:
-            spec["taints"] = taints
-        if startup:
-            spec["startupTaints"] = startup
-        for field in ("expireAfter", "terminationGracePeriod"):
-            if tspec.get(field):
-                spec[field] = tspec[field]
-        return {
-            "apiVersion": wk.API_VERSION,
-            "kind": "NodeClaim",
-            "metadata": {
-                "generateName": f"{node.node_pool}-",
-                "labels": node_labels,
-                "annotations": {
-                    **(tmeta.get("annotations") or {}),
-                    "joiner.sh/nodepool-generation": str(pool["metadata"].get("generation", "")),
-                    PLANNED_INSTANCE_TYPE: node.choice.instance_type,
-                    "joiner.sh/planned-price": f"{node.choice.price:.4f}",
-                },
-                "ownerReferences": [
-                    {
-                        "apiVersion": wk.API_VERSION,
-                        "kind": "NodePool",
-                        "name": pool["metadata"]["name"],
-                        "uid": pool["metadata"]["uid"],
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": spec,
-        }
-
     async def apply(self, decision: Decision) -> list[Obj]:
         created: list[Obj] = []
         for node in decision.plan.new_nodes:
             pool = decision.pools[node.node_pool]
             try:
-                claim = await self.ctx.client.create(NODECLAIMS, self.nodeclaim_manifest(node, pool))
+                claim = await self.ctx.client.create(NODECLAIMS, nodeclaim_manifest(node, pool))
             except ApiError as err:
                 log.error("provisioner.nodeclaim_create_failed", nodepool=node.node_pool, error=str(err))
                 continue
