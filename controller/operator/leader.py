@@ -74,9 +74,7 @@ class LeaderElector:
         if holder and holder != self.identity and not expired:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
-        acquire = (
-            spec.get("acquireTime") if holder == self.identity else format_time(now).replace("Z", ".000000Z")
-        )
+        acquire = spec.get("acquireTime") if holder == self.identity else format_time(now).replace("Z", ".000000Z")
         lease["spec"] = self._spec(transitions, str(acquire))
         try:
             await self._client.replace(LEASES, lease)

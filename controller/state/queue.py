@@ -21,7 +21,7 @@ class WorkQueue:
         self._pending: set[str] = set()
         self._active: set[str] = set()
         self._dirty: set[str] = set()
-        self._timers: dict[str, asyncio.Task[None]] = {}
+        self._timers: dict[str, tuple[float, asyncio.Task[None]]] = {}
 
     def add(self, key: str) -> None:
         if key in self._active:
@@ -33,19 +33,23 @@ class WorkQueue:
         self._queue.put_nowait(key)
 
     def add_after(self, key: str, seconds: float) -> None:
-        """Queue `key` again after `seconds`; a timer already pending for the key is kept."""
+        """Queue `key` again after `seconds`; of several requests for one key the earliest wins."""
         if seconds <= 0:
             self.add(key)
             return
-        if key in self._timers and not self._timers[key].done():
-            return
+        due = self._clock.monotonic() + seconds
+        pending = self._timers.get(key)
+        if pending is not None and not pending[1].done():
+            if pending[0] <= due:
+                return
+            pending[1].cancel()
 
         async def later() -> None:
-            await self._clock.sleep(seconds)
+            await self._clock.sleep(due - self._clock.monotonic())
             self._timers.pop(key, None)
             self.add(key)
 
-        self._timers[key] = asyncio.create_task(later(), name=f"{self.name}-requeue-{key}")
+        self._timers[key] = (due, asyncio.create_task(later(), name=f"{self.name}-requeue-{key}"))
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -77,5 +81,5 @@ class WorkQueue:
         try:
             await asyncio.gather(*tasks)
         finally:
-            for t in [*tasks, *self._timers.values()]:
+            for t in [*tasks, *(task for _, task in self._timers.values())]:
                 t.cancel()

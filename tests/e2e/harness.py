@@ -126,6 +126,8 @@ def clean_cluster(handle: Cluster) -> None:
                     "patch", kind, name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False
                 )
             handle.kubectl("delete", kind, name, "--wait=false", "--ignore-not-found", check=False)
-    nodes = [n["metadata"]["name"] for n in handle.items("nodes")]
-    if nodes:
-        handle.kubectl("delete", "nodes", *nodes, "--wait=false", "--ignore-not-found", check=False)
+    for node in handle.items("nodes"):
+        name = node["metadata"]["name"]
+        if node["metadata"].get("finalizers"):
+            handle.kubectl("patch", "node", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+        handle.kubectl("delete", "node", name, "--wait=false", "--ignore-not-found", check=False)

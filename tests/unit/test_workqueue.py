@@ -78,3 +78,26 @@ async def test_failing_handler_is_retried_not_fatal() -> None:
     await _settle()
     assert calls == ["k", "k"]
     runner.cancel()
+
+
+async def test_the_earliest_requeue_wins() -> None:
+    clock = FakeClock()
+    queue = WorkQueue(name="test", clock=clock)
+    calls: list[float] = []
+
+    async def handler(key: str) -> float | None:
+        calls.append(clock.monotonic())
+        return None
+
+    runner = asyncio.ensure_future(queue.run(handler, workers=1))
+    start = clock.monotonic()
+    queue.add_after("k", 300)  # a launch timeout ...
+    queue.add_after("k", 10)  # ... then an earlier registration check
+    await _settle()
+    await clock.advance(11)
+    await _settle()
+    assert calls == [start + 10]
+    await clock.advance(300)
+    await _settle()
+    assert len(calls) == 1  # the later timer was replaced, not kept as well
+    runner.cancel()

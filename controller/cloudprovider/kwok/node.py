@@ -1,0 +1,121 @@
+"""The Node object the kwok provider creates for a launched NodeClaim. Pure: no I/O, no clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.v1.labels import (
+    ANNOTATION_KWOK_NODE,
+    API_VERSION,
+    FINALIZER_TERMINATION,
+    KWOK_NODE_FAKE,
+    LABEL_ARCH,
+    LABEL_HOSTNAME,
+    LABEL_OS,
+    RESOURCE_NVIDIA_GPU,
+    TAINT_UNREGISTERED,
+    TAINT_UNREGISTERED_EFFECT,
+    normalize_label_key,
+)
+from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec
+from controller.cloudprovider.kwok.offerings import offering_labels
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.instancetypes import Offering as CatalogOffering
+
+Obj = dict[str, Any]
+PROVIDER_ID_PREFIX = "kwok://"
+
+# Label keys a requirement must never copy onto a Node: they belong to the kubelet or to joiner.
+_NOT_FROM_REQUIREMENTS = frozenset({LABEL_HOSTNAME})
+
+
+def provider_id_for(nodeclaim_name: str) -> str:
+    return f"{PROVIDER_ID_PREFIX}{nodeclaim_name}"
+
+
+def is_kwok_provider_id(provider_id: str | None) -> bool:
+    return bool(provider_id) and str(provider_id).startswith(PROVIDER_ID_PREFIX)
+
+
+def _taints(nodeclaim: Obj) -> list[Obj]:
+    spec = nodeclaim.get("spec") or {}
+    out: list[Obj] = []
+    seen: set[tuple[str, str]] = set()
+    unregistered = {"key": TAINT_UNREGISTERED, "effect": TAINT_UNREGISTERED_EFFECT}
+    for taint in [*(spec.get("taints") or []), *(spec.get("startupTaints") or []), unregistered]:
+        key = (str(taint.get("key")), str(taint.get("effect")))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append({k: v for k, v in taint.items() if k in ("key", "value", "effect") and v is not None})
+    return out
+
+
+def node_labels(*, nodeclaim: Obj, instance_type: InstanceType, offering: CatalogOffering) -> dict[str, str]:
+    """NodeClaim labels, single-valued `In` requirements, then the machine's own labels (which win)."""
+    name = nodeclaim["metadata"]["name"]
+    labels: dict[str, str] = {}
+    for req in (nodeclaim.get("spec") or {}).get("requirements") or []:
+        key = normalize_label_key(str(req.get("key", "")))
+        values = req.get("values") or []
+        if req.get("operator") == "In" and len(values) == 1 and key not in _NOT_FROM_REQUIREMENTS:
+            labels[key] = str(values[0])
+    labels.update(nodeclaim["metadata"].get("labels") or {})
+    labels.update(offering_labels(instance_type, offering))
+    labels[LABEL_HOSTNAME] = name
+    return labels
+
+
+def build_node(
+    *,
+    nodeclaim: Obj,
+    instance_type: InstanceType,
+    offering: CatalogOffering,
+    nodeclass: KWOKNodeClassSpec,
+) -> Obj:
+    """The Node for a NodeClaim: named after it, carrying its providerID, labels, taints, resources.
+
+    Failure injection: no kwok annotation for `neverReady` types (kwok then never makes it Ready);
+    no `nvidia.com/gpu` in allocatable for `hideGPUs` types.
+    """
+    meta = nodeclaim["metadata"]
+    name = str(meta["name"])
+    failures = nodeclass.failures
+    labels = node_labels(nodeclaim=nodeclaim, instance_type=instance_type, offering=offering)
+    annotations: dict[str, str] = {}
+    if instance_type.name not in failures.never_ready:
+        annotations[ANNOTATION_KWOK_NODE] = KWOK_NODE_FAKE
+    allocatable = instance_type.allocatable.to_quantities()
+    if instance_type.name in failures.hide_gpus:
+        allocatable.pop(RESOURCE_NVIDIA_GPU, None)
+    metadata: Obj = {
+        "name": name,
+        "labels": labels,
+        "annotations": annotations,
+        "finalizers": [FINALIZER_TERMINATION],
+    }
+    if meta.get("uid"):
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "NodeClaim",
+                "name": name,
+                "uid": meta["uid"],
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": {"providerID": provider_id_for(name), "taints": _taints(nodeclaim)},
+        "status": {
+            "capacity": instance_type.capacity.to_quantities(),
+            "allocatable": allocatable,
+            "nodeInfo": {
+                "architecture": labels.get(LABEL_ARCH, "amd64"),
+                "operatingSystem": labels.get(LABEL_OS, "linux"),
+                "kubeletVersion": "kwok",
+            },
+        },
+    }

@@ -1,0 +1,154 @@
+"""A KWOKNodeClass as the kwok provider reads it: the registration delay and the injected failures.
+
+Failure injection (``spec.failures``), for tests and demos:
+
+* ``insufficientCapacity``: offerings that answer "no capacity". Each entry is an instance type
+  name, or a mapping with any of ``instanceType``/``instanceTypes``, ``zone``/``zones``,
+  ``capacityType``/``capacityTypes`` (a missing field matches everything).
+* ``neverRegister``: instance types whose Node is never created (registration times out).
+* ``neverReady``: instance types whose Node lacks the kwok annotation, so it never becomes Ready.
+* ``hideGPUs``: instance types whose Node never shows ``nvidia.com/gpu`` in allocatable.
+
+The three instance-type lists accept names, ``"*"`` for every type, or ``true``.
+Pure parsing: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from api.v1.types import parse_duration
+from controller.cloudprovider.types import Offering
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class OfferingMatcher:
+    """Matches offerings; an empty set in a field matches every value."""
+
+    instance_types: frozenset[str] = frozenset()
+    zones: frozenset[str] = frozenset()
+    capacity_types: frozenset[str] = frozenset()
+
+    def matches(self, offering: Offering) -> bool:
+        return (
+            (not self.instance_types or offering.instance_type in self.instance_types)
+            and (not self.zones or offering.zone in self.zones)
+            and (not self.capacity_types or offering.capacity_type in self.capacity_types)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceTypeSet:
+    names: frozenset[str] = frozenset()
+    everything: bool = False
+
+    def __contains__(self, name: object) -> bool:
+        return self.everything or name in self.names
+
+
+@dataclass(frozen=True, slots=True)
+class Failures:
+    insufficient_capacity: tuple[OfferingMatcher, ...] = ()
+    never_register: InstanceTypeSet = InstanceTypeSet()
+    never_ready: InstanceTypeSet = InstanceTypeSet()
+    hide_gpus: InstanceTypeSet = InstanceTypeSet()
+
+    def insufficient(self, offering: Offering) -> bool:
+        return any(m.matches(offering) for m in self.insufficient_capacity)
+
+
+@dataclass(frozen=True, slots=True)
+class KWOKNodeClassSpec:
+    name: str
+    registration_delay_seconds: float = 0.0
+    image_id: str = "kwok-default"
+    failures: Failures = Failures()
+    catalog_ref: str | None = None  # "namespace/name" of a ConfigMap with the catalog; None: built-in
+    ready: bool = True
+    not_ready_message: str = ""
+
+
+def _names(value: Any, *, where: str) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset({value})
+    if isinstance(value, list):
+        return frozenset(str(v) for v in value)
+    raise ValueError(f"{where}: expected a name or a list of names")
+
+
+def _instance_type_set(value: Any, *, where: str) -> InstanceTypeSet:
+    if value is None or value is False:
+        return InstanceTypeSet()
+    if value is True:
+        return InstanceTypeSet(everything=True)
+    names = _names(value, where=where)
+    return InstanceTypeSet(names=names - {"*"}, everything="*" in names)
+
+
+def _matcher(entry: Any, *, where: str) -> OfferingMatcher:
+    if isinstance(entry, str):
+        return OfferingMatcher(instance_types=frozenset() if entry == "*" else frozenset({entry}))
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where}: expected an instance type name or a mapping")
+
+    def pick(one: str, many: str) -> frozenset[str]:
+        return _names(entry.get(one), where=f"{where}.{one}") | _names(entry.get(many), where=f"{where}.{many}")
+
+    return OfferingMatcher(
+        instance_types=pick("instanceType", "instanceTypes"),
+        zones=pick("zone", "zones"),
+        capacity_types=pick("capacityType", "capacityTypes"),
+    )
+
+
+def _delay_seconds(value: Any, *, where: str) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return max(0.0, float(value))
+    if isinstance(value, str):
+        try:
+            parsed = parse_duration(value)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        return 0.0 if parsed is None else parsed.total_seconds()
+    raise ValueError(f"{where}: expected a duration such as 10s")
+
+
+def parse_nodeclass(obj: Obj) -> KWOKNodeClassSpec:
+    """Read a KWOKNodeClass object; ValueError (naming the field) when the spec is malformed."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    spec = obj.get("spec") or {}
+    raw = spec.get("failures") or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError("spec.failures: expected a mapping")
+    ice = raw.get("insufficientCapacity") or []
+    if not isinstance(ice, list):
+        ice = [ice]
+    failures = Failures(
+        insufficient_capacity=tuple(
+            _matcher(e, where=f"spec.failures.insufficientCapacity[{i}]") for i, e in enumerate(ice)
+        ),
+        never_register=_instance_type_set(raw.get("neverRegister"), where="spec.failures.neverRegister"),
+        never_ready=_instance_type_set(raw.get("neverReady"), where="spec.failures.neverReady"),
+        hide_gpus=_instance_type_set(raw.get("hideGPUs"), where="spec.failures.hideGPUs"),
+    )
+    ready, message = True, ""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") == "False":
+            ready, message = False, str(cond.get("message") or cond.get("reason") or "")
+    return KWOKNodeClassSpec(
+        name=name,
+        registration_delay_seconds=_delay_seconds(spec.get("registrationDelay"), where="spec.registrationDelay"),
+        image_id=str(spec.get("imageID") or spec.get("image") or "kwok-default"),
+        failures=failures,
+        catalog_ref=str(spec["catalog"]) if spec.get("catalog") else None,
+        ready=ready,
+        not_ready_message=message,
+    )

@@ -1,0 +1,175 @@
+"""Which offering the kwok provider launches for a NodeClaim. Pure: no I/O, no clock.
+
+The NodeClaim's requirements name the candidate instance types (``node.kubernetes.io/instance-type
+In [...]``, cheapest first as the solver wrote them) and may narrow zones and capacity types. Of
+the compatible offerings, the cheapest one that is available is chosen: offered by the catalog,
+not in the unavailable-offerings cache, not failed by the NodeClass's injected insufficient capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from api.v1.labels import (
+    LABEL_ARCH,
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_OS,
+    LABEL_ZONE,
+    normalize_label_key,
+)
+from controller.cloudprovider.kwok.nodeclass import Failures
+from controller.cloudprovider.types import Offering
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.instancetypes import Offering as CatalogOffering
+from controller.scheduling.quantity import QuantityError
+from controller.scheduling.resources import Resources
+
+Obj = dict[str, Any]
+DEFAULT_ARCH = "amd64"
+DEFAULT_OS = "linux"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def allows(self, value: str | None) -> bool:
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op in ("Gt", "Lt"):
+            if value is None or not self.values:
+                return False
+            try:
+                have, bound = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return have > bound if op == "Gt" else have < bound
+        return True  # unknown operators are the apiserver's to reject
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    instance_type: InstanceType
+    offering: CatalogOffering
+    rank: int  # position of the instance type in the NodeClaim's list (tie-break after price)
+
+    @property
+    def key(self) -> Offering:
+        return Offering(
+            instance_type=self.instance_type.name,
+            zone=self.offering.zone,
+            capacity_type=self.offering.capacity_type,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The chosen candidate, or None with every compatible offering that had no capacity."""
+
+    chosen: Candidate | None
+    exhausted: tuple[Offering, ...]
+    reasons: tuple[str, ...] = ()
+
+
+def requirements_of(nodeclaim: Obj) -> tuple[Requirement, ...]:
+    out: list[Requirement] = []
+    for raw in (nodeclaim.get("spec") or {}).get("requirements") or []:
+        key = raw.get("key")
+        if not key:
+            continue
+        out.append(
+            Requirement(
+                key=normalize_label_key(str(key)),
+                operator=str(raw.get("operator", "In")),
+                values=tuple(str(v) for v in raw.get("values") or ()),
+            )
+        )
+    return tuple(out)
+
+
+def offering_labels(instance_type: InstanceType, offering: CatalogOffering) -> dict[str, str]:
+    """The labels a Node of this offering carries, from the catalog plus the well-known ones."""
+    labels = {LABEL_ARCH: DEFAULT_ARCH, LABEL_OS: DEFAULT_OS}
+    labels.update(instance_type.labels)
+    labels[LABEL_INSTANCE_TYPE] = instance_type.name
+    labels[LABEL_ZONE] = offering.zone
+    labels[LABEL_CAPACITY_TYPE] = offering.capacity_type
+    return labels
+
+
+def requests_of(nodeclaim: Obj) -> Resources:
+    requests = ((nodeclaim.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    try:
+        return Resources.parse(requests)
+    except QuantityError:
+        return Resources()
+
+
+def compatible(*, nodeclaim: Obj, catalog: Sequence[InstanceType]) -> list[Candidate]:
+    """Every catalog offering the NodeClaim's requirements and requests admit, in candidate order.
+
+    Requirements on keys the catalog does not describe (a team label, say) are the NodeClaim's own
+    labels, not properties of the machine, and do not filter offerings.
+    """
+    reqs = requirements_of(nodeclaim)
+    known_keys = {LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE, LABEL_ARCH, LABEL_OS}
+    for it in catalog:
+        known_keys.update(it.labels)
+    reqs = tuple(r for r in reqs if r.key in known_keys)
+    requests = requests_of(nodeclaim)
+
+    by_name = {it.name: it for it in catalog}
+    order: list[str] | None = None
+    for r in reqs:
+        if r.key == LABEL_INSTANCE_TYPE and r.operator == "In":
+            names = r.values if order is None else order
+            order = [n for n in names if n in by_name and n in r.values]
+    if order is None:
+        order = [it.name for it in catalog]
+
+    out: list[Candidate] = []
+    for rank, name in enumerate(dict.fromkeys(order)):
+        it = by_name[name]
+        if not requests.fits_in(it.allocatable):
+            continue
+        for offering in it.offerings:
+            labels = offering_labels(it, offering)
+            if all(r.allows(labels.get(r.key)) for r in reqs):
+                out.append(Candidate(instance_type=it, offering=offering, rank=rank))
+    return out
+
+
+def choose(*, candidates: Iterable[Candidate], unavailable: frozenset[Offering], failures: Failures) -> Choice:
+    """The cheapest available candidate (ties: the NodeClaim's order, then zone, then capacity type)."""
+    ordered = sorted(
+        candidates,
+        key=lambda c: (Decimal(str(c.offering.price)), c.rank, c.offering.zone, c.offering.capacity_type),
+    )
+    exhausted: list[Offering] = []
+    reasons: list[str] = []
+    for cand in ordered:
+        key = cand.key
+        if not cand.offering.available:
+            why = "not offered by the catalog"
+        elif key in unavailable:
+            why = "recently out of capacity"
+        elif failures.insufficient(key):
+            why = "insufficient capacity (injected by the KWOKNodeClass)"
+        else:
+            return Choice(chosen=cand, exhausted=tuple(exhausted), reasons=tuple(reasons))
+        exhausted.append(key)
+        reasons.append(f"{key.instance_type}/{key.zone}/{key.capacity_type}: {why}")
+    return Choice(chosen=None, exhausted=tuple(exhausted), reasons=tuple(reasons))

@@ -1,0 +1,464 @@
+"""The kwok cloud provider: a fake cloud whose "instances" are Node objects that kwok makes Ready.
+
+`create` picks the cheapest available offering and answers at once with an `Instance` whose
+providerID is ``kwok://<nodeclaim>``. The Node itself appears after the KWOKNodeClass's
+``registrationDelay``: `run()` is a small reconciler that, for every launched NodeClaim without a
+Node, creates it once the delay since launch (the Launched condition's lastTransitionTime) has
+passed. It works from cluster state alone, so a restart finishes what an earlier process started.
+With a zero delay the Node is created inside `create` and nothing waits. When nobody calls `run()`
+explicitly, the first `create()` or `list()` starts it as a background task.
+
+What the provider keeps in memory is only what the cluster cannot know yet: instances launched
+whose NodeClaim status has not been written yet (they show in `list()`, so garbage collection can
+reclaim them when their NodeClaim never records them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from controller.clock import Clock, parse_time
+from controller.cloudprovider.catalog import parse_catalog_text
+from controller.cloudprovider.kwok.node import build_node, is_kwok_provider_id, provider_id_for
+from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec, parse_nodeclass
+from controller.cloudprovider.kwok.offerings import choose, compatible, offering_labels
+from controller.cloudprovider.types import (
+    CreateError,
+    Instance,
+    InsufficientCapacityError,
+    NodeClaimNotFoundError,
+    NodeClassNotReadyError,
+)
+from controller.cloudprovider.unavailable import UnavailableOfferings
+from controller.kube.client import ApiError, ConflictError, KubeClient, NotFoundError
+from controller.kube.resources import CONFIGMAPS, NODES
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.instancetypes import Offering as CatalogOffering
+from controller.state.cluster import ClusterState, condition, condition_true
+from controller.state.informer import EventType
+from controller.state.queue import WorkQueue
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+IMAGE_PREFIX = "kwok://image/"
+CATALOG_KEY = "catalog.json"
+CATALOG_REFRESH_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    instance: Instance
+    launched_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _Catalog:
+    types: tuple[InstanceType, ...]
+    by_name: dict[str, InstanceType] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, types: Iterable[InstanceType]) -> _Catalog:
+        items = tuple(types)
+        return cls(types=items, by_name={it.name: it for it in items})
+
+    def offering(self, name: str | None, zone: str | None, capacity_type: str | None) -> CatalogOffering | None:
+        it = self.by_name.get(name or "")
+        if it is None:
+            return None
+        for offering in it.offerings:
+            if offering.zone == zone and offering.capacity_type == capacity_type:
+                return offering
+        return None
+
+
+class KWOKCloudProvider:
+    name = "kwok"
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        cluster: ClusterState,
+        clock: Clock,
+        catalog: Iterable[InstanceType],
+        unavailable: UnavailableOfferings | None = None,
+        workers: int = 8,
+    ) -> None:
+        self._client = client
+        self._cluster = cluster
+        self._clock = clock
+        self._catalog = _Catalog.of(catalog)
+        self._unavailable = unavailable
+        self._workers = workers
+        self._launches: dict[str, _Launch] = {}
+        self._created: dict[str, str] = {}  # node name -> NodeClaim uid, until the cache shows the Node
+        self._queue = WorkQueue(name="kwok-nodes", clock=clock)
+        self._configmap_catalogs: dict[str, tuple[float, _Catalog]] = {}
+        self._running = False
+        self._subscribed = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def catalog(self) -> tuple[InstanceType, ...]:
+        """The built-in (or --catalog) instance types; a KWOKNodeClass may point at another."""
+        return self._catalog.types
+
+    # --- the CloudProvider protocol ----------------------------------------------------------
+
+    async def create(self, nodeclaim: Obj) -> Instance:
+        self._ensure_running()
+        name = str(nodeclaim["metadata"]["name"])
+        previous = self._launches.get(name)
+        if previous is not None:
+            return previous.instance
+        nodeclass = self.nodeclass_for(nodeclaim)
+        catalog = await self._catalog_for(nodeclass)
+        candidates = compatible(nodeclaim=nodeclaim, catalog=catalog.types)
+        if not candidates:
+            raise CreateError(
+                f"no instance type in the kwok catalog fits NodeClaim {name}'s requirements and requests",
+                reason="NoCompatibleInstanceType",
+            )
+        unavailable = self._unavailable.current() if self._unavailable is not None else frozenset()
+        choice = choose(candidates=candidates, unavailable=unavailable, failures=nodeclass.failures)
+        if choice.chosen is None:
+            raise InsufficientCapacityError(
+                f"all {len(choice.exhausted)} candidate offerings are out of capacity: "
+                + "; ".join(choice.reasons[:8]),
+                offerings=choice.exhausted,
+            )
+        it, offering = choice.chosen.instance_type, choice.chosen.offering
+        instance = self._instance(
+            name=name, instance_type=it, offering=offering, image_id=IMAGE_PREFIX + nodeclass.image_id
+        )
+        self._launches[name] = _Launch(instance=instance, launched_at=self._clock.now())
+        log.info(
+            "kwok.instance_launched",
+            nodeclaim=name,
+            instance_type=it.name,
+            zone=offering.zone,
+            capacity_type=offering.capacity_type,
+            price=offering.price,
+            skipped=len(choice.exhausted),
+            registration_delay=nodeclass.registration_delay_seconds,
+            reason="cheapest available offering among the NodeClaim's candidates",
+        )
+        if it.name in nodeclass.failures.never_register:
+            log.info("kwok.node_withheld", nodeclaim=name, reason="the instance type is in failures.neverRegister")
+        elif nodeclass.registration_delay_seconds <= 0:
+            await self._create_node(nodeclaim, it, offering, nodeclass)
+        else:
+            self._queue.add_after(name, nodeclass.registration_delay_seconds)
+        return instance
+
+    async def delete(self, nodeclaim: Obj) -> None:
+        name = str(nodeclaim["metadata"]["name"])
+        provider_id = (nodeclaim.get("status") or {}).get("providerID") or provider_id_for(name)
+        launch = self._launches.pop(name, None)
+        node = await self._find_node(name=name, provider_id=provider_id)
+        if node is not None:
+            meta = node["metadata"]
+            if not meta.get("deletionTimestamp"):
+                with contextlib.suppress(NotFoundError):
+                    await self._client.delete(NODES, meta["name"], uid=meta.get("uid"))
+                log.info("kwok.instance_deleted", nodeclaim=name, node=meta["name"], provider_id=provider_id)
+            return
+        if launch is not None or self._pending_claim(provider_id) is not None:
+            log.info("kwok.instance_deleted", nodeclaim=name, provider_id=provider_id, reason="no Node yet")
+            return
+        raise NodeClaimNotFoundError(f"no kwok instance {provider_id} (no Node, no launch record)")
+
+    async def get(self, provider_id: str) -> Instance:
+        node = self._cluster.node_by_provider_id(provider_id)
+        if node is not None and is_kwok_provider_id(provider_id):
+            return self._instance_from_node(node)
+        for launch in self._launches.values():
+            if launch.instance.provider_id == provider_id:
+                return launch.instance
+        claim = self._pending_claim(provider_id)
+        if claim is not None:
+            instance = self._instance_from_claim(claim)
+            if instance is not None:
+                return instance
+        raise NodeClaimNotFoundError(f"no kwok instance {provider_id}")
+
+    async def list(self) -> list[Instance]:
+        self._ensure_running()
+        out: dict[str, Instance] = {}
+        for node in self._cluster.nodes().values():
+            pid = (node.get("spec") or {}).get("providerID")
+            if is_kwok_provider_id(pid):
+                out[str(pid)] = self._instance_from_node(node)
+        for claim in self._cluster.nodeclaims().values():
+            pid = (claim.get("status") or {}).get("providerID")
+            if is_kwok_provider_id(pid) and pid not in out:
+                instance = self._instance_from_claim(claim)
+                if instance is not None:
+                    out[str(pid)] = instance
+        for launch in self._launches.values():
+            out.setdefault(launch.instance.provider_id, launch.instance)
+        return list(out.values())
+
+    async def is_drifted(self, nodeclaim: Obj) -> str | None:
+        return None
+
+    async def instance_types(self, nodepool: Obj) -> Sequence[InstanceType]:
+        """The catalog of the NodePool's KWOKNodeClass (the built-in one unless it names a ConfigMap).
+
+        NodeClassNotReadyError when the NodeClass is missing, invalid or its catalog cannot be read.
+        """
+        ref = ((((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef")) or {}
+        pool = (nodepool.get("metadata") or {}).get("name", "")
+        stub: Obj = {"metadata": {"name": f"(NodePool {pool})"}, "spec": {"nodeClassRef": ref}}
+        return (await self._catalog_for(self.nodeclass_for(stub))).types
+
+    # --- NodeClass and catalog ---------------------------------------------------------------
+
+    def nodeclass_for(self, nodeclaim: Obj) -> KWOKNodeClassSpec:
+        """The NodeClaim's KWOKNodeClass from the cache; NodeClassNotReadyError naming it otherwise."""
+        ref = (nodeclaim.get("spec") or {}).get("nodeClassRef") or {}
+        ref_name = ref.get("name")
+        claim_name = nodeclaim["metadata"]["name"]
+        if not ref_name:
+            raise NodeClassNotReadyError(f"NodeClaim {claim_name} has no spec.nodeClassRef.name")
+        obj = self._cluster.nodeclasses().get(str(ref_name))
+        if obj is None:
+            raise NodeClassNotReadyError(
+                f"KWOKNodeClass {ref_name!r} (nodeClassRef of NodeClaim {claim_name}) does not exist: create "
+                f"it, or point the NodePool's spec.template.spec.nodeClassRef at an existing one"
+            )
+        try:
+            spec = parse_nodeclass(obj)
+        except ValueError as err:
+            raise NodeClassNotReadyError(f"KWOKNodeClass {ref_name!r} is invalid: {err}") from None
+        if not spec.ready:
+            raise NodeClassNotReadyError(f"KWOKNodeClass {ref_name!r} is not Ready: {spec.not_ready_message}")
+        return spec
+
+    async def _catalog_for(self, nodeclass: KWOKNodeClassSpec) -> _Catalog:
+        ref = nodeclass.catalog_ref
+        if not ref:
+            return self._catalog
+        cached = self._configmap_catalogs.get(ref)
+        if cached is not None and self._clock.monotonic() - cached[0] < CATALOG_REFRESH_SECONDS:
+            return cached[1]
+        namespace, _, cm_name = ref.partition("/")
+        where = f"KWOKNodeClass {nodeclass.name!r}: spec.catalog ConfigMap {ref}"
+        try:
+            cm = await self._client.get(CONFIGMAPS, cm_name, namespace=namespace)
+            text = (cm.get("data") or {}).get(CATALOG_KEY)
+            if text is None:
+                raise NodeClassNotReadyError(f"{where} has no key {CATALOG_KEY!r}")
+            catalog = _Catalog.of(parse_catalog_text(text, source=f"ConfigMap {ref}"))
+        except NotFoundError:
+            raise NodeClassNotReadyError(f"{where} does not exist") from None
+        except (ValueError, ApiError) as err:
+            if cached is not None:  # keep serving the last good catalog through a bad edit or an outage
+                log.warning("kwok.catalog_not_refreshed", configmap=ref, error=str(err))
+                return cached[1]
+            raise NodeClassNotReadyError(f"{where} cannot be read: {err}") from None
+        self._configmap_catalogs[ref] = (self._clock.monotonic(), catalog)
+        return catalog
+
+    # --- Node creation after the registration delay ------------------------------------------
+
+    async def run(self) -> None:
+        """Create the Nodes of launched NodeClaims once their registration delay has passed.
+
+        Safe to call again after a crash (the operator's supervisor does), and it takes over from
+        the background task `create()`/`list()` start when nobody called it.
+        """
+        lazy = self._task
+        if lazy is not None and lazy is not asyncio.current_task():
+            self._task = None
+            lazy.cancel()
+        self._running = True
+        if not self._subscribed:
+            self._subscribed = True
+            self._cluster.subscribe("NodeClaim", self._on_claim)
+        await self._cluster.wait_synced()
+        for name in list(self._cluster.nodeclaims()):
+            self._queue.add(name)
+        await self._queue.run(self.reconcile, workers=self._workers)
+
+    def _ensure_running(self) -> None:
+        if self._running:
+            return
+        self._running = True
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="kwok-provider")
+
+    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        if etype == "DELETED":
+            self._created.pop(obj["metadata"]["name"], None)
+            return
+        name = obj["metadata"]["name"]
+        if name in self._launches or is_kwok_provider_id((obj.get("status") or {}).get("providerID")):
+            self._queue.add(name)
+
+    async def reconcile(self, name: str) -> float | None:
+        """One pass for one NodeClaim: create its Node when due. Returns seconds until due, or None."""
+        claim = self._cluster.nodeclaims().get(name)
+        launch = self._launches.get(name)
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            return None
+        status = claim.get("status") or {}
+        recorded = (claim["metadata"].get("labels") or {}).get(LABEL_INSTANCE_TYPE)
+        if launch is not None and recorded and status.get("providerID") == launch.instance.provider_id:
+            self._launches.pop(name, None)  # the NodeClaim records it now; state is enough
+        provider_id = status.get("providerID") or (launch.instance.provider_id if launch else None)
+        if not is_kwok_provider_id(provider_id) or condition_true(claim, "Registered"):
+            return None
+        if self._cluster.node_by_provider_id(str(provider_id)) is not None or name in self._cluster.nodes():
+            self._created.pop(name, None)
+            return None
+        if self._created.get(name) == str(claim["metadata"].get("uid")):
+            return None  # created a moment ago; the cache has not seen it yet
+        try:
+            nodeclass = self.nodeclass_for(claim)
+            catalog = await self._catalog_for(nodeclass)
+        except NodeClassNotReadyError as err:
+            log.warning("kwok.node_delayed", nodeclaim=name, reason=str(err))
+            return 30.0
+        labels = claim["metadata"].get("labels") or {}
+        it_name = labels.get(LABEL_INSTANCE_TYPE) or (launch.instance.instance_type if launch else None)
+        zone = labels.get(LABEL_ZONE) or (launch.instance.zone if launch else None)
+        capacity_type = labels.get(LABEL_CAPACITY_TYPE) or (launch.instance.capacity_type if launch else None)
+        it = catalog.by_name.get(it_name or "")
+        offering = catalog.offering(it_name, zone, capacity_type)
+        if it is None or offering is None:
+            log.warning(
+                "kwok.node_not_created",
+                nodeclaim=name,
+                reason=f"the launched offering {it_name}/{zone}/{capacity_type} is not in the catalog",
+            )
+            return None
+        if it.name in nodeclass.failures.never_register:
+            return None
+        launched = condition(claim, "Launched")
+        launched_at = parse_time(launched.get("lastTransitionTime")) if launched else None
+        if launched_at is None and launch is not None:
+            launched_at = launch.launched_at
+        if launched_at is None:
+            return None
+        due = (launched_at - self._clock.now()).total_seconds() + nodeclass.registration_delay_seconds
+        if due > 0:
+            return due
+        await self._create_node(claim, it, offering, nodeclass)
+        return None
+
+    async def _create_node(
+        self, nodeclaim: Obj, it: InstanceType, offering: CatalogOffering, nodeclass: KWOKNodeClassSpec
+    ) -> None:
+        node = build_node(nodeclaim=nodeclaim, instance_type=it, offering=offering, nodeclass=nodeclass)
+        name = node["metadata"]["name"]
+        uid = str(nodeclaim["metadata"].get("uid"))
+        if self._created.get(name) == uid:
+            return  # already created, or being created by another worker right now
+        self._created[name] = uid
+        try:
+            await self._client.create(NODES, node)
+        except ConflictError:
+            log.debug("kwok.node_exists", node=name)
+            return
+        except BaseException:
+            self._created.pop(name, None)
+            raise
+        log.info(
+            "kwok.node_created",
+            node=name,
+            provider_id=node["spec"]["providerID"],
+            instance_type=it.name,
+            never_ready=it.name in nodeclass.failures.never_ready,
+            hide_gpus=it.name in nodeclass.failures.hide_gpus,
+        )
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _pending_claim(self, provider_id: str) -> Obj | None:
+        """A live NodeClaim that recorded this kwok providerID (its Node may not exist yet)."""
+        if not is_kwok_provider_id(provider_id):
+            return None
+        claim = self._cluster.nodeclaims().get(provider_id.removeprefix("kwok://"))
+        if claim is not None and (claim.get("status") or {}).get("providerID") == provider_id:
+            return claim
+        return None
+
+    async def _find_node(self, *, name: str, provider_id: str) -> Obj | None:
+        node = self._cluster.node_by_provider_id(provider_id)
+        if node is not None:
+            return node
+        try:  # created a moment ago and not in the cache yet?
+            fresh = await self._client.get(NODES, name)
+        except NotFoundError:
+            return None
+        return fresh if (fresh.get("spec") or {}).get("providerID") == provider_id else None
+
+    def _instance(
+        self, *, name: str, instance_type: InstanceType, offering: CatalogOffering, image_id: str
+    ) -> Instance:
+        return Instance(
+            provider_id=provider_id_for(name),
+            nodeclaim=name,
+            instance_type=instance_type.name,
+            zone=offering.zone,
+            capacity_type=offering.capacity_type,
+            image_id=image_id,
+            price=offering.price,
+            capacity=instance_type.capacity.to_quantities(),
+            allocatable=instance_type.allocatable.to_quantities(),
+            labels=offering_labels(instance_type, offering),
+            state="pending",
+        )
+
+    def _instance_from_claim(self, claim: Obj) -> Instance | None:
+        labels = claim["metadata"].get("labels") or {}
+        it_name = labels.get(LABEL_INSTANCE_TYPE)
+        offering = self._catalog.offering(it_name, labels.get(LABEL_ZONE), labels.get(LABEL_CAPACITY_TYPE))
+        status = claim.get("status") or {}
+        if it_name is None or offering is None:
+            # launched from a NodeClass catalog, or labels not written yet: what the status says
+            return Instance(
+                provider_id=str(status.get("providerID")),
+                nodeclaim=str(claim["metadata"]["name"]),
+                instance_type=it_name or "",
+                zone=labels.get(LABEL_ZONE, ""),
+                capacity_type=labels.get(LABEL_CAPACITY_TYPE, ""),
+                image_id=str(status.get("imageID") or ""),
+                capacity=dict(status.get("capacity") or {}),
+                allocatable=dict(status.get("allocatable") or {}),
+                state="pending",
+            )
+        return self._instance(
+            name=claim["metadata"]["name"],
+            instance_type=self._catalog.by_name[it_name],
+            offering=offering,
+            image_id=str(status.get("imageID") or ""),
+        )
+
+    def _instance_from_node(self, node: Obj) -> Instance:
+        meta = node["metadata"]
+        labels = meta.get("labels") or {}
+        status = node.get("status") or {}
+        it_name = labels.get(LABEL_INSTANCE_TYPE, "")
+        zone, capacity_type = labels.get(LABEL_ZONE, ""), labels.get(LABEL_CAPACITY_TYPE, "")
+        offering = self._catalog.offering(it_name, zone, capacity_type)
+        return Instance(
+            provider_id=str(node["spec"]["providerID"]),
+            nodeclaim=str(meta["name"]),
+            instance_type=it_name,
+            zone=zone,
+            capacity_type=capacity_type,
+            price=offering.price if offering else 0.0,
+            capacity=dict(status.get("capacity") or {}),
+            allocatable=dict(status.get("allocatable") or {}),
+            labels=dict(labels),
+            state="terminating" if meta.get("deletionTimestamp") else "running",
+        )

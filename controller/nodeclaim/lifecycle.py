@@ -1,0 +1,429 @@
+"""The NodeClaim lifecycle controller: finalizer, launch, registration, initialization, timeouts.
+
+Each reconcile asks the pure `decide()` for the next step, applies it, and asks again until the
+answer is to wait. Waits are requeued for the next deadline (`add_after`), never polled; changes of
+the NodeClaim, its Node or its NodeClass requeue at once. Only this controller calls
+`CloudProvider.create`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from api.v1.conditions import INITIALIZED, LAUNCHED, READY, REGISTERED
+from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
+from controller.clock import parse_time
+from controller.cloudprovider.types import (
+    CloudProviderError,
+    CreateError,
+    Instance,
+    InsufficientCapacityError,
+    NodeClassNotReadyError,
+)
+from controller.context import Context
+from controller.kube.client import ConflictError, InvalidError, NotFoundError
+from controller.kube.resources import NODECLAIMS, NODES
+from controller.nodeclaim import conditions as c
+from controller.nodeclaim import metrics
+from controller.nodeclaim.decide import (
+    AddFinalizer,
+    Initialize,
+    Launch,
+    NotInitialized,
+    Register,
+    SyncNode,
+    TimedOut,
+    Wait,
+    decide,
+    fmt_seconds,
+    initialized_update,
+    not_initialized_update,
+)
+from controller.nodeclaim.deletion import delete_nodeclaim
+from controller.nodeclaim.nodes import finalizer_patch, initialization_blockers, label_patch
+from controller.state.informer import EventType
+from controller.state.queue import WorkQueue
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+
+MAX_STEPS = 12
+CONFLICT_RETRY_SECONDS = 0.5
+LAUNCH_RETRY_BASE_SECONDS = 2.0
+LAUNCH_RETRY_MAX_SECONDS = 60.0
+_WELL_KNOWN = (LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE)
+
+
+def newer(a: Obj | None, b: Obj | None) -> Obj | None:
+    """The more recent of two versions of one object (by resourceVersion, which etcd makes numeric)."""
+    if a is None or b is None:
+        return a if b is None else b
+    ra, rb = str(a["metadata"].get("resourceVersion", "")), str(b["metadata"].get("resourceVersion", ""))
+    if ra.isdigit() and rb.isdigit():
+        return a if int(ra) >= int(rb) else b
+    return b
+
+
+def _relevant_node_change(obj: Obj, old: Obj | None) -> bool:
+    """Skip heartbeats: only labels, taints, Ready, allocatable, finalizers, owners or deletion matter."""
+    if old is None:
+        return True
+
+    def view(n: Obj) -> tuple[Any, ...]:
+        meta, spec, status = n.get("metadata") or {}, n.get("spec") or {}, n.get("status") or {}
+        ready = next((x.get("status") for x in status.get("conditions") or [] if x.get("type") == "Ready"), None)
+        return (
+            meta.get("labels"),
+            meta.get("finalizers"),
+            meta.get("ownerReferences"),
+            meta.get("deletionTimestamp"),
+            spec.get("providerID"),
+            spec.get("taints"),
+            status.get("allocatable"),
+            ready,
+        )
+
+    return view(obj) != view(old)
+
+
+class LifecycleController:
+    def __init__(self, ctx: Context, *, workers: int = 16) -> None:
+        self.ctx = ctx
+        self.queue = WorkQueue(name="nodeclaim-lifecycle", clock=ctx.clock)
+        self._workers = workers
+        self._subscribed = False
+        self._latest: dict[str, Obj] = {}  # what our own writes returned, until the cache catches up
+        self._latest_nodes: dict[str, Obj] = {}
+        self._launch_failures: dict[str, int] = {}
+        self._deleted: set[str] = set()  # uids we deleted, until the cache shows the deletion
+
+    # --- wiring ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        cluster = self.ctx.cluster
+        if not self._subscribed:  # run() is called again after a crash
+            self._subscribed = True
+            cluster.subscribe("NodeClaim", self._on_claim)
+            cluster.subscribe("Node", self._on_node)
+            cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
+        await cluster.wait_synced()
+        for name in list(cluster.nodeclaims()):
+            self.queue.add(name)
+        await self.queue.run(self.reconcile, workers=self._workers)
+
+    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        name = obj["metadata"]["name"]
+        if etype == "DELETED":
+            self._forget(name, obj["metadata"].get("uid"))
+            return
+        self.queue.add(name)
+
+    def _on_node(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        if etype == "MODIFIED" and not _relevant_node_change(obj, old):
+            return
+        name = obj["metadata"]["name"]
+        if etype == "DELETED":
+            self._latest_nodes.pop(name, None)
+        pid = (obj.get("spec") or {}).get("providerID")
+        claims = self.ctx.cluster.nodeclaims()
+        claim = claims.get(name)
+        if claim is not None and (claim.get("status") or {}).get("providerID") in (None, pid):
+            self.queue.add(name)
+            return
+        if pid:
+            owner = self.ctx.cluster.claim_for_node(obj)
+            if owner is not None:
+                self.queue.add(owner["metadata"]["name"])
+
+    def _on_nodeclass(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        if etype == "DELETED":
+            return
+        name = obj["metadata"]["name"]
+        for claim in self.ctx.cluster.nodeclaims().values():
+            ref = (claim.get("spec") or {}).get("nodeClassRef") or {}
+            if ref.get("name") == name and not c.is_true(claim, LAUNCHED):
+                self.queue.add(claim["metadata"]["name"])
+
+    def _forget(self, name: str, uid: str | None = None) -> None:
+        self._latest.pop(name, None)
+        self._launch_failures.pop(name, None)
+        if uid:
+            self._deleted.discard(uid)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def _claim(self, name: str) -> Obj | None:
+        cached = self.ctx.cluster.nodeclaims().get(name)
+        if cached is None:
+            self._forget(name)
+            return None
+        mine = self._latest.get(name)
+        best = newer(mine, cached)
+        if best is cached:
+            self._latest.pop(name, None)
+        return best
+
+    def _node(self, claim: Obj) -> Obj | None:
+        cached = self.ctx.cluster.node_for_claim(claim)
+        if cached is None:
+            pid = (claim.get("status") or {}).get("providerID")
+            mine = self._latest_nodes.get(claim["metadata"]["name"])
+            if mine is not None and pid and (mine.get("spec") or {}).get("providerID") == pid:
+                return mine
+            return None
+        name = cached["metadata"]["name"]
+        best = newer(self._latest_nodes.get(name), cached)
+        if best is cached:
+            self._latest_nodes.pop(name, None)
+        return best
+
+    # --- reconcile ---------------------------------------------------------------------------
+
+    async def reconcile(self, name: str) -> float | None:
+        try:
+            return await self._reconcile(name)
+        except (ConflictError, InvalidError) as err:
+            # A concurrent writer won (resourceVersion or a JSON-patch test): retry on a fresh cache.
+            log.debug("nodeclaim.write_conflict", nodeclaim=name, error=str(err))
+            self._latest.pop(name, None)
+            return CONFLICT_RETRY_SECONDS
+        except NotFoundError:
+            self._forget(name)
+            return None
+
+    async def _reconcile(self, name: str) -> float | None:
+        for _ in range(MAX_STEPS):
+            claim = self._claim(name)
+            if claim is None or claim["metadata"].get("uid") in self._deleted:
+                return None  # gone, or deleted by us a moment ago and the cache has not seen it yet
+            node = self._node(claim)
+            decision = decide(claim=claim, node=node, now=self.ctx.clock.now(), settings=self.ctx.settings)
+            if isinstance(decision, Wait):
+                return decision.seconds
+            if isinstance(decision, AddFinalizer):
+                self._latest[name] = await self.ctx.client.patch(
+                    NODECLAIMS, name, finalizer_patch(claim, add=True), patch_type="json"
+                )
+            elif isinstance(decision, Launch):
+                retry = await self._launch(claim, decision)
+                if retry is not None:
+                    return retry if retry > 0 else None
+            elif isinstance(decision, SyncNode):
+                self._latest_nodes[decision.node] = await self.ctx.client.patch(
+                    NODES, decision.node, list(decision.patch), patch_type="json"
+                )
+            elif isinstance(decision, Register):
+                assert node is not None  # decide() registers only a Node it was given
+                await self._register(claim, node)
+            elif isinstance(decision, Initialize):
+                await self._initialize(claim, decision.node)
+            elif isinstance(decision, NotInitialized):
+                await self._write_status(claim, updates=not_initialized_update(decision.reason, decision.message))
+                log.info(
+                    "nodeclaim.not_initialized",
+                    nodeclaim=name,
+                    reason=decision.reason,
+                    detail=decision.message,
+                )
+            elif isinstance(decision, TimedOut):
+                await self._time_out(claim, decision)
+                return None
+        return CONFLICT_RETRY_SECONDS  # still moving: continue on the next pass
+
+    # --- steps -------------------------------------------------------------------------------
+
+    async def _write_status(self, claim: Obj, *, updates: list[c.ConditionUpdate], extra: Obj | None = None) -> Obj:
+        name = claim["metadata"]["name"]
+        body = {
+            "metadata": {"resourceVersion": claim["metadata"].get("resourceVersion")},
+            "status": {
+                **(extra or {}),
+                "conditions": c.with_conditions(claim, updates, now=self.ctx.clock.now()),
+            },
+        }
+        obj = await self.ctx.client.patch(NODECLAIMS, name, body, subresource="status")
+        self._latest[name] = obj
+        return obj
+
+    def _elapsed_since_creation(self, claim: Obj) -> float:
+        created = parse_time(claim["metadata"].get("creationTimestamp"))
+        return 0.0 if created is None else max(0.0, (self.ctx.clock.now() - created).total_seconds())
+
+    async def _launch(self, claim: Obj, decision: Launch) -> float | None:
+        """Launch; None to continue with the next step, seconds to retry later, or 0 to stop."""
+        name = claim["metadata"]["name"]
+        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+        try:
+            instance = await self.ctx.cloud.create(claim)
+        except InsufficientCapacityError as err:
+            for offering in err.offerings:
+                self.ctx.unavailable.mark(offering)
+            metrics.LAUNCH_FAILURES.labels(nodepool, "InsufficientCapacity").inc()
+            ttl = fmt_seconds(self.ctx.settings.unavailable_offering_ttl_seconds)
+            message = (
+                f"Insufficient capacity: {err}. Marked {len(err.offerings)} offering(s) unavailable for "
+                f"{ttl}; deleting the NodeClaim so its pods are provisioned again elsewhere"
+            )
+            log.warning(
+                "nodeclaim.launch_failed",
+                nodeclaim=name,
+                nodepool=nodepool,
+                reason="InsufficientCapacity",
+                offerings=[f"{o.instance_type}/{o.zone}/{o.capacity_type}" for o in err.offerings],
+            )
+            await delete_nodeclaim(self.ctx, claim, reason="InsufficientCapacity", message=message)
+            self._deleted.add(str(claim["metadata"].get("uid")))  # the cache may lag: no second attempt
+            return 0
+        except NodeClassNotReadyError as err:
+            return await self._launch_failed(claim, decision, reason="NodeClassNotReady", message=str(err))
+        except CreateError as err:
+            return await self._launch_failed(claim, decision, reason=err.reason, message=str(err))
+        except CloudProviderError as err:
+            return await self._launch_failed(claim, decision, reason="LaunchFailed", message=str(err))
+        await self._launched(claim, instance, nodepool=nodepool)
+        return None
+
+    async def _launch_failed(self, claim: Obj, decision: Launch, *, reason: str, message: str) -> float:
+        name = claim["metadata"]["name"]
+        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+        failures = self._launch_failures.get(name, 0) + 1
+        self._launch_failures[name] = failures
+        retry = min(LAUNCH_RETRY_MAX_SECONDS, LAUNCH_RETRY_BASE_SECONDS * 2.0 ** (failures - 1))
+        retry = round(max(0.5, min(retry, decision.remaining)), 3)
+        metrics.LAUNCH_FAILURES.labels(nodepool, reason).inc()
+        log.warning(
+            "nodeclaim.launch_failed",
+            nodeclaim=name,
+            nodepool=nodepool,
+            reason=reason,
+            detail=message,
+            retry_in=retry,
+        )
+        update = c.ConditionUpdate(LAUNCHED, "False", reason, message)
+        if not c.matches(claim, update):
+            await self._write_status(claim, updates=[update])
+            await self.ctx.events.emit(claim, reason=reason, message=message, type="Warning")
+        return retry
+
+    async def _launched(self, claim: Obj, instance: Instance, *, nodepool: str) -> None:
+        name = claim["metadata"]["name"]
+        self._launch_failures.pop(name, None)
+        updates = [
+            c.ConditionUpdate(
+                LAUNCHED,
+                "True",
+                "Launched",
+                f"{instance.instance_type} ({instance.capacity_type}) in {instance.zone} at ${instance.price:.4f}/h",
+            )
+        ]
+        for ctype, reason in (
+            (REGISTERED, "AwaitingNode"),
+            (INITIALIZED, "AwaitingNode"),
+            (READY, "AwaitingNode"),
+        ):
+            if c.find(claim, ctype) is None:
+                updates.append(c.ConditionUpdate(ctype, "Unknown", reason, "the Node has not joined yet"))
+        extra: Obj = {
+            "providerID": instance.provider_id,
+            "imageID": instance.image_id or None,
+            "capacity": dict(instance.capacity),
+            "allocatable": dict(instance.allocatable),
+        }
+        # Labels first, status last: the providerID in the status is what commits the launch, so a
+        # crash in between leaves a NodeClaim that simply launches (idempotently) again.
+        labels = dict(instance.labels)
+        labels.update({LABEL_INSTANCE_TYPE: instance.instance_type, LABEL_ZONE: instance.zone})
+        labels[LABEL_CAPACITY_TYPE] = instance.capacity_type
+        current = claim["metadata"].get("labels") or {}
+        wanted = {k: v for k, v in labels.items() if v and (k in _WELL_KNOWN or k not in current)}
+        patch = label_patch(claim, wanted)
+        if patch:
+            claim = await self.ctx.client.patch(NODECLAIMS, name, patch, patch_type="json")
+            self._latest[name] = claim
+        claim = await self._write_status(claim, updates=updates, extra={k: v for k, v in extra.items() if v})
+        elapsed = self._elapsed_since_creation(claim)
+        metrics.LAUNCHED.labels(nodepool).inc()
+        metrics.STARTUP_SECONDS.labels(nodepool, "Launched").observe(elapsed)
+        log.info(
+            "nodeclaim.launched",
+            nodeclaim=name,
+            nodepool=nodepool,
+            provider_id=instance.provider_id,
+            instance_type=instance.instance_type,
+            zone=instance.zone,
+            capacity_type=instance.capacity_type,
+            price=instance.price,
+            reason="cheapest available offering among the NodeClaim's candidate instance types",
+        )
+
+    async def _register(self, claim: Obj, node: Obj) -> None:
+        """Registered=True and nodeName, with the initialization state in the same write."""
+        name = claim["metadata"]["name"]
+        node_name = str(node["metadata"]["name"])
+        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+        was_registered = c.is_true(claim, REGISTERED)
+        updates = [c.ConditionUpdate(REGISTERED, "True", "Registered", f"Node {node_name} joined the cluster")]
+        blockers = initialization_blockers(claim, node)
+        was_initialized = c.is_true(claim, INITIALIZED)
+        if blockers:
+            updates += not_initialized_update(blockers[0][0], "; ".join(m for _, m in blockers))
+        else:
+            updates += initialized_update(node_name)
+        claim = await self._write_status(claim, updates=updates, extra={"nodeName": node_name})
+        if not was_registered:
+            launched_at = c.transition_time(claim, LAUNCHED)
+            since_launch = (self.ctx.clock.now() - launched_at).total_seconds() if launched_at else 0.0
+            metrics.REGISTERED.labels(nodepool).inc()
+            metrics.STARTUP_SECONDS.labels(nodepool, "Registered").observe(self._elapsed_since_creation(claim))
+            log.info(
+                "nodeclaim.registered",
+                nodeclaim=name,
+                nodepool=nodepool,
+                node=node_name,
+                seconds_since_launch=round(since_launch, 3),
+                reason="a Node with the NodeClaim's providerID joined; unregistered taint removed",
+            )
+        if not blockers and not was_initialized:
+            self._record_initialized(claim, node_name)
+
+    async def _initialize(self, claim: Obj, node_name: str) -> None:
+        was_initialized = c.is_true(claim, INITIALIZED)
+        claim = await self._write_status(claim, updates=initialized_update(node_name))
+        if not was_initialized:
+            self._record_initialized(claim, node_name)
+
+    def _record_initialized(self, claim: Obj, node_name: str) -> None:
+        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+        elapsed = self._elapsed_since_creation(claim)
+        metrics.INITIALIZED.labels(nodepool).inc()
+        metrics.STARTUP_SECONDS.labels(nodepool, "Initialized").observe(elapsed)
+        log.info(
+            "nodeclaim.initialized",
+            nodeclaim=claim["metadata"]["name"],
+            nodepool=nodepool,
+            node=node_name,
+            seconds_since_creation=round(elapsed, 3),
+            reason="Node Ready, startup taints gone, requested resources in allocatable",
+        )
+
+    async def _time_out(self, claim: Obj, decision: TimedOut) -> None:
+        name = claim["metadata"]["name"]
+        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+        message = (
+            f"{decision.step} timed out after {fmt_seconds(decision.elapsed)} "
+            f"(limit {fmt_seconds(decision.limit)}): {decision.message}; deleting the NodeClaim"
+        )
+        metrics.TIMED_OUT.labels(nodepool, decision.step).inc()
+        log.warning(
+            "nodeclaim.timed_out",
+            nodeclaim=name,
+            nodepool=nodepool,
+            step=decision.step,
+            elapsed=round(decision.elapsed, 3),
+            limit=decision.limit,
+            reason=decision.message,
+        )
+        await delete_nodeclaim(self.ctx, claim, reason=decision.reason, message=message)
+        self._deleted.add(str(claim["metadata"].get("uid")))  # the cache may lag: no second attempt

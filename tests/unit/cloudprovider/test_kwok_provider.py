@@ -1,0 +1,197 @@
+"""The kwok provider against the in-memory apiserver: launches, delayed Nodes, restarts, deletes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from controller.clock import format_time
+from controller.cloudprovider.kwok.provider import KWOKCloudProvider
+from controller.cloudprovider.types import (
+    CreateError,
+    InsufficientCapacityError,
+    NodeClaimNotFoundError,
+    NodeClassNotReadyError,
+    Offering,
+)
+from controller.kube.resources import CONFIGMAPS, NODECLAIMS, NODES
+from controller.scheduling.instancetypes import parse_catalog
+from tests.unit.nodeclaim.harness import CATALOG, Harness
+
+
+async def test_create_answers_at_once_and_the_node_appears_without_delay(harness: Harness) -> None:
+    await harness.create_nodeclass()
+    claim = await harness.create_claim("nc-1", instance_types=["gpu-1", "gpu-8"])
+    instance = await harness.cloud.create(claim)
+    assert instance.provider_id == "kwok://nc-1"
+    assert (instance.instance_type, instance.zone, instance.capacity_type) == ("gpu-1", "zone-b", "spot")
+    assert instance.allocatable["nvidia.com/gpu"] == "1"
+    assert instance.price == 0.35
+    node = harness.node("nc-1")
+    assert node is not None
+    assert node["spec"]["providerID"] == "kwok://nc-1"
+
+
+async def test_create_is_idempotent_for_the_same_nodeclaim(harness: Harness) -> None:
+    await harness.create_nodeclass()
+    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
+    first = await harness.cloud.create(claim)
+    second = await harness.cloud.create(claim)
+    assert first == second
+    assert [c for c in harness.kube.calls if c[0] == "create" and c[1] == "nodes"] == [("create", "nodes", "nc-1")]
+
+
+async def test_the_node_waits_for_the_registration_delay_on_the_clock(harness: Harness) -> None:
+    await harness.create_nodeclass(registrationDelay="30s")
+    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
+    await harness.cloud.create(claim)
+    await harness.advance(29)
+    assert harness.node("nc-1") is None
+    await harness.advance(1)
+    await harness.eventually(lambda: harness.node("nc-1") is not None, "the Node is created after 30s")
+
+
+async def test_after_a_restart_a_launched_claim_still_gets_its_node(harness: Harness) -> None:
+    """State, not memory: a new provider finds the launched NodeClaim and creates its Node on time."""
+    await harness.create_nodeclass(registrationDelay="60s")
+    await harness.create_claim("nc-1", instance_types=["cpu-4"])
+    launched_at = format_time(harness.clock.now())
+    await harness.kube.patch(
+        NODECLAIMS,
+        "nc-1",
+        {
+            "metadata": {"labels": {LABEL_INSTANCE_TYPE: "cpu-4", LABEL_ZONE: "zone-a", LABEL_CAPACITY_TYPE: "spot"}},
+        },
+    )
+    await harness.kube.patch(
+        NODECLAIMS,
+        "nc-1",
+        {
+            "status": {
+                "providerID": "kwok://nc-1",
+                "conditions": [
+                    {"type": "Launched", "status": "True", "reason": "Launched", "lastTransitionTime": launched_at}
+                ],
+            }
+        },
+        subresource="status",
+    )
+    await harness.advance(20)
+    fresh = KWOKCloudProvider(
+        client=harness.kube, cluster=harness.cluster, clock=harness.clock, catalog=parse_catalog(CATALOG)
+    )
+    harness.start(fresh)
+    await harness.settle()
+    assert harness.node("nc-1") is None
+    await harness.advance(40)
+    await harness.eventually(lambda: harness.node("nc-1") is not None, "the restarted provider creates the Node")
+
+
+async def test_never_register_launches_but_never_creates_a_node(harness: Harness) -> None:
+    await harness.create_nodeclass(failures={"neverRegister": ["cpu-4"]})
+    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
+    instance = await harness.cloud.create(claim)
+    await harness.advance(3600)
+    assert harness.node("nc-1") is None
+    assert await harness.cloud.get(instance.provider_id) == instance
+
+
+async def test_a_missing_nodeclass_is_named_in_the_error(harness: Harness) -> None:
+    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"], nodeclass="gpus")
+    with pytest.raises(NodeClassNotReadyError, match="KWOKNodeClass 'gpus'"):
+        await harness.cloud.create(claim)
+
+
+async def test_insufficient_capacity_everywhere_lists_the_offerings_tried(harness: Harness) -> None:
+    await harness.create_nodeclass(failures={"insufficientCapacity": [{"instanceType": "cpu-4"}]})
+    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
+    with pytest.raises(InsufficientCapacityError) as err:
+        await harness.cloud.create(claim)
+    assert Offering("cpu-4", "zone-a", "spot") in err.value.offerings
+    assert len(err.value.offerings) == 3
+    assert harness.node("nc-1") is None
+
+
+async def test_offerings_marked_unavailable_are_avoided(harness: Harness) -> None:
+    await harness.create_nodeclass()
+    harness.ctx.unavailable.mark(Offering("cpu-4", "zone-a", "spot"))
+    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
+    instance = await harness.cloud.create(claim)
+    assert (instance.zone, instance.capacity_type) == ("zone-a", "on-demand")
+
+
+async def test_no_compatible_instance_type_is_a_create_error(harness: Harness) -> None:
+    await harness.create_nodeclass()
+    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"], requests={"nvidia.com/gpu": "1"})
+    with pytest.raises(CreateError, match="no instance type"):
+        await harness.cloud.create(claim)
+
+
+async def test_delete_removes_the_node_and_then_reports_not_found(harness: Harness) -> None:
+    await harness.create_nodeclass()
+    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
+    await harness.cloud.create(claim)
+    await harness.eventually(lambda: harness.cluster.nodes().get("nc-1") is not None, "Node cached")
+    await harness.cloud.delete(claim)
+    node = harness.node("nc-1")
+    assert node is not None
+    assert node["metadata"].get("deletionTimestamp")
+    await harness.kube.patch(NODES, "nc-1", {"metadata": {"finalizers": None}})
+    await harness.eventually(lambda: "nc-1" not in harness.cluster.nodes(), "Node gone")
+    with pytest.raises(NodeClaimNotFoundError):
+        await harness.cloud.delete(claim)
+
+
+async def test_list_and_get_reflect_kwok_nodes(harness: Harness) -> None:
+    await harness.create_nodeclass()
+    for name in ("a", "b"):
+        await harness.cloud.create(await harness.create_claim(name, instance_types=["cpu-4"]))
+    await harness.eventually(lambda: len(harness.cluster.nodes()) == 2, "both Nodes cached")
+    listed = {i.provider_id: i for i in await harness.cloud.list()}
+    assert set(listed) == {"kwok://a", "kwok://b"}
+    assert listed["kwok://a"].instance_type == "cpu-4"
+    assert listed["kwok://a"].state == "running"
+    assert (await harness.cloud.get("kwok://b")).nodeclaim == "b"
+    with pytest.raises(NodeClaimNotFoundError):
+        await harness.cloud.get("kwok://nope")
+
+
+async def test_a_nodeclass_may_bring_its_own_catalog_in_a_configmap(harness: Harness) -> None:
+    own = {
+        "instanceTypes": [
+            {
+                "name": "tiny",
+                "capacity": {"cpu": "2", "memory": "4Gi"},
+                "offerings": [{"zone": "lab", "capacityType": "on-demand", "price": 0.01}],
+            }
+        ]
+    }
+    await harness.kube.create(
+        CONFIGMAPS,
+        {"metadata": {"name": "cat", "namespace": "joiner"}, "data": {"catalog.json": json.dumps(own)}},
+    )
+    await harness.create_nodeclass(catalog="joiner/cat")
+    instance = await harness.cloud.create(await harness.create_claim("nc-1", instance_types=["tiny"]))
+    assert (instance.instance_type, instance.zone) == ("tiny", "lab")
+
+    await harness.create_nodeclass("broken", catalog="joiner/missing")
+    with pytest.raises(NodeClassNotReadyError, match="joiner/missing does not exist"):
+        await harness.cloud.create(await harness.create_claim("nc-2", instance_types=["tiny"], nodeclass="broken"))
+
+
+async def test_without_an_explicit_run_the_provider_starts_its_own_loop(harness: Harness) -> None:
+    """The operator may forget to run the provider: delayed Nodes still appear, and a later run() takes over."""
+    lonely = KWOKCloudProvider(
+        client=harness.kube, cluster=harness.cluster, clock=harness.clock, catalog=parse_catalog(CATALOG)
+    )
+    await harness.create_nodeclass(registrationDelay="10s")
+    await lonely.create(await harness.create_claim("nc-1", instance_types=["cpu-4"]))
+    await harness.advance(10)
+    await harness.eventually(lambda: harness.node("nc-1") is not None, "Node created by the lazy loop")
+    harness.start(lonely)  # an explicit run() replaces the background task
+    await harness.settle()
+    await lonely.create(await harness.create_claim("nc-2", instance_types=["cpu-4"]))
+    await harness.advance(10)
+    await harness.eventually(lambda: harness.node("nc-2") is not None, "Node created by the explicit loop")

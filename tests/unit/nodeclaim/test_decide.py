@@ -1,0 +1,232 @@
+"""The lifecycle's next step, decided from a NodeClaim, its Node and the time alone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from api.v1.labels import FINALIZER_TERMINATION, LABEL_NODEPOOL, TAINT_UNREGISTERED
+from controller.clock import format_time
+from controller.nodeclaim import conditions as c
+from controller.nodeclaim.decide import (
+    AddFinalizer,
+    Initialize,
+    Launch,
+    NotInitialized,
+    Register,
+    SyncNode,
+    TimedOut,
+    Wait,
+    decide,
+)
+from controller.nodeclaim.nodes import initialization_blockers
+from controller.settings import Settings
+
+Obj = dict[str, Any]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SETTINGS = Settings()
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def cond(ctype: str, status: str, when: float, reason: str = "R", message: str = "") -> Obj:
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": format_time(at(when)),
+    }
+
+
+def a_claim(*conditions: Obj, finalizer: bool = True, requests: dict[str, str] | None = None, **status: Any) -> Obj:
+    return {
+        "metadata": {
+            "name": "nc",
+            "uid": "u-nc",
+            "creationTimestamp": format_time(T0),
+            "labels": {LABEL_NODEPOOL: "gpu"},
+            "finalizers": [FINALIZER_TERMINATION] if finalizer else [],
+            "resourceVersion": "1",
+        },
+        "spec": {
+            "resources": {"requests": requests or {"cpu": "1", "nvidia.com/gpu": "1"}},
+            "startupTaints": [{"key": "agent", "effect": "NoSchedule"}],
+        },
+        "status": {"conditions": list(conditions), **status},
+    }
+
+
+def launched(when: float = 10) -> Obj:
+    return a_claim(cond("Launched", "True", when), providerID="kwok://nc")
+
+
+def registered(when: float = 20) -> Obj:
+    return a_claim(
+        cond("Launched", "True", 10), cond("Registered", "True", when), providerID="kwok://nc", nodeName="nc"
+    )
+
+
+def a_node(*, ready: bool = True, taints: list[Obj] | None = None, gpus: str | None = "1", synced: bool = True) -> Obj:
+    allocatable = {"cpu": "8"}
+    if gpus is not None:
+        allocatable["nvidia.com/gpu"] = gpus
+    meta: Obj = {"name": "nc", "labels": {"kubernetes.io/hostname": "nc"}, "resourceVersion": "5"}
+    if synced:
+        meta["labels"][LABEL_NODEPOOL] = "gpu"
+        meta["finalizers"] = [FINALIZER_TERMINATION]
+        meta["ownerReferences"] = [{"uid": "u-nc", "kind": "NodeClaim", "name": "nc"}]
+    return {
+        "metadata": meta,
+        "spec": {"providerID": "kwok://nc", "taints": taints or []},
+        "status": {
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def test_the_finalizer_comes_first() -> None:
+    assert isinstance(decide(claim=a_claim(finalizer=False), node=None, now=at(0), settings=SETTINGS), AddFinalizer)
+
+
+def test_a_claim_being_deleted_is_left_to_termination() -> None:
+    claim = launched()
+    claim["metadata"]["deletionTimestamp"] = format_time(at(30))
+    decision = decide(claim=claim, node=None, now=at(31), settings=SETTINGS)
+    assert isinstance(decision, Wait)
+    assert decision.seconds is None
+
+
+def test_launch_until_the_launch_timeout() -> None:
+    decision = decide(claim=a_claim(), node=None, now=at(60), settings=SETTINGS)
+    assert decision == Launch(remaining=240)
+    failing = a_claim(cond("Launched", "False", 1, "NodeClassNotReady", "KWOKNodeClass 'x' does not exist"))
+    decision = decide(claim=failing, node=None, now=at(300), settings=SETTINGS)
+    assert isinstance(decision, TimedOut)
+    assert decision.step == "Launch"
+    assert decision.reason == "LaunchTimedOut"
+    assert "5m" in decision.message
+    assert "KWOKNodeClass 'x' does not exist" in decision.message
+
+
+def test_wait_for_registration_until_its_deadline_then_time_out() -> None:
+    decision = decide(claim=launched(10), node=None, now=at(110), settings=SETTINGS)
+    assert decision == Wait(800, "waiting for the Node to register")
+    decision = decide(claim=launched(10), node=None, now=at(910), settings=SETTINGS)
+    assert isinstance(decision, TimedOut)
+    assert decision.step == "Registration"
+    assert "kwok://nc" in decision.message
+    assert "15m" in decision.message
+
+
+def test_a_joined_node_is_synced_then_registered() -> None:
+    node = a_node(synced=False, taints=[{"key": TAINT_UNREGISTERED, "effect": "NoExecute"}])
+    decision = decide(claim=launched(), node=node, now=at(30), settings=SETTINGS)
+    assert isinstance(decision, SyncNode)
+    ops = {(op["op"], op["path"]) for op in decision.patch}
+    assert ("add", "/metadata/labels/joiner.sh~1nodepool") in ops
+    assert ("replace", "/spec/taints") in ops
+    assert ("add", "/metadata/finalizers") in ops
+    assert ("add", "/metadata/ownerReferences") in ops
+    assert decide(claim=launched(), node=a_node(), now=at(30), settings=SETTINGS) == Register("nc")
+
+
+def test_a_node_being_deleted_does_not_register() -> None:
+    node = a_node()
+    node["metadata"]["deletionTimestamp"] = format_time(at(25))
+    decision = decide(claim=launched(), node=node, now=at(30), settings=SETTINGS)
+    assert isinstance(decision, Wait)
+
+
+def test_initialization_waits_for_ready_startup_taints_and_gpus() -> None:
+    claim = registered(20)
+    blockers = initialization_blockers(
+        claim, a_node(ready=False, taints=[{"key": "agent", "effect": "NoSchedule"}], gpus=None)
+    )
+    assert [reason for reason, _ in blockers] == ["NodeNotReady", "StartupTaintsPresent", "ResourceNotRegistered"]
+    assert "nvidia.com/gpu (requested 1)" in blockers[2][1]
+    assert decide(claim=claim, node=a_node(), now=at(30), settings=SETTINGS) == Initialize("nc")
+
+
+def test_not_initialized_is_recorded_once_then_waits_until_the_deadline() -> None:
+    claim = registered(20)
+    node = a_node(gpus="0")
+    decision = decide(claim=claim, node=node, now=at(30), settings=SETTINGS)
+    assert isinstance(decision, NotInitialized)
+    assert decision.reason == "ResourceNotRegistered"
+    recorded = a_claim(
+        *c.with_conditions(
+            claim,
+            [
+                c.ConditionUpdate("Initialized", "False", decision.reason, decision.message),
+                c.ConditionUpdate("Ready", "False", decision.reason, decision.message),
+            ],
+            now=at(30),
+        ),
+        providerID="kwok://nc",
+        nodeName="nc",
+    )
+    assert decide(claim=recorded, node=node, now=at(120), settings=SETTINGS) == Wait(
+        800, "waiting for the Node to initialize"
+    )
+    timed_out = decide(claim=recorded, node=node, now=at(920), settings=SETTINGS)
+    assert isinstance(timed_out, TimedOut)
+    assert timed_out.step == "Initialization"
+    assert "nvidia.com/gpu" in timed_out.message
+
+
+def test_an_initialized_claim_rests() -> None:
+    claim = a_claim(
+        cond("Launched", "True", 10),
+        cond("Registered", "True", 20),
+        cond("Initialized", "True", 30),
+        cond("Ready", "True", 30),
+        providerID="kwok://nc",
+        nodeName="nc",
+    )
+    assert decide(claim=claim, node=a_node(), now=at(5000), settings=SETTINGS) == Wait(None, "initialized")
+
+
+def test_condition_transition_time_moves_only_when_the_status_changes() -> None:
+    claim = a_claim(cond("Ready", "False", 10, "A"))
+    same = c.with_conditions(claim, [c.ConditionUpdate("Ready", "False", "B", "other")], now=at(50))
+    assert same[0]["lastTransitionTime"] == format_time(at(10))
+    assert same[0]["reason"] == "B"
+    flipped = c.with_conditions(claim, [c.ConditionUpdate("Ready", "True", "C")], now=at(60))
+    assert flipped[0]["lastTransitionTime"] == format_time(at(60))
+
+
+@given(elapsed=st.floats(min_value=0, max_value=5000, allow_nan=False))
+def test_registration_times_out_exactly_at_its_limit(elapsed: float) -> None:
+    decision = decide(claim=launched(0), node=None, now=at(elapsed), settings=SETTINGS)
+    if elapsed >= SETTINGS.registration_timeout_seconds:
+        assert isinstance(decision, TimedOut)
+    else:
+        assert isinstance(decision, Wait)
+        assert decision.seconds is not None
+        assert 0 < decision.seconds <= SETTINGS.registration_timeout_seconds
+
+
+@given(
+    ready=st.booleans(),
+    startup_taint=st.booleans(),
+    gpus=st.sampled_from([None, "0", "1", "2"]),
+    elapsed=st.integers(min_value=0, max_value=2000),
+)
+def test_initialize_iff_no_blockers(ready: bool, startup_taint: bool, gpus: str | None, elapsed: int) -> None:
+    taints = [{"key": "agent", "effect": "NoSchedule"}] if startup_taint else []
+    node = a_node(ready=ready, taints=taints, gpus=gpus)
+    decision = decide(claim=registered(0), node=node, now=at(elapsed), settings=SETTINGS)
+    ok = ready and not startup_taint and gpus in ("1", "2")
+    if ok:
+        assert decision == Initialize("nc")
+    elif elapsed >= SETTINGS.initialization_timeout_seconds:
+        assert isinstance(decision, TimedOut)
+    else:
+        assert isinstance(decision, NotInitialized | Wait)

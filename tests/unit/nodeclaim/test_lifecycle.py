@@ -1,0 +1,212 @@
+"""The lifecycle controller end to end on the in-memory apiserver with the real kwok provider."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from api.v1.labels import (
+    FINALIZER_TERMINATION,
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_ZONE,
+    TAINT_UNREGISTERED,
+)
+from controller.cloudprovider.kwok.provider import KWOKCloudProvider
+from controller.cloudprovider.types import Offering
+from controller.kube.resources import NODES
+from controller.metrics import REGISTRY
+from controller.nodeclaim.deletion import ANNOTATION_TERMINATION_REASON
+from controller.nodeclaim.lifecycle import LifecycleController
+from controller.scheduling.instancetypes import parse_catalog
+from tests.unit.nodeclaim.harness import CATALOG, Harness
+
+
+@pytest.fixture
+async def world(harness: Harness) -> Harness:
+    harness.start(LifecycleController(harness.ctx))
+    await harness.settle()
+    return harness
+
+
+def deleted(h: Harness, name: str) -> bool:
+    claim = h.claim(name)
+    return claim is None or bool(claim["metadata"].get("deletionTimestamp"))
+
+
+async def expect_initialized(h: Harness, name: str) -> None:
+    await h.eventually(lambda: h.condition_status(name, "Initialized") == "True", f"{name} Initialized")
+
+
+async def test_a_claim_goes_from_launch_to_ready(world: Harness) -> None:
+    h = world
+    await h.create_nodeclass()
+    await h.create_claim("nc-1", instance_types=["gpu-1"], requests={"cpu": "1", "nvidia.com/gpu": "1"})
+    await h.eventually(lambda: h.condition_status("nc-1", "Registered") == "True", "registered")
+
+    claim = h.claim("nc-1")
+    assert claim is not None
+    assert FINALIZER_TERMINATION in claim["metadata"]["finalizers"]
+    labels = claim["metadata"]["labels"]
+    assert (labels[LABEL_INSTANCE_TYPE], labels[LABEL_ZONE], labels[LABEL_CAPACITY_TYPE]) == ("gpu-1", "zone-b", "spot")
+    assert labels["joiner.sh/gpu-name"] == "L4"
+    status = claim["status"]
+    assert status["providerID"] == "kwok://nc-1"
+    assert status["nodeName"] == "nc-1"
+    assert status["allocatable"]["nvidia.com/gpu"] == "1"
+    assert status["imageID"].startswith("kwok://image/")
+    node = h.node("nc-1")
+    assert node is not None
+    assert all(t["key"] != TAINT_UNREGISTERED for t in node["spec"].get("taints") or [])
+    assert node["metadata"]["labels"][LABEL_NODEPOOL] == "default"
+    assert FINALIZER_TERMINATION in node["metadata"]["finalizers"]
+    assert h.condition_status("nc-1", "Initialized") == "False"  # kwok has not made it Ready yet
+    assert h.condition("nc-1", "Initialized")["reason"] == "NodeNotReady"  # type: ignore[index]
+
+    await h.make_ready("nc-1")
+    await expect_initialized(h, "nc-1")
+    assert h.condition_status("nc-1", "Ready") == "True"
+    launched = h.condition("nc-1", "Launched")
+    assert launched is not None
+    assert launched["message"] == "gpu-1 (spot) in zone-b at $0.3500/h"
+    assert h.kube.event_reasons("nc-1") == []  # the happy path is in conditions and logs, not Events
+
+
+async def test_startup_taints_hold_initialization_until_removed(world: Harness) -> None:
+    h = world
+    await h.create_nodeclass()
+    await h.create_claim("nc-1", instance_types=["cpu-4"], startup_taints=[{"key": "agent", "effect": "NoSchedule"}])
+    await h.eventually(lambda: h.condition_status("nc-1", "Registered") == "True", "registered")
+    await h.make_ready("nc-1")
+    await h.eventually(
+        lambda: (h.condition("nc-1", "Initialized") or {}).get("reason") == "StartupTaintsPresent", "startup taint seen"
+    )
+    node = h.node("nc-1")
+    assert node is not None
+    kept = [t for t in node["spec"]["taints"] if t["key"] != "agent"]
+    await h.kube.patch(NODES, "nc-1", [{"op": "replace", "path": "/spec/taints", "value": kept}], patch_type="json")
+    await expect_initialized(h, "nc-1")
+
+
+async def test_insufficient_capacity_marks_offerings_and_deletes_the_claim(world: Harness) -> None:
+    h = world
+    await h.create_nodeclass(failures={"insufficientCapacity": [{"instanceType": "cpu-4"}]})
+    await h.create_claim("nc-1", instance_types=["cpu-4"])
+    await h.eventually(lambda: deleted(h, "nc-1"), "claim deleted")
+    assert h.ctx.unavailable.is_unavailable(Offering("cpu-4", "zone-a", "spot"))
+    assert h.ctx.unavailable.is_unavailable(Offering("cpu-4", "zone-b", "on-demand"))
+    events = [e for e in h.kube.events("nc-1") if e["reason"] == "InsufficientCapacity"]
+    assert events
+    assert events[0]["type"] == "Warning"
+    assert "provisioned again" in events[0]["message"]
+    claim = h.claim("nc-1")
+    assert claim is not None
+    assert claim["metadata"]["annotations"][ANNOTATION_TERMINATION_REASON] == "InsufficientCapacity"
+
+
+async def test_a_missing_nodeclass_is_a_condition_and_an_event_then_recovers(world: Harness) -> None:
+    h = world
+    await h.create_claim("nc-1", instance_types=["cpu-4"], nodeclass="later")
+    await h.eventually(lambda: h.condition_status("nc-1", "Launched") == "False", "Launched=False")
+    launched = h.condition("nc-1", "Launched")
+    assert launched is not None
+    assert launched["reason"] == "NodeClassNotReady"
+    assert "'later'" in launched["message"]
+    assert "NodeClassNotReady" in h.kube.event_reasons("nc-1")
+    await h.create_nodeclass("later")
+    await h.eventually(lambda: h.condition_status("nc-1", "Launched") == "True", "launched once the class exists")
+
+
+async def test_a_launch_that_keeps_failing_times_out_after_five_minutes(world: Harness) -> None:
+    h = world
+    before = REGISTRY.get_sample_value("joiner_nodeclaims_timed_out_total", {"nodepool": "default", "step": "Launch"})
+    await h.create_claim("nc-1", instance_types=["cpu-4"], nodeclass="never")
+    await h.eventually(lambda: h.condition_status("nc-1", "Launched") == "False", "Launched=False")
+    await h.advance(299)
+    assert not deleted(h, "nc-1")
+    for _ in range(4):
+        await h.advance(1)
+    await h.eventually(lambda: deleted(h, "nc-1"), "deleted at the launch timeout")
+    assert "LaunchTimedOut" in h.kube.event_reasons("nc-1")
+    after = REGISTRY.get_sample_value("joiner_nodeclaims_timed_out_total", {"nodepool": "default", "step": "Launch"})
+    assert (after or 0) == (before or 0) + 1
+
+
+async def test_a_node_that_never_registers_times_out_after_fifteen_minutes(world: Harness) -> None:
+    h = world
+    await h.create_nodeclass(failures={"neverRegister": ["cpu-4"]})
+    await h.create_claim("nc-1", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("nc-1", "Launched") == "True", "launched")
+    await h.advance(899)
+    assert not deleted(h, "nc-1")
+    await h.advance(1)
+    await h.eventually(lambda: deleted(h, "nc-1"), "deleted at the registration timeout")
+    event = next(e for e in h.kube.events("nc-1") if e["reason"] == "RegistrationTimedOut")
+    assert event["type"] == "Warning"
+    assert "Registration timed out after 15m" in event["message"]
+    assert "kwok://nc-1" in event["message"]
+
+
+async def test_the_gpu_that_never_appears_times_out_initialization(world: Harness) -> None:
+    h = world
+    await h.create_nodeclass(failures={"hideGPUs": ["gpu-1"]})
+    await h.create_claim("nc-1", instance_types=["gpu-1"], requests={"cpu": "1", "nvidia.com/gpu": "1"})
+    await h.eventually(lambda: h.condition_status("nc-1", "Registered") == "True", "registered")
+    await h.make_ready("nc-1")
+    await h.eventually(
+        lambda: (h.condition("nc-1", "Initialized") or {}).get("reason") == "ResourceNotRegistered", "GPU missing"
+    )
+    await h.advance(900)
+    await h.eventually(lambda: deleted(h, "nc-1"), "deleted at the initialization timeout")
+    event = next(e for e in h.kube.events("nc-1") if e["reason"] == "InitializationTimedOut")
+    assert "nvidia.com/gpu" in event["message"]
+
+
+async def test_a_never_ready_node_times_out_initialization(world: Harness) -> None:
+    h = world
+    await h.create_nodeclass(failures={"neverReady": ["cpu-4"]})
+    await h.create_claim("nc-1", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("nc-1", "Registered") == "True", "registered")
+    node = h.node("nc-1")
+    assert node is not None
+    assert "kwok.x-k8s.io/node" not in node["metadata"]["annotations"]
+    await h.advance(900)
+    await h.eventually(lambda: deleted(h, "nc-1"), "deleted at the initialization timeout")
+    assert "InitializationTimedOut" in h.kube.event_reasons("nc-1")
+
+
+async def test_registration_delay_is_honoured_and_restart_safe(world: Harness) -> None:
+    h = world
+    await h.create_nodeclass(registrationDelay="2m")
+    await h.create_claim("nc-1", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("nc-1", "Launched") == "True", "launched")
+    await h.advance(119)
+    assert h.node("nc-1") is None
+    await h.advance(1)
+    await h.eventually(lambda: h.condition_status("nc-1", "Registered") == "True", "registered after 2m")
+
+
+async def test_a_restarted_controller_finishes_what_the_last_one_started(harness: Harness) -> None:
+    h = harness
+    await h.create_nodeclass(registrationDelay="1m")
+    first = LifecycleController(h.ctx)
+    h.start(first)
+    await h.create_claim("nc-1", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("nc-1", "Launched") == "True", "launched")
+    for task in list(h.tasks):  # the process dies: its provider and lifecycle with it
+        if task.get_name() in ("KWOKCloudProvider", "LifecycleController"):
+            task.cancel()
+    await h.settle()
+    cloud = KWOKCloudProvider(
+        client=h.kube, cluster=h.cluster, clock=h.clock, catalog=parse_catalog(CATALOG), unavailable=h.ctx.unavailable
+    )
+    ctx = dataclasses.replace(h.ctx, cloud=cloud)
+    h.start(cloud, LifecycleController(ctx))
+    await h.advance(30)
+    assert h.node("nc-1") is None
+    await h.advance(30)
+    await h.eventually(lambda: h.condition_status("nc-1", "Registered") == "True", "registered by the new process")
+    await h.make_ready("nc-1")
+    await expect_initialized(h, "nc-1")

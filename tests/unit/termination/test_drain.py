@@ -1,0 +1,84 @@
+"""Which pods a terminating Node loses, in what order, and when the grace period ends."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from api.v1.labels import ANNOTATION_DO_NOT_DISRUPT
+from controller.clock import format_time
+from controller.termination.drain import grace_deadline, is_drainable, plan_drain, tolerates
+
+Obj = dict[str, Any]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def pod(name: str, **kw: Any) -> Obj:
+    meta: Obj = {"name": name, "namespace": "default", **kw.pop("metadata", {})}
+    return {"metadata": meta, "spec": kw.pop("spec", {}), "status": kw.pop("status", {"phase": "Running"})}
+
+
+def names(pods: tuple[Obj, ...]) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in pods)
+
+
+def test_daemonset_mirror_finished_and_tolerating_pods_are_not_drained() -> None:
+    assert is_drainable(pod("web"))
+    assert not is_drainable(pod("ds", metadata={"ownerReferences": [{"kind": "DaemonSet", "name": "x"}]}))
+    assert not is_drainable(pod("static", metadata={"annotations": {"kubernetes.io/config.mirror": "abc"}}))
+    assert not is_drainable(pod("done", status={"phase": "Succeeded"}))
+    assert not is_drainable(pod("failed", status={"phase": "Failed"}))
+    assert not is_drainable(pod("anything", spec={"tolerations": [{"operator": "Exists"}]}))
+    assert not is_drainable(
+        pod("t", spec={"tolerations": [{"key": "joiner.sh/disrupted", "operator": "Exists", "effect": "NoSchedule"}]})
+    )
+    assert is_drainable(pod("other", spec={"tolerations": [{"key": "gpu", "operator": "Exists"}]}))
+
+
+def test_toleration_matching() -> None:
+    p = pod("p", spec={"tolerations": [{"key": "k", "value": "v", "effect": "NoSchedule"}]})
+    assert tolerates(p, key="k", value="v", effect="NoSchedule")
+    assert not tolerates(p, key="k", value="w", effect="NoSchedule")
+    assert not tolerates(p, key="k", value="v", effect="NoExecute")
+
+
+def test_regular_pods_are_evicted_before_critical_ones() -> None:
+    pods = [pod("web"), pod("dns", spec={"priorityClassName": "system-cluster-critical"})]
+    plan = plan_drain(pods=pods, now=T0, deadline=None)
+    assert names(plan.evict) == ["web"]
+    assert names(plan.waiting) == ["dns"]
+    plan = plan_drain(pods=pods[1:], now=T0, deadline=None)
+    assert names(plan.evict) == ["dns"]
+
+
+def test_critical_pods_wait_while_regular_pods_are_still_terminating() -> None:
+    leaving = pod("web", metadata={"deletionTimestamp": format_time(T0)})
+    dns = pod("dns", spec={"priorityClassName": "system-node-critical"})
+    plan = plan_drain(pods=[leaving, dns], now=T0, deadline=None)
+    assert plan.evict == ()
+    assert names(plan.waiting) == ["dns", "web"]
+
+
+def test_do_not_disrupt_pods_block_until_the_grace_period_then_everything_is_deleted() -> None:
+    keep = pod("train", metadata={"annotations": {ANNOTATION_DO_NOT_DISRUPT: "true"}})
+    web = pod("web")
+    deadline = T0 + timedelta(hours=1)
+    plan = plan_drain(pods=[keep, web], now=T0, deadline=deadline)
+    assert names(plan.evict) == ["web"]
+    assert names(plan.waiting) == ["train"]
+    assert not plan.done
+    plan = plan_drain(pods=[keep, web], now=deadline, deadline=deadline)
+    assert names(plan.delete) == ["train", "web"]
+    assert plan.evict == ()
+
+
+def test_an_empty_node_is_drained() -> None:
+    ds = pod("ds", metadata={"ownerReferences": [{"kind": "DaemonSet", "name": "x"}]})
+    assert plan_drain(pods=[ds], now=T0, deadline=None).done
+
+
+def test_the_grace_deadline_counts_from_deletion() -> None:
+    claim = {"metadata": {"deletionTimestamp": format_time(T0)}, "spec": {"terminationGracePeriod": "1h30m"}}
+    assert grace_deadline(claim) == T0 + timedelta(minutes=90)
+    assert grace_deadline({"metadata": {"deletionTimestamp": format_time(T0)}, "spec": {}}) is None
+    assert grace_deadline({"metadata": {}, "spec": {"terminationGracePeriod": "1h"}}) is None
