@@ -11,29 +11,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
-from api.v1 import labels as wk
-from api.v1.nodepool import NodePool
-from api.v1.validation import InvalidObjectError, validate
 from controller import metrics
-from controller.cloudprovider.types import CloudProviderError
+from controller.clock import parse_time
 from controller.context import Context
 from controller.kube.client import ApiError
 from controller.kube.resources import NODECLAIMS
 from controller.provisioning.batcher import Batcher
-from controller.provisioning.nodeclaims import PLANNED_INSTANCE_TYPE, nodeclaim_manifest
+from controller.provisioning.capacity import daemon_templates, existing_capacity, valid_pools
+from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Pod
 from controller.scheduling.solver import solve
-from controller.state.cluster import is_daemon_pod, is_terminal, is_unschedulable
+from controller.state.cluster import condition, is_daemon_pod, is_unschedulable
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
+# a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
+# if kube-scheduler has not bound it there by then, it is solved again
+NOMINATION_GRACE_SECONDS = 20.0
 
 PODS_PENDING = metrics.gauge("joiner_pods_pending", "Pods kube-scheduler marked unschedulable, at the last solve.")
 PODS_UNSCHEDULABLE = metrics.gauge(
@@ -70,6 +71,8 @@ class Provisioner:
             idle_seconds=ctx.settings.batch_idle_seconds,
             max_seconds=ctx.settings.batch_max_seconds,
         )
+        self._nominations: dict[str, str] = {}  # pod key -> NodeClaim the last decision put it on
+        self._recent: dict[str, Obj] = {}  # NodeClaims created here that the cache may not show yet
 
     # --- triggers --------------------------------------------------------------------------
     def _on_pod(self, etype: str, pod: Obj, old: Obj | None) -> None:
@@ -104,42 +107,65 @@ class Provisioner:
     # --- decide ----------------------------------------------------------------------------
     async def _valid_pools(self) -> dict[str, tuple[Obj, tuple[InstanceType, ...]]]:
         """NodePools that may launch now, with the instance types their provider offers them."""
-        pools: dict[str, tuple[Obj, tuple[InstanceType, ...]]] = {}
-        for name, pool in sorted(self.ctx.cluster.nodepools().items()):
-            if pool["metadata"].get("deletionTimestamp"):
-                continue
-            try:
-                validate(NodePool, pool)
-                instance_types = tuple(await self.ctx.cloud.instance_types(pool))
-            except InvalidObjectError as err:
-                log.warning("provisioner.nodepool_invalid", nodepool=name, error=str(err))
-                continue
-            except CloudProviderError as err:
-                log.warning("provisioner.instance_types_unavailable", nodepool=name, error=str(err))
-                continue
-            pools[name] = (pool, instance_types)
-        return pools
+        return await valid_pools(self.ctx)
 
     def _existing(self, instance_types: Sequence[InstanceType]) -> list[ExistingNode]:
-        """Registered nodes with their pods, and in-flight NodeClaims as the capacity they will bring."""
-        cluster = self.ctx.cluster
-        pods = [p for p in cluster.pods() if not is_terminal(p)]
-        existing = list(kubeconv.existing_nodes_from_dicts(cluster.nodes().values(), pods))
-        for claim in cluster.nodeclaims().values():
-            if claim["metadata"].get("deletionTimestamp") or cluster.node_for_claim(claim) is not None:
-                continue
-            node = kubeconv.nodeclaim_from_dict(claim, instance_types=instance_types)
-            planned = (claim["metadata"].get("annotations") or {}).get(PLANNED_INSTANCE_TYPE)
-            if node is None and planned:
-                # created but not launched yet: count the machine the plan chose, so it is not bought twice
-                labels = {**(claim["metadata"].get("labels") or {}), wk.LABEL_INSTANCE_TYPE: planned}
-                node = kubeconv.nodeclaim_from_dict(
-                    {**claim, "metadata": {**claim["metadata"], "labels": labels}},
-                    instance_types=instance_types,
-                )
-            if node is not None:
-                existing.append(node)
-        return existing
+        """Registered nodes with their pods, and in-flight NodeClaims as the capacity they will bring
+        (including the ones this provisioner just created and the cache does not show yet)."""
+        cached = self.ctx.cluster.nodeclaims()
+        for name in [n for n in self._recent if n in cached]:
+            del self._recent[name]
+        return existing_capacity(self.ctx.cluster, instance_types, extra_claims=self._recent.values())
+
+    def _claim_node_name(self, claim_name: str) -> str | None:
+        """The node a nominated NodeClaim stands for in the solver's input, or None if it is gone
+        or has been initialized long enough that a pod still pending on it will not land there."""
+        claim = self.ctx.cluster.nodeclaims().get(claim_name) or self._recent.get(claim_name)
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            return None
+        initialized = condition(claim, "Initialized")
+        if initialized is not None and initialized.get("status") == "True":
+            since = parse_time(initialized.get("lastTransitionTime"))
+            if since is None or (self.ctx.clock.now() - since).total_seconds() > NOMINATION_GRACE_SECONDS:
+                return None
+        return str((claim.get("status") or {}).get("nodeName") or claim_name)
+
+    def _with_nominations(self, pods: list[Pod], existing: list[ExistingNode]) -> tuple[list[Pod], list[ExistingNode]]:
+        """Pods an earlier decision already placed on capacity still coming up keep their place:
+        they are counted on that NodeClaim, not solved again (a re-pack could buy twice)."""
+        index = {node.name: i for i, node in enumerate(existing)}
+        held: dict[int, list[Pod]] = {}
+        free: list[Pod] = []
+        for pod in pods:
+            claim_name = self._nominations.get(pod.key)
+            node_name = self._claim_node_name(claim_name) if claim_name else None
+            i = index.get(node_name) if node_name else None
+            if i is None:
+                self._nominations.pop(pod.key, None)
+                free.append(pod)
+            else:
+                held.setdefault(i, []).append(pod)
+        for i, extra in held.items():
+            existing[i] = replace(existing[i], pods=(*existing[i].pods, *extra))
+        return free, existing
+
+    def _nominate(self, plan: Plan, created: dict[str, str]) -> None:
+        """Remember where the plan put each pod: new NodeClaims (plan name -> created name) and
+        placements on in-flight or registering NodeClaims."""
+        for node in plan.new_nodes:
+            claim_name = created.get(node.name)
+            if claim_name:
+                for key in node.pods:
+                    self._nominations[key] = claim_name
+        by_node_name = {
+            str((c.get("status") or {}).get("nodeName") or c["metadata"]["name"]): c["metadata"]["name"]
+            for c in [*self.ctx.cluster.nodeclaims().values(), *self._recent.values()]
+        }
+        for node_name, keys in plan.existing_placements.items():
+            claim_name = by_node_name.get(node_name)
+            if claim_name and self._claim_node_name(claim_name):
+                for key in keys:
+                    self._nominations[key] = claim_name
 
     async def decide(self) -> Decision | None:
         cluster = self.ctx.cluster
@@ -162,6 +188,12 @@ class Provisioner:
         pools = await self._valid_pools()
         all_types = {it.name: it for _, its in pools.values() for it in its}
         existing = self._existing(list(all_types.values()))
+        live = set(pending_objs)
+        for key in [k for k in self._nominations if k not in live]:
+            del self._nominations[key]
+        pods, existing = self._with_nominations(pods, existing)
+        if not pods:
+            return None
         templates: list[NodePoolTemplate] = []
         for name, (pool, its) in pools.items():
             try:
@@ -169,12 +201,7 @@ class Provisioner:
                 templates.append(kubeconv.nodepool_from_dict(pool, its, usage=usage))
             except ValueError as err:
                 log.warning("provisioner.nodepool_invalid", nodepool=name, error=str(err))
-        daemons = []
-        for ds in cluster.daemonsets():
-            try:
-                daemons.append(kubeconv.daemonset_from_dict(ds))
-            except ValueError as err:
-                log.warning("provisioner.daemonset_unreadable", daemonset=ds["metadata"]["name"], error=str(err))
+        daemons = daemon_templates(cluster)
         unavailable = {(o.instance_type, o.zone, o.capacity_type) for o in self.ctx.unavailable.current()}
         started = time.perf_counter()
         plan = solve(
@@ -202,6 +229,7 @@ class Provisioner:
     # --- write -----------------------------------------------------------------------------
     async def apply(self, decision: Decision) -> list[Obj]:
         created: list[Obj] = []
+        created_names: dict[str, str] = {}
         for node in decision.plan.new_nodes:
             pool = decision.pools[node.node_pool]
             try:
@@ -210,6 +238,8 @@ class Provisioner:
                 log.error("provisioner.nodeclaim_create_failed", nodepool=node.node_pool, error=str(err))
                 continue
             created.append(claim)
+            self._recent[claim["metadata"]["name"]] = claim
+            created_names[node.name] = claim["metadata"]["name"]
             NODECLAIMS_CREATED.labels(nodepool=node.node_pool, reason="provisioning").inc()
             PRICE_CREATED.labels(nodepool=node.node_pool).inc(node.choice.price)
             log.info(
@@ -239,4 +269,5 @@ class Provisioner:
                 continue
             log.info("provisioner.pod_unschedulable", pod=key, reason=reason)
             await self.ctx.events.emit(pod, reason="FailedProvisioning", message=reason, type="Warning")
+        self._nominate(decision.plan, created_names)
         return created

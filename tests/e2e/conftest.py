@@ -29,6 +29,7 @@ def cluster() -> Cluster:
     handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "deploy" / "crds"))
     for crd in JOINER_KINDS:
         handle.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    clean_cluster(handle)  # whatever an earlier run or a demo left behind
     return handle
 
 
