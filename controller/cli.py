@@ -42,12 +42,8 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--batch-idle-duration", type=float, default=d.batch_idle_seconds, metavar="SECONDS")
     p.add_argument("--batch-max-duration", type=float, default=d.batch_max_seconds, metavar="SECONDS")
     p.add_argument("--launch-timeout", type=float, default=d.launch_timeout_seconds, metavar="SECONDS")
-    p.add_argument(
-        "--registration-timeout", type=float, default=d.registration_timeout_seconds, metavar="SECONDS"
-    )
-    p.add_argument(
-        "--initialization-timeout", type=float, default=d.initialization_timeout_seconds, metavar="SECONDS"
-    )
+    p.add_argument("--registration-timeout", type=float, default=d.registration_timeout_seconds, metavar="SECONDS")
+    p.add_argument("--initialization-timeout", type=float, default=d.initialization_timeout_seconds, metavar="SECONDS")
     p.add_argument(
         "--unavailable-offering-ttl",
         type=float,
@@ -56,8 +52,42 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--gc-interval", type=float, default=d.gc_interval_seconds, metavar="SECONDS")
     p.add_argument(
-        "--catalog", help="instance catalog JSON for the kwok provider (default: the built-in one)"
+        "--disruption-poll-interval",
+        type=float,
+        default=d.disruption_poll_interval_seconds,
+        metavar="SECONDS",
+        help="seconds between disruption planning passes",
     )
+    p.add_argument(
+        "--disruption-validation-delay",
+        type=float,
+        default=d.disruption_validation_delay_seconds,
+        metavar="SECONDS",
+        help="seconds a consolidation waits before it is checked again and carried out",
+    )
+    p.add_argument(
+        "--gang-timeout",
+        type=float,
+        default=d.gang_timeout_seconds,
+        metavar="SECONDS",
+        help="default deadline for every NodeClaim of a gang to be Initialized before it is rolled back",
+    )
+    p.add_argument(
+        "--gang-member-wait",
+        type=float,
+        default=d.gang_member_wait_seconds,
+        metavar="SECONDS",
+        help="after this long, an incomplete gang gets an Event saying how many members are missing",
+    )
+    p.add_argument(
+        "--gang-backoff",
+        type=float,
+        default=d.gang_backoff_seconds,
+        metavar="SECONDS",
+        help="wait after a gang's first rollback; doubles on each further rollback",
+    )
+    p.add_argument("--gang-backoff-max", type=float, default=d.gang_backoff_max_seconds, metavar="SECONDS")
+    p.add_argument("--catalog", help="instance catalog JSON for the kwok provider (default: the built-in one)")
     p.set_defaults(handler=_run)
 
 
@@ -65,9 +95,7 @@ def _run(args: argparse.Namespace) -> int:
     from controller.operator.app import run_operator
     from controller.operator.logging import configure
 
-    configure(
-        level=args.log_level, json_output=None if args.log_format == "auto" else args.log_format == "json"
-    )
+    configure(level=args.log_level, json_output=None if args.log_format == "auto" else args.log_format == "json")
     settings = Settings(
         batch_idle_seconds=args.batch_idle_duration,
         batch_max_seconds=args.batch_max_duration,
@@ -76,6 +104,12 @@ def _run(args: argparse.Namespace) -> int:
         initialization_timeout_seconds=args.initialization_timeout,
         unavailable_offering_ttl_seconds=args.unavailable_offering_ttl,
         gc_interval_seconds=args.gc_interval,
+        disruption_poll_interval_seconds=args.disruption_poll_interval,
+        disruption_validation_delay_seconds=args.disruption_validation_delay,
+        gang_timeout_seconds=args.gang_timeout,
+        gang_member_wait_seconds=args.gang_member_wait,
+        gang_backoff_seconds=args.gang_backoff,
+        gang_backoff_max_seconds=args.gang_backoff_max,
         metrics_port=args.metrics_port,
         health_port=args.health_port,
         bind_address=args.bind_address,

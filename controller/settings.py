@@ -18,6 +18,17 @@ class Settings:
     unavailable_offering_ttl_seconds: float = 180.0
     # garbage collection of instances and Nodes that have no NodeClaim
     gc_interval_seconds: float = 60.0
+    # disruption: a planning pass every `poll` seconds; a consolidation is checked again after
+    # `validation_delay` seconds (the cluster moves) before anything is created or drained
+    disruption_poll_interval_seconds: float = 10.0
+    disruption_validation_delay_seconds: float = 15.0
+    # gangs: the deadline of an attempt (NodePool spec.gang.timeout and the pods' annotation override
+    # it), how long members may trickle in before an Event says who is missing, and the backoff
+    # after a rollback (base, doubling, capped)
+    gang_timeout_seconds: float = 900.0
+    gang_member_wait_seconds: float = 60.0
+    gang_backoff_seconds: float = 30.0
+    gang_backoff_max_seconds: float = 600.0
     # serving
     metrics_port: int = 8080
     health_port: int = 8081

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import structlog
 
@@ -28,22 +28,33 @@ log = structlog.get_logger()
 REQUIRED_CRDS = ("nodepools.joiner.sh", "nodeclaims.joiner.sh", "kwoknodeclasses.joiner.sh")
 
 
+@runtime_checkable
 class Runnable(Protocol):
     async def run(self) -> None: ...
 
 
 def build_cloud_provider(
-    *, provider: str, client: KubeClient, cluster: ClusterState, catalog: str | None, clock: RealClock
+    *,
+    provider: str,
+    client: KubeClient,
+    cluster: ClusterState,
+    catalog: str | None,
+    clock: RealClock,
+    unavailable: UnavailableOfferings,
 ) -> CloudProvider:
     if provider == "kwok":
         from controller.cloudprovider.catalog import load_catalog
         from controller.cloudprovider.kwok.provider import KWOKCloudProvider
 
-        return KWOKCloudProvider(client=client, cluster=cluster, clock=clock, catalog=load_catalog(catalog))
+        return KWOKCloudProvider(
+            client=client, cluster=cluster, clock=clock, catalog=load_catalog(catalog), unavailable=unavailable
+        )
     raise ValueError(f"unknown provider {provider!r}")
 
 
-def build_controllers(ctx: Context) -> list[Runnable]:
+def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[Runnable]:
+    from controller.disruption.controller import DisruptionController
+    from controller.gang.controller import GangController
     from controller.nodeclaim.gc import GarbageCollector
     from controller.nodeclaim.lifecycle import LifecycleController
     from controller.provisioning.nodepool_status import NodePoolStatusController
@@ -51,11 +62,14 @@ def build_controllers(ctx: Context) -> list[Runnable]:
     from controller.termination.controller import TerminationController
 
     return [
+        *provider_loops,
         Provisioner(ctx),
         LifecycleController(ctx),
         TerminationController(ctx),
         GarbageCollector(ctx),
         NodePoolStatusController(ctx),
+        DisruptionController(ctx),
+        GangController(ctx),
     ]
 
 
@@ -93,16 +107,20 @@ async def run_operator(
         return 1
 
     cluster = ClusterState(source=client, clock=clock)
-    cloud = MeteredCloudProvider(
-        build_cloud_provider(provider=provider, client=client, cluster=cluster, catalog=catalog, clock=clock)
+    unavailable = UnavailableOfferings(clock=clock, ttl_seconds=settings.unavailable_offering_ttl_seconds)
+    raw_cloud = build_cloud_provider(
+        provider=provider, client=client, cluster=cluster, catalog=catalog, clock=clock, unavailable=unavailable
     )
+    cloud = MeteredCloudProvider(raw_cloud, clock=clock)
+    # a provider may run its own loop (the kwok provider creates Nodes after the registration delay)
+    provider_loops: list[Runnable] = [raw_cloud] if isinstance(raw_cloud, Runnable) else []
     ctx = Context(
         client=client,
         cluster=cluster,
         clock=clock,
         events=EventRecorder(client=client, clock=clock),
         cloud=cloud,
-        unavailable=UnavailableOfferings(clock=clock, ttl_seconds=settings.unavailable_offering_ttl_seconds),
+        unavailable=unavailable,
         settings=settings,
     )
     elector = LeaderElector(client=client, clock=clock, namespace=leader_namespace) if leader_elect else None
@@ -138,7 +156,7 @@ async def run_operator(
             await elector.is_leader.wait()
         await cluster.wait_synced()
         log.info("operator.started", synced=True)
-        controllers = build_controllers(ctx)
+        controllers = build_controllers(ctx, provider_loops=provider_loops)
         await asyncio.gather(*(_supervise(type(c).__name__, c.run, clock) for c in controllers))
 
     tasks.append(asyncio.create_task(lead(), name="controllers"))

@@ -1,0 +1,319 @@
+"""From the cluster cache to a planner :class:`~controller.disruption.model.Snapshot`.
+
+Everything time-dependent is read from the injected clock by the caller and passed in as ``now``.
+The cache's dicts are converted here, in the event loop, so the planner (which may run in a
+worker thread) only ever sees frozen values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from api.v1.conditions import INITIALIZED
+from api.v1.labels import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_ZONE,
+    TAINT_DISRUPTED,
+)
+from api.v1.nodepool import DEFAULT_CONSOLIDATE_AFTER, NodePool
+from api.v1.types import parse_duration
+from api.v1.validation import InvalidObjectError, validate
+from controller.clock import parse_time
+from controller.cloudprovider.types import CloudProviderError
+from controller.context import Context
+from controller.disruption.budgets import BudgetError, parse_budgets
+from controller.disruption.model import WHEN_EMPTY_OR_UNDERUTILIZED, NodeState, PoolPolicy, Snapshot
+from controller.disruption.safety import movable_pods, safety_blockers, unowned_pods
+from controller.nodeclaim import conditions as c
+from controller.nodeclaim.nodes import has_taint, node_ready
+from controller.provisioning.capacity import claim_capacity, daemon_templates
+from controller.provisioning.nodeclaims import NODEPOOL_HASH, PLANNED_PRICE, nodepool_hash
+from controller.scheduling import kubeconv
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
+from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
+from controller.state.cluster import is_daemon_pod, is_terminal
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+
+
+def pool_policy(pool: Mapping[str, Any]) -> PoolPolicy:
+    """A NodePool's disruption settings; unreadable ones give a policy with ``problem`` set."""
+    name = str((pool.get("metadata") or {}).get("name") or "")
+    disruption = (pool.get("spec") or {}).get("disruption") or {}
+    try:
+        after = parse_duration(str(disruption.get("consolidateAfter") or DEFAULT_CONSOLIDATE_AFTER))
+        budgets = parse_budgets(disruption)
+    except (BudgetError, ValueError) as err:
+        return PoolPolicy(name=name, problem=f"spec.disruption: {err}")
+    return PoolPolicy(
+        name=name,
+        consolidation_policy=str(disruption.get("consolidationPolicy") or WHEN_EMPTY_OR_UNDERUTILIZED),
+        consolidate_after=after,
+        budgets=budgets,
+    )
+
+
+def offering_price(labels: Mapping[str, str], instance_types: Iterable[InstanceType]) -> float | None:
+    """$/hour of the offering a node's labels name (instance type, zone, capacity type)."""
+    name = labels.get(LABEL_INSTANCE_TYPE)
+    zone = labels.get(LABEL_ZONE)
+    capacity_type = labels.get(LABEL_CAPACITY_TYPE)
+    for it in instance_types:
+        if it.name != name:
+            continue
+        for offering in it.offerings:
+            if offering.zone == zone and offering.capacity_type == capacity_type:
+                return offering.price
+    return None
+
+
+def drift_of(claim: Mapping[str, Any], pool: Mapping[str, Any] | None) -> str | None:
+    """Why the NodeClaim no longer matches its NodePool's template, or None.
+
+    NodeClaims made before the hash annotation existed cannot be compared and never drift this way.
+    """
+    if pool is None:
+        return None
+    recorded = ((claim.get("metadata") or {}).get("annotations") or {}).get(NODEPOOL_HASH)
+    if not recorded:
+        return None
+    current = nodepool_hash(dict(pool))
+    if recorded != current:
+        return (
+            f"NodePool {(pool.get('metadata') or {}).get('name')} spec.template changed since the NodeClaim "
+            f"was made (hash {recorded} -> {current})"
+        )
+    return None
+
+
+def expiry_of(claim: Mapping[str, Any]) -> datetime | None:
+    """creationTimestamp + spec.expireAfter (None for ``Never`` or when unreadable)."""
+    created = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
+    raw = (claim.get("spec") or {}).get("expireAfter")
+    if created is None or not raw:
+        return None
+    try:
+        after = parse_duration(str(raw))
+    except ValueError:
+        return None
+    return None if after is None else created + after
+
+
+def bound_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod was bound to its node (PodScheduled=True), or None."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            return parse_time(cond.get("lastTransitionTime"))
+    return None
+
+
+def is_pending(pod: Mapping[str, Any]) -> bool:
+    """Not bound yet, not finished or going away, not held by a scheduling gate, not a daemon pod."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return not (
+        spec.get("nodeName")
+        or spec.get("schedulingGates")
+        or meta.get("deletionTimestamp")
+        or is_terminal(dict(pod))
+        or is_daemon_pod(dict(pod))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """What the controller remembers between passes: last pod event per Node, NodeClaims held by
+    running commands, replacements protected until a time."""
+
+    pod_events: Mapping[str, datetime]
+    active: frozenset[str]
+    protected: Mapping[str, datetime]
+
+
+def _latest(*times: datetime | None) -> datetime | None:
+    present = [t for t in times if t is not None]
+    return max(present) if present else None
+
+
+def _convert(pods: Iterable[Mapping[str, Any]]) -> list[Pod]:
+    out = []
+    for pod in pods:
+        try:
+            out.append(kubeconv.pod_from_dict(pod, detect_gang=False))
+        except ValueError as err:
+            log.warning("disruption.pod_unreadable", pod=pod["metadata"].get("name"), error=str(err))
+    return out
+
+
+async def pools_and_templates(
+    ctx: Context,
+) -> tuple[dict[str, Obj], dict[str, PoolPolicy], dict[str, tuple[InstanceType, ...]]]:
+    """NodePools (not being deleted) with their policies and the instance types they may launch."""
+    objs: dict[str, Obj] = {}
+    policies: dict[str, PoolPolicy] = {}
+    types: dict[str, tuple[InstanceType, ...]] = {}
+    for name, pool in sorted(ctx.cluster.nodepools().items()):
+        if pool["metadata"].get("deletionTimestamp"):
+            continue
+        objs[name] = pool
+        policies[name] = pool_policy(pool)
+        try:
+            validate(NodePool, pool)
+            types[name] = tuple(await ctx.cloud.instance_types(pool))
+        except InvalidObjectError as err:
+            policies[name] = PoolPolicy(name=name, problem=f"invalid NodePool: {err}")
+        except CloudProviderError as err:
+            log.debug("disruption.instance_types_unavailable", nodepool=name, error=str(err))
+    return objs, policies, types
+
+
+async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
+    """One consistent view of the cache for the planner."""
+    cluster = ctx.cluster
+    now = ctx.clock.now()
+    pool_objs, policies, pool_types = await pools_and_templates(ctx)
+    all_types = {it.name: it for its in pool_types.values() for it in its}
+    pdbs = list(cluster.pdbs())
+
+    nodes: list[NodeState] = []
+    other: list[ExistingNode] = []
+    managed_nodes: set[str] = set()
+    for name, claim in sorted(cluster.nodeclaims().items()):
+        meta = claim["metadata"]
+        labels = meta.get("labels") or {}
+        pool_name = str(labels.get(LABEL_NODEPOOL) or "")
+        node = cluster.node_for_claim(claim)
+        claim_deleting = bool(meta.get("deletionTimestamp"))
+        initialized = c.is_true(claim, INITIALIZED)
+        if node is None or not initialized:
+            if node is not None:
+                managed_nodes.add(node["metadata"]["name"])
+            if claim_deleting:
+                continue
+            bound = [] if node is None else cluster.pods_on_node(node["metadata"]["name"])
+            bound = [p for p in bound if not is_terminal(p)]
+            in_flight = _in_flight(
+                claim, node, pods=bound, types=pool_types.get(pool_name) or tuple(all_types.values())
+            )
+            if in_flight is not None:
+                other.append(in_flight)
+            continue
+        node_name = str(node["metadata"]["name"])
+        managed_nodes.add(node_name)
+        pods = [p for p in cluster.pods_on_node(node_name) if not is_terminal(p)]
+        view = kubeconv.node_from_dict(node, pods=_convert(pods))
+        movable = _convert(movable_pods(pods))
+        node_labels = node["metadata"].get("labels") or {}
+        price = offering_price({**labels, **node_labels}, pool_types.get(pool_name) or all_types.values())
+        if price is None:
+            try:
+                price = float((meta.get("annotations") or {}).get(PLANNED_PRICE) or 0.0)
+            except ValueError:
+                price = 0.0
+        status = claim.get("status") or {}
+        stable = _latest(
+            c.transition_time(claim, INITIALIZED),
+            parse_time(status.get("lastPodEventTime")),
+            memory.pod_events.get(node_name),
+            *(bound_at(p) for p in pods if not is_daemon_pod(p)),
+        )
+        drift = drift_of(claim, pool_objs.get(pool_name))
+        if drift is None and not claim_deleting:
+            try:
+                provider_drift = await ctx.cloud.is_drifted(claim)
+            except CloudProviderError as err:
+                log.debug("disruption.drift_unknown", nodeclaim=name, error=str(err))
+                provider_drift = None
+            if provider_drift:
+                drift = f"the node class changed: {provider_drift}"
+        unowned = unowned_pods(pods)
+        nodes.append(
+            NodeState(
+                claim=name,
+                pool=pool_name,
+                view=view,
+                movable=tuple(movable),
+                price=price,
+                created=parse_time(meta.get("creationTimestamp")),
+                initialized=True,
+                ready=node_ready(node),
+                deleting=claim_deleting
+                or bool(node["metadata"].get("deletionTimestamp"))
+                or has_taint(node, TAINT_DISRUPTED),
+                stable_since=stable,
+                expires_at=expiry_of(claim),
+                drift=drift,
+                blockers=tuple(safety_blockers(claim=claim, node=node, pods=pods, pdbs=pdbs)),
+                consolidation_blockers=tuple(
+                    f"pod {key} has no controller: evicting it would delete it for good" for key in unowned[:3]
+                ),
+                protected_until=memory.protected.get(name),
+                instance_type=str(node_labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE) or ""),
+            )
+        )
+
+    live_pods = [p for p in cluster.pods() if not is_terminal(p)]
+    unmanaged = {n for n in cluster.nodes() if n not in managed_nodes}
+    if unmanaged:
+        by_node: dict[str, list[Obj]] = {}
+        for p in live_pods:
+            bound_to = (p.get("spec") or {}).get("nodeName")
+            if bound_to in unmanaged:
+                by_node.setdefault(str(bound_to), []).append(p)
+        for n in sorted(unmanaged):
+            obj = cluster.nodes()[n]
+            if obj["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                other.append(kubeconv.node_from_dict(obj, pods=_convert(by_node.get(n, ()))))
+            except ValueError as err:
+                log.warning("disruption.node_unreadable", node=n, error=str(err))
+
+    templates: list[NodePoolTemplate] = []
+    existing_for_usage = [*other, *(n.view for n in nodes)]
+    for name, pool in pool_objs.items():
+        if name not in pool_types:
+            continue
+        try:
+            usage = kubeconv.pool_usage(name, existing_for_usage)
+            templates.append(kubeconv.nodepool_from_dict(pool, pool_types[name], usage=usage))
+        except ValueError as err:
+            log.warning("disruption.nodepool_unreadable", nodepool=name, error=str(err))
+    daemons = daemon_templates(cluster, component="disruption")
+    unavailable = frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current())
+    return Snapshot(
+        now=now,
+        nodes=tuple(nodes),
+        pools=policies,
+        templates=tuple(templates),
+        other_capacity=tuple(other),
+        daemons=tuple(daemons),
+        pending=tuple(_convert(p for p in live_pods if is_pending(p))),
+        unavailable=unavailable,
+        active=memory.active,
+    )
+
+
+def _in_flight(
+    claim: Obj, node: Obj | None, *, pods: Iterable[Obj], types: Iterable[InstanceType]
+) -> ExistingNode | None:
+    """A NodeClaim that is not an initialized node yet, as the capacity it will bring."""
+    try:
+        if node is None:
+            return claim_capacity(claim, tuple(types))
+        startup = {str(t.get("key")) for t in (claim.get("spec") or {}).get("startupTaints") or [] if t.get("key")}
+        return kubeconv.node_from_dict(
+            node, pods=_convert(pods), in_flight=True, ignore_taint_keys={*EPHEMERAL_TAINT_KEYS, *startup}
+        )
+    except ValueError as err:
+        log.warning("disruption.nodeclaim_unreadable", nodeclaim=claim["metadata"].get("name"), error=str(err))
+        return None

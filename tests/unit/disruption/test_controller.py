@@ -1,0 +1,167 @@
+"""The disruption controller against the in-memory apiserver: what a user sees on NodeClaims,
+Nodes and Events, and in which order things happen."""
+
+from __future__ import annotations
+
+from controller.disruption import metrics
+from controller.disruption.controller import ANNOTATION_REPLACEMENT_FOR
+from controller.kube.resources import NODECLAIMS, NODEPOOLS
+from controller.nodeclaim.deletion import ANNOTATION_TERMINATION_REASON
+from tests.unit.disruption.world import World
+
+
+def _metric(counter: object, *labels: str) -> float:
+    return float(counter.labels(*labels)._value.get())  # type: ignore[attr-defined]
+
+
+async def test_an_empty_node_is_deleted_after_the_validation_delay(world: World) -> None:
+    await world.nodepool()
+    await world.node("busy")
+    await world.pod("web-1", "busy")
+    await world.node("idle")
+    before = _metric(metrics.DECISIONS, "default", "Empty", "delete")
+
+    decision = await world.controller.reconcile()
+    [command] = decision.commands
+    assert command.candidates == ("idle",)
+    await world.settle()
+    assert world.claim("idle") is not None  # validation waits first
+    await world.advance(5)
+    assert world.claim("idle") is None
+    assert world.claim("busy") is not None
+    assert "Disrupting" in world.kube.event_reasons("idle")
+    assert _metric(metrics.DECISIONS, "default", "Empty", "delete") == before + 1
+
+
+async def test_a_node_is_replaced_by_a_cheaper_one_only_once_the_replacement_is_initialized(world: World) -> None:
+    await world.nodepool()
+    await world.node("pricey")  # cpu-4 on-demand, 0.20/h
+    await world.pod("web-1", "pricey")
+    await world.advance(31)  # consolidateAfter since the pod landed
+
+    [command] = (await world.controller.reconcile()).commands
+    assert command.action == "replace"
+    assert command.replacements[0].choice.capacity_type == "spot"  # cpu-4 spot, 0.08/h
+    await world.advance(5)
+    [replacement] = [c for c in world.claims().values() if c["metadata"]["name"] != "pricey"]
+    assert replacement["metadata"]["annotations"][ANNOTATION_REPLACEMENT_FOR] == "pricey"
+    assert world.condition("pricey", "DisruptionReason")["reason"] == "Underutilized"  # type: ignore[index]
+    await world.advance(10)
+    assert world.claim("pricey") is not None  # nothing is drained before the replacement is up
+
+    labels = {
+        "joiner.sh/nodepool": "default",
+        "node.kubernetes.io/instance-type": "cpu-4",
+        "topology.kubernetes.io/zone": "zone-a",
+        "joiner.sh/capacity-type": "spot",
+    }
+    await world.make_node(replacement, instance_type="cpu-4", labels=labels)
+    await world.advance(1)
+    assert world.claim("pricey") is None
+    assert world.claim(replacement["metadata"]["name"]) is not None
+    assert "DisruptionReplacement" in world.kube.event_reasons(replacement["metadata"]["name"])
+    assert world.kube.events("pricey")  # the NodeClaim and
+    assert "Disrupting" in [e["reason"] for e in world.kube.events("pricey") if e["involvedObject"]["kind"] == "Node"]
+
+
+async def test_if_a_replacement_fails_nothing_is_drained(world: World) -> None:
+    await world.nodepool()
+    await world.node("pricey")
+    await world.pod("web-1", "pricey")
+    await world.advance(31)
+    await world.controller.reconcile()
+    await world.advance(5)
+    [replacement] = [n for n in world.claims() if n != "pricey"]
+    await world.kube.delete(NODECLAIMS, replacement)  # e.g. the launch timed out
+    await world.advance(1)
+    claim = world.claim("pricey")
+    assert claim is not None
+    assert not claim["metadata"].get("deletionTimestamp")
+    assert "DisruptionAborted" in world.kube.event_reasons("pricey")
+    reason = world.condition("pricey", "DisruptionReason")
+    assert reason is not None
+    assert (reason["status"], reason["reason"]) == ("False", "Aborted")
+    assert not world.controller.active
+
+
+async def test_pods_arriving_during_validation_cancel_an_emptiness(world: World) -> None:
+    await world.nodepool()
+    await world.node("idle")
+    await world.node("other")
+    await world.pod("web-1", "other")
+    await world.controller.reconcile()
+    await world.pod("late-1", "idle")
+    await world.advance(5)
+    assert world.claim("idle") is not None
+    assert not world.controller.active
+
+
+async def test_do_not_disrupt_and_pdbs_keep_nodes_and_say_why(world: World) -> None:
+    await world.nodepool()
+    await world.node("keep")
+    await world.pod("special-1", "keep", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    await world.node("guarded")
+    await world.pod("db-1", "guarded")
+    await world.pdb("db", app="db", allowed=0)
+    await world.node("roomy")
+    await world.pod("web-1", "roomy")
+    await world.advance(31)
+    decision = await world.controller.reconcile()
+    assert all({"keep", "guarded"}.isdisjoint(c.candidates) for c in decision.commands)
+    messages = [e["message"] for e in world.kube.events("keep")]
+    assert any("do-not-disrupt" in m for m in messages), messages
+    assert any("PodDisruptionBudget" in e["message"] for e in world.kube.events("guarded"))
+
+
+async def test_an_expired_node_is_replaced(world: World) -> None:
+    await world.nodepool()
+    await world.node("old", expire_after="1h")
+    await world.pod("web-1", "old", cpu="3")
+    await world.advance(3601)
+    [command] = (await world.controller.reconcile()).commands
+    assert (command.reason, command.action) == ("Expired", "replace")
+
+
+async def test_a_template_change_marks_nodeclaims_drifted(world: World) -> None:
+    await world.nodepool()
+    await world.node("n1")
+    await world.pod("web-1", "n1", cpu="3")
+    await world.controller.reconcile()
+    assert world.condition("n1", "Drifted") is None
+    await world.kube.patch(NODEPOOLS, "default", {"spec": {"template": {"metadata": {"labels": {"team": "ml"}}}}})
+    await world.h.cached("NodePool", "default")
+    for task in list(world.controller.running):
+        task.cancel()
+    world.controller.active.clear()
+    decision = await world.controller.reconcile()
+    drifted = world.condition("n1", "Drifted")
+    assert drifted is not None
+    assert drifted["status"] == "True"
+    assert "spec.template changed" in drifted["message"]
+    assert [c.reason for c in decision.commands] == ["Drifted"]
+
+
+async def test_consolidatable_follows_pod_events_and_last_pod_event_time_is_recorded(world: World) -> None:
+    await world.nodepool()
+    await world.node("n1")
+    await world.pod("web-1", "n1")
+    await world.node("n2")
+    await world.pod("web-2", "n2", cpu="3")
+    await world.controller.reconcile()
+    assert world.condition("n1", "Consolidatable")["status"] == "False"  # type: ignore[index]
+    await world.advance(31)
+    await world.controller.reconcile()
+    assert world.condition("n1", "Consolidatable")["status"] == "True"  # type: ignore[index]
+    for task in list(world.controller.running):
+        task.cancel()
+    world.controller.active.clear()
+    await world.pod("web-3", "n1")  # a pod lands: n1 is not stable any more
+    await world.controller.reconcile()
+    cond = world.condition("n1", "Consolidatable")
+    assert cond is not None
+    assert (cond["status"], cond["reason"]) == ("False", "PodsChanged")
+    claim = world.claim("n1")
+    assert claim is not None
+    assert claim["status"]["lastPodEventTime"]
+    assert world.claim("n2") is not None
+    assert ANNOTATION_TERMINATION_REASON not in (world.claim("n2") or {})["metadata"].get("annotations", {})

@@ -1,0 +1,88 @@
+"""Reading the cache for the planner: pool policies, drift by template hash, expiry, prices, pending pods."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from controller.disruption.budgets import Budget
+from controller.disruption.snapshot import drift_of, expiry_of, is_pending, offering_price, pool_policy
+from controller.provisioning.nodeclaims import NODEPOOL_HASH, nodepool_hash
+from tests.unit.disruption.builders import CATALOG
+
+Obj = dict[str, Any]
+
+
+def pool(**disruption: Any) -> Obj:
+    return {
+        "metadata": {"name": "gpu"},
+        "spec": {
+            "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "d"}}},
+            "disruption": disruption,
+        },
+    }
+
+
+def test_pool_policy_reads_consolidation_settings_and_budgets() -> None:
+    policy = pool_policy(
+        pool(consolidationPolicy="WhenEmpty", consolidateAfter="5m", budgets=[{"nodes": "2", "reasons": ["Empty"]}])
+    )
+    assert policy.consolidation_policy == "WhenEmpty"
+    assert policy.consolidate_after == timedelta(minutes=5)
+    assert policy.budgets == (Budget(nodes="2", reasons=frozenset({"Empty"})),)
+    assert policy.consolidates
+    assert not policy.underutilized
+    never = pool_policy(pool(consolidateAfter="Never"))
+    assert never.consolidate_after is None
+    assert not never.consolidates
+    defaults = pool_policy(pool())
+    assert (defaults.consolidate_after, defaults.budgets) == (timedelta(0), (Budget(nodes="10%"),))
+    assert defaults.underutilized
+
+
+def test_unreadable_disruption_settings_leave_the_pool_alone_with_a_reason() -> None:
+    broken = pool_policy(pool(budgets=[{"nodes": "1", "schedule": "61 * * * *", "duration": "1h"}]))
+    assert broken.problem is not None
+    assert "budgets[0]" in broken.problem
+    assert not broken.consolidates
+
+
+def test_drift_is_a_changed_template_hash() -> None:
+    p = pool()
+    claim = {"metadata": {"name": "c", "annotations": {NODEPOOL_HASH: nodepool_hash(p)}}}
+    assert drift_of(claim, p) is None
+    p["spec"]["disruption"] = {"consolidateAfter": "1h"}  # not the template: no drift
+    assert drift_of(claim, p) is None
+    p["spec"]["template"]["metadata"] = {"labels": {"team": "ml"}}
+    drift = drift_of(claim, p)
+    assert drift is not None
+    assert "spec.template changed" in drift
+    assert drift_of({"metadata": {"name": "old"}}, p) is None  # made before hashes: cannot tell
+
+
+def test_expiry_is_creation_plus_expire_after() -> None:
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    claim = {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"expireAfter": "720h"}}
+    assert expiry_of(claim) == created + timedelta(hours=720)
+    assert expiry_of({**claim, "spec": {"expireAfter": "Never"}}) is None
+    assert expiry_of({**claim, "spec": {}}) is None
+
+
+def test_node_price_comes_from_its_offering() -> None:
+    labels = {
+        "node.kubernetes.io/instance-type": "cpu-4",
+        "topology.kubernetes.io/zone": "zone-a",
+        "joiner.sh/capacity-type": "on-demand",
+    }
+    assert offering_price(labels, CATALOG) == 0.20
+    assert offering_price({**labels, "topology.kubernetes.io/zone": "zone-z"}, CATALOG) is None
+
+
+def test_pending_means_unbound_ungated_alive_and_not_a_daemon() -> None:
+    base: Obj = {"metadata": {"name": "p"}, "spec": {}, "status": {"phase": "Pending"}}
+    assert is_pending(base)
+    assert not is_pending({**base, "spec": {"nodeName": "n"}})
+    assert not is_pending({**base, "spec": {"schedulingGates": [{"name": "joiner.sh/gang"}]}})
+    assert not is_pending({**base, "status": {"phase": "Failed"}})
+    daemon = {**base, "metadata": {"name": "d", "ownerReferences": [{"kind": "DaemonSet", "name": "x"}]}}
+    assert not is_pending(daemon)
