@@ -9,6 +9,7 @@ NodeClaims that the next solve counts as in-flight capacity, so nothing is bough
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ Obj = dict[str, Any]
 # a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
 # if kube-scheduler has not bound it there by then, it is solved again
 NOMINATION_GRACE_SECONDS = 20.0
+RESYNC_SECONDS = 10.0
 
 PODS_PENDING = metrics.gauge("joiner_pods_pending", "Pods kube-scheduler marked unschedulable, at the last solve.")
 PODS_UNSCHEDULABLE = metrics.gauge(
@@ -93,9 +95,21 @@ class Provisioner:
         cluster.subscribe("KWOKNodeClass", self._on_capacity_change)
         await cluster.wait_synced()
         self.batcher.trigger()  # pods that were pending before we started
+        resync = asyncio.create_task(self._resync(), name="provisioner-resync")
+        try:
+            while True:
+                await self.batcher.wait()
+                await self.reconcile()
+        finally:
+            resync.cancel()
+
+    async def _resync(self) -> None:
+        """Look again while pods stay pending: a pod kube-scheduler gave up on produces no new event,
+        yet its nomination may have expired or the capacity it was counted on may have gone."""
         while True:
-            await self.batcher.wait()
-            await self.reconcile()
+            await self.ctx.clock.sleep(RESYNC_SECONDS)
+            if any(is_unschedulable(p) for p in self.ctx.cluster.pods()):
+                self.batcher.trigger()
 
     async def reconcile(self) -> Plan | None:
         decision = await self.decide()
