@@ -1,0 +1,385 @@
+"""``joiner plan``: run the solver offline on a scenario file and print what it would buy.
+
+    joiner plan -f scenario.yaml [-f more.yaml] [--catalog catalog.json] [-o table|json|yaml]
+
+A scenario is multi-document YAML (or JSON) holding, in any order:
+
+* ``Pod`` -- pending unless ``spec.nodeName`` is set (then it runs on that Node);
+* ``Deployment``, ``StatefulSet``, ``ReplicaSet``, ``Job`` -- expanded into their pending pods;
+* ``NodePool`` and ``KWOKNodeClass`` (``joiner.sh/v1``, validated like the apiserver would);
+* ``NodeClaim`` (``joiner.sh/v1``) -- in-flight capacity not registered as a Node yet;
+* ``Node``, ``DaemonSet``, and ``ConfigMap`` (a KWOKNodeClass's ``spec.catalog``);
+* ``List`` -- any of the above under ``items`` (what ``kubectl get -o yaml`` prints).
+
+Exit status: 0 when a plan was printed (even with unschedulable pods), 1 for bad input (the
+message names the document and field), 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from controller.cloudprovider.catalog import load_catalog, parse_catalog_text
+from controller.scheduling import (
+    CatalogError,
+    ExistingNode,
+    Gang,
+    InstanceType,
+    NodePoolTemplate,
+    Plan,
+    Pod,
+    solve,
+)
+from controller.scheduling.kubeconv import (
+    ConversionError,
+    daemonset_from_dict,
+    is_terminal,
+    node_from_dict,
+    nodeclaim_from_dict,
+    nodepool_from_dict,
+    pod_from_dict,
+    pool_usage,
+)
+
+WORKLOAD_KINDS: Final = ("Deployment", "StatefulSet", "ReplicaSet", "Job")
+KNOWN_KINDS: Final = (
+    "Pod",
+    *WORKLOAD_KINDS,
+    "NodePool",
+    "KWOKNodeClass",
+    "NodeClaim",
+    "Node",
+    "DaemonSet",
+    "ConfigMap",
+    "List",
+)
+CATALOG_KEY: Final = "catalog.json"
+
+
+class ScenarioError(ValueError):
+    """Bad input; the message names the document and the field."""
+
+
+@dataclass
+class Scenario:
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    nodepools: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    nodeclasses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodeclaims: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    daemonsets: list[dict[str, Any]] = field(default_factory=list)
+    configmaps: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+
+
+def _where(source: str, index: int, obj: Mapping[str, Any] | None = None) -> str:
+    what = f"{source}: document {index}"
+    if obj is not None:
+        kind = obj.get("kind") or "object"
+        name = _name(obj)
+        what += f" ({kind} {name!r})" if name else f" ({kind})"
+    return what
+
+
+def read_documents(texts: Iterable[tuple[str, str]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where, object) for every document, ``List`` items flattened."""
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for source, text in texts:
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as err:
+            raise ScenarioError(f"{source}: not valid YAML: {err}") from err
+        for index, doc in enumerate(docs, start=1):
+            if doc is None:
+                continue
+            if not isinstance(doc, Mapping):
+                raise ScenarioError(f"{_where(source, index)}: must be an object with apiVersion and kind")
+            if doc.get("kind") == "List":
+                items = doc.get("items") or []
+                if not isinstance(items, list):
+                    raise ScenarioError(f"{_where(source, index, doc)}: items: must be a list")
+                for j, item in enumerate(items):
+                    if not isinstance(item, Mapping):
+                        raise ScenarioError(f"{_where(source, index, doc)}: items[{j}]: must be an object")
+                    out.append((f"{_where(source, index, item)} items[{j}]", item))
+            else:
+                out.append((_where(source, index, doc), doc))
+    return out
+
+
+def _workload_pods(obj: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    spec = obj.get("spec") or {}
+    kind = str(obj.get("kind"))
+    count = spec.get("parallelism", 1) if kind == "Job" else spec.get("replicas", 1)
+    if not isinstance(count, int) or count < 0:
+        raise ScenarioError(f"{where}: spec.{'parallelism' if kind == 'Job' else 'replicas'}: must be a count")
+    template = spec.get("template")
+    if not isinstance(template, Mapping):
+        raise ScenarioError(f"{where}: spec.template: required")
+    meta = obj.get("metadata") or {}
+    name = _name(obj)
+    tmeta = dict(template.get("metadata") or {})
+    owner = {"apiVersion": obj.get("apiVersion", "apps/v1"), "kind": kind, "name": name, "uid": f"{kind}/{name}"}
+    pods = []
+    for i in range(count):
+        pmeta = {**tmeta, "name": f"{name}-{i}", "namespace": meta.get("namespace") or "default"}
+        pmeta["ownerReferences"] = [{**owner, "controller": True}]
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": pmeta, "spec": template.get("spec") or {}})
+    return pods
+
+
+def _validated(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A joiner.sh/v1 object validated by the API models, dumped back to JSON form."""
+    from api.v1 import InvalidObjectError, parse_object
+
+    try:
+        model = parse_object(obj)
+    except InvalidObjectError as err:
+        lines = "; ".join(str(e) for e in err.errors)
+        raise ScenarioError(f"{where}: invalid: {lines}") from err
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json")
+    return dumped
+
+
+def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]]) -> Scenario:
+    sc = Scenario()
+    for where, obj in documents:
+        kind = obj.get("kind")
+        if kind not in KNOWN_KINDS:
+            raise ScenarioError(f"{where}: kind: unknown kind {kind!r} (expected one of {', '.join(KNOWN_KINDS)})")
+        if kind in ("Pod", "Node", "DaemonSet", "ConfigMap", *WORKLOAD_KINDS) and not _name(obj):
+            raise ScenarioError(f"{where}: metadata.name: required")
+        if kind == "Pod":
+            sc.pods.append(dict(obj))
+        elif kind in WORKLOAD_KINDS:
+            sc.pods.extend(_workload_pods(obj, where))
+        elif kind == "NodePool":
+            sc.nodepools.append((where, _validated(obj, where)))
+        elif kind == "KWOKNodeClass":
+            sc.nodeclasses[_name(obj)] = _validated(obj, where)
+        elif kind == "NodeClaim":
+            sc.nodeclaims.append(_validated(obj, where))
+        elif kind == "Node":
+            sc.nodes.append(dict(obj))
+        elif kind == "DaemonSet":
+            sc.daemonsets.append(dict(obj))
+        elif kind == "ConfigMap":
+            meta = obj.get("metadata") or {}
+            sc.configmaps[f"{meta.get('namespace') or 'default'}/{_name(obj)}"] = dict(obj)
+    return sc
+
+
+# --- solving ---------------------------------------------------------------------------------
+
+
+def _catalog_for(
+    pool: Mapping[str, Any], sc: Scenario, default: tuple[InstanceType, ...], where: str
+) -> tuple[InstanceType, ...]:
+    ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+    nodeclass = sc.nodeclasses.get(str(ref.get("name"))) if ref.get("kind") == "KWOKNodeClass" else None
+    catalog_ref = ((nodeclass or {}).get("spec") or {}).get("catalog")
+    if not catalog_ref:
+        return default
+    cm = sc.configmaps.get(str(catalog_ref))
+    if cm is None:
+        raise ScenarioError(
+            f"{where}: KWOKNodeClass {ref.get('name')!r} spec.catalog refers to ConfigMap {catalog_ref}, "
+            "which is not in the scenario"
+        )
+    text = (cm.get("data") or {}).get(CATALOG_KEY)
+    if not isinstance(text, str):
+        raise ScenarioError(f"ConfigMap {catalog_ref}: data.{CATALOG_KEY}: required")
+    try:
+        return parse_catalog_text(text, source=f"ConfigMap {catalog_ref}")
+    except CatalogError as err:
+        raise ScenarioError(str(err)) from err
+
+
+@dataclass(frozen=True)
+class Inputs:
+    pods: tuple[Pod, ...]
+    pools: tuple[NodePoolTemplate, ...]
+    existing: tuple[ExistingNode, ...]
+    daemons: tuple[Pod, ...]
+    gangs: tuple[Gang, ...]
+
+
+def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
+    pending: list[Pod] = []
+    bound: dict[str, list[Pod]] = {}
+    try:
+        for obj in sc.pods:
+            if is_terminal(obj):
+                continue
+            node_name = (obj.get("spec") or {}).get("nodeName")
+            if node_name:
+                bound.setdefault(str(node_name), []).append(pod_from_dict(obj, detect_gang=False))
+            else:
+                pending.append(pod_from_dict(obj))
+        existing = [node_from_dict(n, pods=bound.pop(_name(n), [])) for n in sc.nodes]
+        if bound:
+            missing = ", ".join(sorted(bound))
+            raise ScenarioError(f"pods are bound (spec.nodeName) to nodes not in the scenario: {missing}")
+        default_types = catalog
+        for claim in sc.nodeclaims:
+            in_flight = nodeclaim_from_dict(claim, instance_types=default_types)
+            if in_flight is not None and not any(e.name == in_flight.name for e in existing):
+                existing.append(in_flight)
+        pools = []
+        for where, np_obj in sc.nodepools:
+            types = _catalog_for(np_obj, sc, catalog, where)
+            name = _name(np_obj)
+            try:
+                pools.append(nodepool_from_dict(np_obj, types, usage=pool_usage(name, existing)))
+            except ConversionError as err:
+                raise ScenarioError(f"{where}: {err}") from err
+        daemons = [daemonset_from_dict(d) for d in sc.daemonsets]
+    except ConversionError as err:
+        raise ScenarioError(str(err)) from err
+    gangs = tuple(Gang(g) for g in sorted({p.gang for p in pending if p.gang is not None}))
+    return Inputs(tuple(pending), tuple(pools), tuple(existing), tuple(daemons), gangs)
+
+
+def plan_scenario(texts: Iterable[tuple[str, str]], *, catalog: tuple[InstanceType, ...]) -> Plan:
+    sc = load_scenario(read_documents(texts))
+    inputs = build_inputs(sc, catalog)
+    return solve(
+        pods=inputs.pods,
+        node_pools=inputs.pools,
+        existing_nodes=inputs.existing,
+        daemon_pods=inputs.daemons,
+        gangs=inputs.gangs,
+    )
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The JSON form: ``nodeClaims``, ``existingNodes``, ``unschedulable``, ``totalPrice``."""
+    return {
+        "nodeClaims": [
+            {
+                "name": n.name,
+                "nodePool": n.node_pool,
+                "instanceType": n.choice.instance_type,
+                "instanceTypes": [c.instance_type for c in n.candidates],
+                "zone": n.choice.zone,
+                "capacityType": n.choice.capacity_type,
+                "price": round(n.choice.price, 6),
+                "pods": list(n.pods),
+                "gang": n.gang,
+                "requests": n.requests.to_quantities(),
+                "requirements": n.requirements.to_expressions(),
+            }
+            for n in plan.new_nodes
+        ],
+        "existingNodes": [{"node": name, "pods": list(pods)} for name, pods in plan.existing_placements.items()],
+        "unschedulable": [{"pod": pod, "reason": reason} for pod, reason in plan.unschedulable.items()],
+        "totalPrice": round(plan.total_price, 6),
+    }
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def plan_to_table(plan: Plan) -> str:
+    out: list[str] = []
+    if plan.new_nodes:
+        rows = [["NODECLAIM", "NODEPOOL", "INSTANCE-TYPE", "ZONE", "CAPACITY", "$/H", "PODS", "GANG", "FALLBACKS"]]
+        for n in plan.new_nodes:
+            rows.append(
+                [
+                    n.name,
+                    n.node_pool,
+                    n.choice.instance_type,
+                    n.choice.zone,
+                    n.choice.capacity_type,
+                    f"{n.choice.price:.4f}",
+                    str(len(n.pods)),
+                    n.gang or "-",
+                    str(len(n.candidates) - 1),
+                ]
+            )
+        out.append(_table(rows))
+    else:
+        out.append("No new nodes.")
+    if plan.existing_placements:
+        rows = [["EXISTING-NODE", "PODS", "NEW-PODS"]]
+        for name, pods in plan.existing_placements.items():
+            shown = ", ".join(pods[:3]) + (f", ... ({len(pods)})" if len(pods) > 3 else "")
+            rows.append([name, str(len(pods)), shown])
+        out.append(_table(rows))
+    if plan.unschedulable:
+        rows = [["UNSCHEDULABLE-POD", "REASON"]]
+        rows.extend([pod, reason] for pod, reason in plan.unschedulable.items())
+        out.append(_table(rows))
+    placed = sum(len(n.pods) for n in plan.new_nodes)
+    out.append(
+        f"Total: {len(plan.new_nodes)} new nodes for {placed} pods, "
+        f"{sum(len(p) for p in plan.existing_placements.values())} pods on existing nodes, "
+        f"{len(plan.unschedulable)} unschedulable, ${plan.total_price:.4f}/h"
+    )
+    return "\n\n".join(out)
+
+
+# --- command ---------------------------------------------------------------------------------
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``joiner plan``."""
+    p = subparsers.add_parser(
+        "plan",
+        help="show what joiner would buy for a scenario (the solver, offline)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "-f", "--filename", action="append", required=True, metavar="FILE", help="scenario YAML/JSON; '-' for stdin"
+    )
+    p.add_argument("--catalog", metavar="FILE", help="instance catalog JSON (default: the built-in KWOK catalog)")
+    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    p.set_defaults(handler=run)
+
+
+def _read(name: str) -> tuple[str, str]:
+    if name == "-":
+        return ("<stdin>", sys.stdin.read())
+    return (name, Path(name).read_text(encoding="utf-8"))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        catalog = load_catalog(args.catalog)
+        texts = [_read(name) for name in args.filename]
+        plan = plan_scenario(texts, catalog=catalog)
+    except (ScenarioError, CatalogError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        print(json.dumps(plan_to_dict(plan), indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(plan_to_dict(plan), sort_keys=False), end="")
+    else:
+        print(plan_to_table(plan))
+    return 0

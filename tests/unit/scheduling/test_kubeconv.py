@@ -1,0 +1,259 @@
+"""Kubernetes JSON -> solver inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.scheduling import Requirement, Resources, Taint, solve
+from controller.scheduling.kubeconv import (
+    ConversionError,
+    daemonset_from_dict,
+    existing_nodes_from_dicts,
+    gang_of,
+    nodeclaim_from_dict,
+    nodepool_from_dict,
+    pod_from_dict,
+    pool_usage,
+)
+from tests.unit.scheduling.builders import itype
+
+
+def a_pod(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **meta}, "spec": spec}
+
+
+def test_requests_follow_kube_scheduler_rules() -> None:
+    spec = {
+        "initContainers": [
+            {"name": "init", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
+            {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
+        ],
+        "containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}}},
+            {"name": "b", "resources": {"limits": {"cpu": "250m", "nvidia.com/gpu": "1"}}},
+        ],
+        "overhead": {"cpu": "50m"},
+    }
+    pod = pod_from_dict(a_pod(spec))
+    # cpu: max(0.5 + 0.25 + 0.1 sidecar, init 2) + 0.05 overhead; memory: max(2Gi, 1Gi)
+    assert pod.requests == Resources.parse({"cpu": "2050m", "memory": "2Gi", "nvidia.com/gpu": 1})
+    assert pod.namespace == "default"
+    assert pod.key == "default/p"
+
+
+def test_node_selection_terms_tolerations_and_preferences() -> None:
+    spec = {
+        "containers": [{"name": "c"}],
+        "nodeSelector": {"kubernetes.io/arch": "amd64"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "joiner.sh/gpu-name", "operator": "In", "values": ["H100"]}]},
+                        {"matchExpressions": [{"key": "joiner.sh/gpu-count", "operator": "Gt", "values": ["3"]}]},
+                    ]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 5, "preference": {"matchExpressions": [{"key": "z", "operator": "In", "values": ["a"]}]}}
+                ],
+            }
+        },
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    pod = pod_from_dict(a_pod(spec, namespace="ml", labels={"app": "x"}))
+    assert pod.namespace == "ml"
+    assert len(pod.node_requirements) == 2
+    assert all(t.get("kubernetes.io/arch") is not None for t in pod.node_requirements)
+    assert pod.preferred[0].weight == 5
+    assert pod.tolerations[0].tolerates(Taint("nvidia.com/gpu", "NoSchedule"))
+
+
+def test_an_empty_node_selector_term_matches_nothing() -> None:
+    spec = {
+        "containers": [{"name": "c"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}},
+    }
+    pod = pod_from_dict(a_pod(spec))
+    assert not pod.node_requirements[0].is_satisfiable()
+
+
+def test_topology_spread_and_pod_affinity_terms() -> None:
+    spec = {
+        "containers": [{"name": "c"}],
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}},
+                "matchLabelKeys": ["pod-template-hash"],
+            },
+            {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"},
+        ],
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}
+                ]
+            },
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {}, "namespaceSelector": {}}
+                ]
+            },
+        },
+    }
+    pod = pod_from_dict(a_pod(spec, labels={"app": "web", "pod-template-hash": "abc"}))
+    [sc] = pod.spread  # ScheduleAnyway is only a preference
+    assert sc.selects({"app": "web", "pod-template-hash": "abc"})
+    assert not sc.selects({"app": "web", "pod-template-hash": "old"})
+    assert pod.anti_affinity[0].selects("default", {"app": "web"})
+    assert not pod.anti_affinity[0].selects("other", {"app": "web"})
+    assert pod.affinity[0].all_namespaces
+
+
+def test_gang_markers_and_owner() -> None:
+    meta: dict[str, Any] = {"labels": {"scheduling.x-k8s.io/pod-group": "job1"}, "namespace": "ml"}
+    meta["ownerReferences"] = [{"kind": "Job", "name": "job1", "uid": "u1", "controller": True}]
+    pod = pod_from_dict(a_pod({"containers": [{"name": "c"}]}, **meta))
+    assert pod.gang == "ml/job1"
+    assert pod.owner == "u1"
+    assert gang_of({"metadata": {"annotations": {"volcano.sh/group-name": "pg"}}}) == "default/pg"
+    assert pod_from_dict(a_pod({"containers": []}), gang="explicit").gang == "explicit"
+
+
+def test_bad_pod_names_the_field() -> None:
+    bad = a_pod({"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]})
+    with pytest.raises(ConversionError, match=r"Pod default/p: spec.containers\[0\].resources.requests"):
+        pod_from_dict(bad)
+
+
+NODE = {
+    "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "a", "joiner.sh/nodepool": "gpu"}},
+    "spec": {
+        "taints": [
+            {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        ],
+        "unschedulable": True,
+    },
+    "status": {
+        "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "1"},
+        "allocatable": {"cpu": "7900m", "memory": "30Gi", "pods": "110", "nvidia.com/gpu": "1"},
+    },
+}
+
+
+def test_nodes_with_their_pods() -> None:
+    bound = a_pod({"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]})
+    done = a_pod({"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]})
+    done["metadata"]["name"] = "done"
+    done["status"] = {"phase": "Succeeded"}
+    [node] = existing_nodes_from_dicts([NODE], [bound, done])
+    assert node.allocatable.get("cpu") == 7900
+    assert [p.name for p in node.pods] == ["p"]
+    assert node.taints == (Taint("nvidia.com/gpu", "NoSchedule"),)  # not-ready is ephemeral
+    assert node.unschedulable
+    assert node.node_pool == "gpu"
+    assert pool_usage("gpu", [node]) == Resources.parse(NODE["status"]["capacity"])  # type: ignore[index]
+
+
+def test_in_flight_nodeclaim_uses_its_instance_type() -> None:
+    it = itype("g.1gpu", cpu=8, mem_gi=32, gpu=1, price=1.0)
+    claim = {
+        "metadata": {
+            "name": "gpu-abc",
+            "labels": {"joiner.sh/nodepool": "gpu", "node.kubernetes.io/instance-type": "g.1gpu"},
+        },
+        "spec": {
+            "requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}],
+            "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}, {"key": "warming", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "warming", "effect": "NoSchedule"}],
+        },
+    }
+    node = nodeclaim_from_dict(claim, instance_types=[it])
+    assert node is not None
+    assert node.in_flight
+    assert node.allocatable == it.allocatable
+    assert node.labels["topology.kubernetes.io/zone"] == "zone-b"
+    assert node.taints == (Taint("nvidia.com/gpu", "NoSchedule"),)
+    assert nodeclaim_from_dict({"metadata": {"name": "x"}}, instance_types=[it]) is None
+
+
+def test_daemonset_pod_template() -> None:
+    ds = {
+        "metadata": {"name": "dcgm", "namespace": "gpu-operator"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"app": "dcgm"}},
+                "spec": {
+                    "nodeSelector": {"joiner.sh/gpu-manufacturer": "nvidia"},
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
+                },
+            }
+        },
+    }
+    daemon = daemonset_from_dict(ds)
+    assert daemon.requests == Resources.parse({"cpu": "100m", "memory": "128Mi"})
+    assert daemon.node_requirements[0].get("joiner.sh/gpu-manufacturer") == Requirement.in_(
+        "joiner.sh/gpu-manufacturer", "nvidia"
+    )
+    assert any(t.key == "node.kubernetes.io/unschedulable" for t in daemon.tolerations)
+
+
+def test_nodepool_conversion_and_use() -> None:
+    np_obj = {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "gpu"},
+        "spec": {
+            "weight": 10,
+            "limits": {"nvidia.com/gpu": "16"},
+            "template": {
+                "metadata": {"labels": {"team": "ml"}},
+                "spec": {
+                    "nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"},
+                    "requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 1},
+                    ],
+                    "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                    "startupTaints": [{"key": "driver", "effect": "NoSchedule"}],
+                },
+            },
+        },
+    }
+    types = [itype("g.1gpu", cpu=8, mem_gi=32, gpu=1, price=1.0, spot=0.3)]
+    pool = nodepool_from_dict(np_obj, types)
+    assert pool.weight == 10
+    assert pool.requirements.get("joiner.sh/capacity-type") == Requirement.in_("joiner.sh/capacity-type", "on-demand")
+    assert pool.limits == Resources.parse({"nvidia.com/gpu": 16})
+    assert pool.labels == {"team": "ml"}
+    assert pool.node_class == "default"
+    gpu_pod = pod_from_dict(
+        a_pod(
+            {
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                "tolerations": [{"operator": "Exists"}],
+            }
+        )
+    )
+    plan = solve(pods=[gpu_pod], node_pools=[pool])
+    assert plan.new_nodes[0].choice.capacity_type == "on-demand"
+    bad = {**np_obj, "spec": {"template": {"spec": {"requirements": [{"key": "x", "operator": "Near"}]}}}}
+    with pytest.raises(ConversionError, match=r"NodePool gpu: spec.template.spec.requirements\[0\]"):
+        nodepool_from_dict(bad, types)
+
+
+def test_scheduling_labels_mirror_the_api() -> None:
+    from api.v1 import labels as api_labels
+    from controller.scheduling import labels as ours
+
+    for name in ("LABEL_NODEPOOL", "LABEL_CAPACITY_TYPE", "LABEL_INSTANCE_TYPE", "LABEL_ZONE", "LABEL_HOSTNAME"):
+        assert getattr(ours, name) == getattr(api_labels, name)
+    for name in ("LABEL_GPU_NAME", "LABEL_GPU_COUNT", "LABEL_GPU_MEMORY", "LABEL_GPU_MANUFACTURER", "LABEL_GANG"):
+        assert getattr(ours, name) == getattr(api_labels, name)
+    assert ours.KARPENTER_LABEL_ALIASES == api_labels.KARPENTER_LABEL_ALIASES
+    assert ours.TAINT_UNREGISTERED == api_labels.TAINT_UNREGISTERED

@@ -1,0 +1,472 @@
+"""Behaviour of the solver: what it buys, where pods go, and why pods are refused."""
+
+from __future__ import annotations
+
+import random
+
+from controller.scheduling import Gang, Plan, Pod, Requirement, Requirements, Taint, Toleration, solve
+from tests.unit.scheduling.builders import (
+    GPU_TAINT,
+    HOSTNAME,
+    TOLERATE_GPU,
+    ZONE,
+    anti,
+    check_plan,
+    itype,
+    node,
+    pod,
+    pods,
+    pool,
+    res,
+    spread,
+)
+
+CPU_TYPES = [
+    itype("c.large", cpu=2, mem_gi=4, price=0.08),
+    itype("c.xlarge", cpu=4, mem_gi=8, price=0.16),
+    itype("c.4xlarge", cpu=16, mem_gi=32, price=0.64),
+    itype("m.xlarge", cpu=4, mem_gi=16, price=0.19),
+]
+GPU_TYPES = [
+    itype("g.1gpu", cpu=8, mem_gi=32, gpu=1, price=1.0),
+    itype("g.4gpu", cpu=48, mem_gi=192, gpu=4, price=3.8),
+    itype("g.8gpu", cpu=96, mem_gi=768, gpu=8, price=7.2),
+]
+
+
+def gpu_pod(name: str, gpus: int = 1, gang: str | None = None) -> Pod:
+    return pod(name, requests=res(cpu="2", memory="8Gi", gpu=gpus), tolerations=[TOLERATE_GPU], gang=gang)
+
+
+def expect_types(plan: Plan) -> list[str]:
+    return sorted(n.choice.instance_type for n in plan.new_nodes)
+
+
+# --- GPU-aware packing --------------------------------------------------------------------------
+
+
+def test_one_gpu_pod_gets_the_cheapest_one_gpu_machine_not_an_eight_gpu_one() -> None:
+    pools = [pool("gpu", GPU_TYPES, taints=[GPU_TAINT])]
+    pending = [gpu_pod("train-0")]
+    plan = solve(pods=pending, node_pools=pools)
+    check_plan(plan, pending=pending, pools=pools)
+    assert expect_types(plan) == ["g.1gpu"]
+    assert [c.instance_type for c in plan.new_nodes[0].candidates] == ["g.1gpu", "g.4gpu", "g.8gpu"]
+
+
+def test_eight_one_gpu_pods_share_the_cheaper_eight_gpu_machine() -> None:
+    pools = [pool("gpu", GPU_TYPES, taints=[GPU_TAINT])]
+    pending = [gpu_pod(f"p-{i}") for i in range(8)]
+    plan = solve(pods=pending, node_pools=pools)
+    check_plan(plan, pending=pending, pools=pools)
+    assert expect_types(plan) == ["g.8gpu"]
+    assert plan.total_price == 7.2
+
+
+def test_five_gpus_buy_four_plus_one_not_eight() -> None:
+    pools = [pool("gpu", GPU_TYPES, taints=[GPU_TAINT])]
+    pending = [gpu_pod(f"p-{i}") for i in range(5)]
+    plan = solve(pods=pending, node_pools=pools)
+    assert expect_types(plan) == ["g.1gpu", "g.4gpu"]
+
+
+def test_cpu_pods_do_not_land_on_gpu_nodes_when_a_cpu_node_is_cheaper() -> None:
+    pools = [pool("mixed", CPU_TYPES + GPU_TYPES)]  # no taint: GPU machines are allowed
+    pending = pods("web", 6, requests=res(cpu="1", memory="1Gi"))
+    plan = solve(pods=pending, node_pools=pools)
+    check_plan(plan, pending=pending, pools=pools)
+    assert all(not t.startswith("g.") for t in expect_types(plan))
+
+
+def test_cpu_pods_fill_the_leftover_of_a_gpu_node_being_bought_anyway() -> None:
+    pools = [pool("mixed", CPU_TYPES + GPU_TYPES)]
+    pending = [gpu_pod("infer-0"), pod("sidecar-0", requests=res(cpu="2", memory="4Gi"))]
+    plan = solve(pods=pending, node_pools=pools)
+    check_plan(plan, pending=pending, pools=pools)
+    assert expect_types(plan) == ["g.1gpu"]
+    assert sorted(plan.new_nodes[0].pods) == ["default/infer-0", "default/sidecar-0"]
+
+
+def test_gpu_pods_are_packed_before_cpu_pods() -> None:
+    pools = [pool("mixed", CPU_TYPES + GPU_TYPES)]
+    pending = [pod("cpu-0", requests=res(cpu="5", memory="20Gi")), gpu_pod("gpu-0")]
+    plan = solve(pods=pending, node_pools=pools)
+    check_plan(plan, pending=pending, pools=pools)
+    # the GPU node was chosen first; the CPU pod fits its leftover (8 cpu, 32Gi) for free
+    assert expect_types(plan) == ["g.1gpu"]
+
+
+def test_cheapest_offering_wins_across_capacity_types_and_zones() -> None:
+    t = itype("c.xlarge", cpu=4, mem_gi=8, price=0.16, spot=0.05, unavailable=[("zone-a", "spot")])
+    pools = [pool("default", [t])]
+    plan = solve(pods=[pod("a")], node_pools=pools)
+    choice = plan.new_nodes[0].choice
+    assert (choice.capacity_type, choice.zone, choice.price) == ("spot", "zone-b", 0.05)
+
+
+def test_unavailable_offerings_are_avoided() -> None:
+    t = itype("c.xlarge", cpu=4, mem_gi=8, price=0.16, spot=0.05)
+    pools = [pool("default", [t])]
+    avoid = {("c.xlarge", z, "spot") for z in ("zone-a", "zone-b")}
+    plan = solve(pods=[pod("a")], node_pools=pools, unavailable=avoid)
+    assert plan.new_nodes[0].choice.zone == "zone-c"
+    everything = {("c.xlarge", z, ct) for z in ("zone-a", "zone-b", "zone-c") for ct in ("spot", "on-demand")}
+    plan = solve(pods=[pod("a")], node_pools=pools, unavailable=everything)
+    assert "default/a" in plan.unschedulable
+
+
+# --- existing capacity first -------------------------------------------------------------------
+
+
+def test_existing_nodes_are_filled_before_anything_is_bought() -> None:
+    pools = [pool("default", CPU_TYPES)]
+    existing = [node("n1", allocatable=res(cpu="4", memory="8Gi", pods=110))]
+    pending = pods("web", 3, requests=res(cpu="1", memory="1Gi"))
+    plan = solve(pods=pending, node_pools=pools, existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=pools, existing=existing)
+    assert not plan.new_nodes
+    assert len(plan.existing_placements["n1"]) == 3
+
+
+def test_ready_nodes_come_before_in_flight_nodes_and_cordoned_or_tainted_are_skipped() -> None:
+    pools = [pool("default", CPU_TYPES)]
+    alloc = res(cpu="2", memory="4Gi", pods=110)
+    existing = [
+        node("a-in-flight", allocatable=alloc, in_flight=True),
+        node("b-cordoned", allocatable=alloc, unschedulable=True),
+        node("c-tainted", allocatable=alloc, taints=[Taint("dedicated", "NoSchedule", "db")]),
+        node("d-ready", allocatable=alloc),
+    ]
+    pending = pods("web", 3, requests=res(cpu="1", memory="1Gi"))
+    plan = solve(pods=pending, node_pools=pools, existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=pools, existing=existing)
+    assert len(plan.existing_placements["d-ready"]) == 2
+    assert len(plan.existing_placements["a-in-flight"]) == 1
+    assert "b-cordoned" not in plan.existing_placements
+    assert "c-tainted" not in plan.existing_placements
+    assert not plan.new_nodes
+
+
+def test_bound_pods_use_up_existing_capacity() -> None:
+    pools = [pool("default", CPU_TYPES)]
+    bound = [pod("old-0", requests=res(cpu="1500m", memory="1Gi"))]
+    existing = [node("n1", allocatable=res(cpu="2", memory="4Gi", pods=110), bound=bound)]
+    pending = [pod("new-0", requests=res(cpu="1", memory="1Gi"))]
+    plan = solve(pods=pending, node_pools=pools, existing_nodes=existing)
+    assert not plan.existing_placements
+    assert len(plan.new_nodes) == 1
+
+
+# --- NodePools: requirements, weights, limits, taints, daemonsets ---------------------------
+
+
+def test_higher_weight_pool_is_used_first_even_if_pricier() -> None:
+    cheap = pool("cheap", [itype("c.cheap", cpu=4, mem_gi=8, price=0.1)])
+    preferred = pool("reserved", [itype("c.dear", cpu=4, mem_gi=8, price=0.3)], weight=50)
+    plan = solve(pods=[pod("a")], node_pools=[cheap, preferred])
+    assert plan.new_nodes[0].node_pool == "reserved"
+
+
+def test_pool_limits_cap_what_is_bought_and_say_so() -> None:
+    gpu = pool("h100", GPU_TYPES, taints=[GPU_TAINT], limits=res(gpu=16), usage=res(gpu=8))
+    pending = [gpu_pod(f"job-{i}", gpus=8) for i in range(2)]
+    plan = solve(pods=pending, node_pools=[gpu])
+    check_plan(plan, pending=pending, pools=[gpu])
+    assert len(plan.new_nodes) == 1
+    [reason] = plan.unschedulable.values()
+    assert reason == 'nodepool "h100": would exceed its limit nvidia.com/gpu (16 of 16 in use)'
+
+
+def test_limits_count_the_capacity_of_the_chosen_machines() -> None:
+    p = pool("cpu", CPU_TYPES, limits=res(cpu="4"))
+    pending = pods("web", 3, requests=res(cpu="1500m", memory="1Gi"))
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    bought = sum(
+        next(t for t in CPU_TYPES if t.name == n.choice.instance_type).capacity.get("cpu") for n in plan.new_nodes
+    )
+    assert bought <= 4000
+    assert len(plan.unschedulable) == 1
+    assert next(iter(plan.unschedulable.values())).startswith('nodepool "cpu": would exceed its limit cpu')
+
+
+def test_pool_requirements_and_labels_constrain_instance_types() -> None:
+    p = pool(
+        "arm-only", CPU_TYPES, requirements=[Requirement.new("node.kubernetes.io/instance-type", "In", ["m.xlarge"])]
+    )
+    plan = solve(pods=[pod("a")], node_pools=[p])
+    assert expect_types(plan) == ["m.xlarge"]
+    team = pool("team", CPU_TYPES, labels={"team": "ml"})
+    plan = solve(pods=[pod("a", selector={"team": "ml"}), pod("b", selector={"team": "web"})], node_pools=[team])
+    assert list(plan.unschedulable) == ["default/b"]
+    assert "team In [web]" in plan.unschedulable["default/b"]
+
+
+def test_daemonset_overhead_is_added_to_new_nodes_it_would_run_on() -> None:
+    p = pool("default", CPU_TYPES)
+    daemon = pod("agent", requests=res(cpu="500m", memory="512Mi"))
+    pending = [pod("a", requests=res(cpu="1800m", memory="1Gi"))]
+    without = solve(pods=pending, node_pools=[p])
+    assert expect_types(without) == ["c.large"]
+    plan = solve(pods=pending, node_pools=[p], daemon_pods=[daemon])
+    check_plan(plan, pending=pending, pools=[p], daemons=[daemon])
+    assert expect_types(plan) == ["c.xlarge"]
+    assert plan.new_nodes[0].requests.get("cpu") == 2300
+    assert plan.new_nodes[0].requests.get("pods") == 2000
+
+
+def test_daemonsets_that_cannot_run_on_a_pool_add_no_overhead() -> None:
+    p = pool("gpu", GPU_TYPES, taints=[GPU_TAINT])
+    selective = pod("cpu-agent", requests=res(cpu="4"), selector={"kubernetes.io/arch": "arm64"})
+    intolerant = pod("web-agent", requests=res(cpu="4"))
+    tolerant = pod("gpu-agent", requests=res(cpu="7"), tolerations=[Toleration("", "Exists")])
+    pending = [gpu_pod("a")]
+    plan = solve(pods=pending, node_pools=[p], daemon_pods=[selective, intolerant])
+    assert expect_types(plan) == ["g.1gpu"]
+    plan = solve(pods=pending, node_pools=[p], daemon_pods=[tolerant])
+    assert expect_types(plan) == ["g.4gpu"]
+
+
+def test_startup_taints_need_no_toleration() -> None:
+    p = pool("gpu", GPU_TYPES, startup_taints=[Taint("nvidia.com/gpu-driver", "NoSchedule")])
+    plan = solve(pods=[pod("a", requests=res(cpu="1", gpu=1))], node_pools=[p])
+    assert len(plan.new_nodes) == 1
+    assert plan.new_nodes[0].startup_taints == (Taint("nvidia.com/gpu-driver", "NoSchedule"),)
+
+
+def test_min_values_keeps_enough_candidates() -> None:
+    req = Requirement.new("node.kubernetes.io/instance-type", "Exists", min_values=3)
+    p = pool("flex", CPU_TYPES, requirements=[req])
+    plan = solve(pods=pods("w", 2, requests=res(cpu="1", memory="1Gi")), node_pools=[p])
+    assert all(len(n.candidates) >= 3 for n in plan.new_nodes)
+    p2 = pool(
+        "flex", CPU_TYPES, requirements=[Requirement.new("node.kubernetes.io/instance-type", "Exists", min_values=5)]
+    )
+    plan = solve(pods=[pod("a")], node_pools=[p2])
+    assert "default/a" in plan.unschedulable
+
+
+# --- affinity and preferences ---------------------------------------------------------------
+
+
+def test_node_selector_and_required_affinity_terms_are_ored() -> None:
+    p = pool("mixed", CPU_TYPES + GPU_TYPES)
+    terms = [
+        Requirements((Requirement.new("node.kubernetes.io/instance-type", "In", ["nope"]),)),
+        Requirements((Requirement.new("node.kubernetes.io/instance-type", "In", ["m.xlarge"]),)),
+    ]
+    plan = solve(pods=[pod("a", terms=terms)], node_pools=[p])
+    assert expect_types(plan) == ["m.xlarge"]
+
+
+def test_preferred_node_affinity_is_tried_first_then_relaxed() -> None:
+    p = pool("default", CPU_TYPES)
+    prefer_b = Requirements((Requirement.in_(ZONE, "zone-b"),))
+    plan = solve(pods=[pod("a", preferred=[(10, prefer_b)])], node_pools=[p])
+    assert plan.new_nodes[0].choice.zone == "zone-b"
+    prefer_missing = Requirements((Requirement.in_(ZONE, "zone-x"),))
+    plan = solve(pods=[pod("a", preferred=[(10, prefer_missing)])], node_pools=[p])
+    assert plan.new_nodes[0].choice.zone == "zone-a"
+    assert not plan.unschedulable
+
+
+def test_free_capacity_beats_preferences() -> None:
+    p = pool("default", CPU_TYPES)
+    existing = [node("n1", zone="zone-a", allocatable=res(cpu="4", memory="8Gi", pods=110))]
+    prefer_b = Requirements((Requirement.in_(ZONE, "zone-b"),))
+    plan = solve(pods=[pod("a", preferred=[(10, prefer_b)])], node_pools=[p], existing_nodes=existing)
+    assert plan.existing_placements == {"n1": ("default/a",)}
+
+
+# --- reasons ----------------------------------------------------------------------------------
+
+
+def test_reasons_name_the_pool_and_the_cause() -> None:
+    gpu = pool("gpu", GPU_TYPES, taints=[GPU_TAINT])
+    cpu = pool("cpu", CPU_TYPES)
+    huge = pod("huge", requests=res(cpu="1", gpu=16), tolerations=[TOLERATE_GPU])
+    intolerant = pod("intolerant", requests=res(cpu="1", gpu=1))
+    b200 = pod(
+        "b200", requests=res(cpu="1", gpu=1), tolerations=[TOLERATE_GPU], selector={"joiner.sh/gpu-name": "B200"}
+    )
+    plan = solve(pods=[huge, intolerant, b200], node_pools=[gpu, cpu])
+    assert plan.unschedulable["default/huge"] == (
+        'nodepool "cpu": no instance type has nvidia.com/gpu; '
+        'nodepool "gpu": no instance type has 16 nvidia.com/gpu (largest: 8)'
+    )
+    assert plan.unschedulable["default/intolerant"].startswith(
+        'nodepool "cpu": no instance type has nvidia.com/gpu; '
+        'nodepool "gpu": pod does not tolerate taint nvidia.com/gpu=:NoSchedule'
+    )
+    assert 'nodepool "gpu": no instance type matches joiner.sh/gpu-name In [B200]' in plan.unschedulable["default/b200"]
+
+
+def test_no_pools_at_all() -> None:
+    plan = solve(pods=[pod("a")], node_pools=[])
+    assert plan.unschedulable == {"default/a": "no NodePool exists and no existing node has room"}
+
+
+# --- topology -------------------------------------------------------------------------------
+
+
+def zones_of(plan: Plan) -> list[str]:
+    return sorted(n.choice.zone for n in plan.new_nodes for _ in n.pods)
+
+
+def test_zonal_spread_balances_pods_across_zones() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = pods("web", 7, labels={"app": "web"}, spread=[spread(ZONE, "web")])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    counts = {z: zones_of(plan).count(z) for z in ("zone-a", "zone-b", "zone-c")}
+    assert sorted(counts.values()) == [2, 2, 3]
+
+
+def test_zonal_spread_counts_existing_pods_and_skips_zones_without_capacity() -> None:
+    t = itype("c.xlarge", cpu=4, mem_gi=8, price=0.16, zones=("zone-a", "zone-b"))
+    p = pool("default", [t])
+    bound = [pod(f"old-{i}", labels={"app": "web"}) for i in range(2)]
+    existing = [node("n1", zone="zone-a", allocatable=res(cpu="1", memory="1Gi", pods=110), bound=bound)]
+    pending = pods("web", 4, labels={"app": "web"}, spread=[spread(ZONE, "web")])
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=[p], existing=existing)
+    counts = {z: zones_of(plan).count(z) for z in ("zone-a", "zone-b")}
+    assert counts == {"zone-a": 1, "zone-b": 3}  # ends 3 and 3
+
+
+def test_hostname_spread_caps_pods_per_node() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = pods("web", 6, labels={"app": "web"}, spread=[spread(HOSTNAME, "web", max_skew=2)])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert len(plan.new_nodes) == 3
+
+
+def test_hostname_anti_affinity_puts_each_replica_on_its_own_node() -> None:
+    p = pool("default", CPU_TYPES)
+    existing = [node("n1", allocatable=res(cpu="8", memory="16Gi", pods=110), bound=[pod("old", labels={"app": "db"})])]
+    pending = pods("db", 3, labels={"app": "db"}, anti_affinity=[anti(HOSTNAME, "db")])
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=[p], existing=existing)
+    assert len(plan.new_nodes) == 3
+    assert not plan.existing_placements
+
+
+def test_existing_pods_anti_affinity_is_respected_too() -> None:
+    p = pool("default", CPU_TYPES)
+    loner = pod("loner", labels={"app": "loner"}, anti_affinity=[anti(HOSTNAME, "web")])
+    existing = [node("n1", allocatable=res(cpu="8", memory="16Gi", pods=110), bound=[loner])]
+    plan = solve(pods=[pod("web-0", labels={"app": "web"})], node_pools=[p], existing_nodes=existing)
+    assert not plan.existing_placements
+    assert len(plan.new_nodes) == 1
+
+
+def test_zonal_anti_affinity_allows_one_per_zone() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = pods("zk", 4, labels={"app": "zk"}, anti_affinity=[anti(ZONE, "zk")])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert sorted(zones_of(plan)) == ["zone-a", "zone-b", "zone-c"]
+    assert len(plan.unschedulable) == 1
+    assert "anti-affinity" in next(iter(plan.unschedulable.values()))
+
+
+def test_zonal_pod_affinity_follows_the_existing_pod() -> None:
+    from controller.scheduling import PodAffinityTerm, label_selector
+
+    p = pool("default", CPU_TYPES)
+    existing = [
+        node(
+            "n1",
+            zone="zone-c",
+            allocatable=res(cpu="1", memory="1Gi", pods=110),
+            bound=[pod("cache", labels={"app": "cache"})],
+        )
+    ]
+    near = PodAffinityTerm(
+        topology_key=ZONE, selector=label_selector({"app": "cache"}), namespaces=frozenset({"default"})
+    )
+    plan = solve(pods=pods("api", 3, affinity=[near]), node_pools=[p], existing_nodes=existing)
+    assert set(zones_of(plan)) == {"zone-c"}
+    assert not plan.unschedulable
+    lonely = PodAffinityTerm(
+        topology_key=ZONE, selector=label_selector({"app": "nothing"}), namespaces=frozenset({"default"})
+    )
+    plan = solve(pods=[pod("x", affinity=[lonely])], node_pools=[p])
+    assert "pod affinity" in plan.unschedulable["default/x"]
+
+
+def test_self_affinity_on_hostname_keeps_replicas_together() -> None:
+    from controller.scheduling import PodAffinityTerm, label_selector
+
+    p = pool("default", CPU_TYPES)
+    together = PodAffinityTerm(
+        topology_key=HOSTNAME, selector=label_selector({"app": "t"}), namespaces=frozenset({"default"})
+    )
+    plan = solve(
+        pods=pods("t", 4, labels={"app": "t"}, affinity=[together], requests=res(cpu="1", memory="1Gi")), node_pools=[p]
+    )
+    assert len(plan.new_nodes) == 1
+    assert len(plan.new_nodes[0].pods) == 4
+
+
+# --- gangs ----------------------------------------------------------------------------------
+
+
+def test_gang_is_placed_together_and_tagged() -> None:
+    p = pool("gpu", GPU_TYPES, taints=[GPU_TAINT])
+    pending = [gpu_pod(f"w-{i}", gpus=8, gang="train") for i in range(4)]
+    plan = solve(pods=pending, node_pools=[p], gangs=[Gang("train")])
+    check_plan(plan, pending=pending, pools=[p])
+    assert len(plan.new_nodes) == 4
+    assert all(n.gang == "train" for n in plan.new_nodes)
+
+
+def test_gang_that_cannot_fully_fit_places_nobody_and_each_member_gets_the_reason() -> None:
+    p = pool("gpu", GPU_TYPES, taints=[GPU_TAINT], limits=res(gpu=24))
+    pending = [gpu_pod(f"w-{i}", gpus=8, gang="train") for i in range(4)]
+    others = [gpu_pod("solo")]
+    plan = solve(pods=pending + others, node_pools=[p])
+    assert set(plan.unschedulable) == {f"default/w-{i}" for i in range(4)}
+    assert set(plan.unschedulable.values()) == {
+        "gang 'train': 1 of 4 pods cannot be placed, so none is: "
+        'nodepool "gpu": would exceed its limit nvidia.com/gpu (24 of 24 in use)'
+    }
+    assert [n.pods for n in plan.new_nodes] == [("default/solo",)]
+
+
+def test_gang_nodes_are_not_shared_with_other_pods() -> None:
+    p = pool("mixed", CPU_TYPES + GPU_TYPES)
+    pending = [gpu_pod("w-0", gang="g"), pod("web", requests=res(cpu="1", memory="1Gi"))]
+    plan = solve(pods=pending, node_pools=[p])
+    gang_nodes = [n for n in plan.new_nodes if n.gang == "g"]
+    assert [n.pods for n in gang_nodes] == [("default/w-0",)]
+
+
+def test_same_zone_gang_lands_in_one_zone() -> None:
+    t = itype("g.8gpu", cpu=96, mem_gi=768, gpu=8, price=7.2, zones=("zone-a", "zone-b", "zone-c"))
+    p = pool("gpu", [t], taints=[GPU_TAINT])
+    existing = [
+        node("busy", zone="zone-a", allocatable=res(cpu="96", memory="768Gi", gpu=8, pods=110), taints=[GPU_TAINT])
+    ]
+    pending = [gpu_pod(f"w-{i}", gpus=8, gang="g") for i in range(3)]
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing, gangs=[Gang("g", same_zone=True)])
+    zones = {n.choice.zone for n in plan.new_nodes} | {"zone-a" for _ in plan.existing_placements}
+    assert len(zones) == 1
+    assert not plan.unschedulable
+
+
+# --- determinism -----------------------------------------------------------------------------
+
+
+def test_same_input_same_plan_regardless_of_order() -> None:
+    p = [pool("mixed", CPU_TYPES + GPU_TYPES)]
+    pending = (
+        pods("web", 7, labels={"app": "web"}, spread=[spread(ZONE, "web")])
+        + pods("db", 3, labels={"app": "db"}, anti_affinity=[anti(HOSTNAME, "db")])
+        + [gpu_pod(f"g-{i}") for i in range(3)]
+    )
+    first = solve(pods=pending, node_pools=p)
+    shuffled = list(pending)
+    random.Random(3).shuffle(shuffled)
+    assert solve(pods=shuffled, node_pools=p) == first
