@@ -158,6 +158,19 @@ class Disruption(SpecModel):
     restrictive wins. Default: one budget of ``10%``."""
 
 
+class GangDefaults(SpecModel):
+    """How gangs (pods that must start together) are provisioned from this pool, unless the pods'
+    annotations say otherwise."""
+
+    timeout: Duration | None = None
+    """How long every NodeClaim of a gang attempt may take to be Initialized before the attempt is
+    rolled back (all of its NodeClaims deleted) and retried, e.g. ``20m``. Unset: the operator's
+    default (15m). The pods' annotation ``joiner.sh/gang-timeout`` overrides it."""
+    same_zone: bool = True
+    """Put all nodes of a gang in one zone. ``false`` lets a gang that fits in no single zone spread
+    over zones. The pods' annotation ``joiner.sh/gang-same-zone`` overrides it."""
+
+
 class NodePoolSpec(SpecModel):
     """What the pool may launch and how its nodes are retired."""
 
@@ -172,6 +185,8 @@ class NodePoolSpec(SpecModel):
     ``nvidia.com/gpu``, ...). joiner launches nothing that would exceed them."""
     weight: int | None = Field(default=None, ge=1, le=100)
     """Priority among pools: higher weight is tried first (1..100). Unset: lowest."""
+    gang: GangDefaults | None = None
+    """Defaults for gangs provisioned from this pool: attempt timeout and same-zone placement."""
 
 
 class NodePoolStatus(StatusModel):

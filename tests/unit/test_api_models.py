@@ -286,6 +286,27 @@ def test_defaults_of_a_minimal_nodepool() -> None:
     assert pool.spec.template.spec.requirements == []
 
 
+def test_gang_defaults_are_optional_and_default_to_one_zone() -> None:
+    pool = parse_object(minimal_nodepool())
+    assert isinstance(pool, NodePool)
+    assert pool.spec.gang is None
+    pool = parse_object(minimal_nodepool(gang={}))
+    assert isinstance(pool, NodePool)
+    assert pool.spec.gang is not None
+    assert pool.spec.gang.same_zone is True
+    assert pool.spec.gang.timeout is None
+    pool = parse_object(minimal_nodepool(gang={"timeout": "20m", "sameZone": False}))
+    assert isinstance(pool, NodePool)
+    assert pool.spec.gang is not None
+    assert (pool.spec.gang.timeout, pool.spec.gang.same_zone) == ("20m", False)
+
+
+def test_gang_defaults_are_validated() -> None:
+    expect_rejected(minimal_nodepool(gang={"timeout": "soon"}), "spec.gang.timeout")
+    expect_rejected(minimal_nodepool(gang={"timeout": "Never"}), "spec.gang.timeout")
+    expect_rejected(minimal_nodepool(gang={"zone": "a"}), "spec.gang.zone", "unknown field")
+
+
 def test_default_budget_is_not_shared_between_pools() -> None:
     first = NodePool.model_validate(minimal_nodepool())
     second = NodePool.model_validate(minimal_nodepool())

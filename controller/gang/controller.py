@@ -1,0 +1,948 @@
+"""The gang controller: gated gang pods -> one solve -> NodeClaims under one gang id -> every node
+Initialized -> all gates removed together. Or, when anything fails: every NodeClaim deleted, pods
+kept gated, retry with backoff.
+
+Each reconcile reads one view of a gang (its pods, their durable record, its NodeClaims), asks the
+pure ``decide`` for the next step and applies it; the writes come back as watch events that queue
+the gang again. Plans of different gangs are made one at a time, each counting the NodeClaims the
+previous ones created, so two gangs competing for a NodePool's limits never both get half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any, Final, Literal
+
+import structlog
+
+from api.v1.labels import LABEL_GANG, LABEL_NODEPOOL
+from controller.context import Context
+from controller.gang import claims as cl
+from controller.gang import metrics
+from controller.gang.decide import (
+    Admit,
+    Decision,
+    DeleteClaims,
+    DeleteNodes,
+    GangView,
+    Knobs,
+    MarkAdmitted,
+    MarkFinished,
+    MemberLost,
+    Pin,
+    Plan,
+    Rollback,
+    SizeUnknown,
+    Wait,
+    WaitForMembers,
+    backoff_seconds,
+    completed_at,
+    decide,
+    first_created,
+    fmt_seconds,
+)
+from controller.gang.markers import (
+    ANNOTATION_GANG_NAME,
+    POLICY_RESTART_GANG,
+    GangMarker,
+    gang_marker,
+    gang_options,
+    has_gate,
+    is_active,
+)
+from controller.gang.patches import (
+    attempt_id,
+    claim_admitted_patch,
+    claim_name,
+    gang_claim_manifest,
+    pin_patch,
+    pod_condition_patch,
+    record_patch,
+    ungate_patch,
+)
+from controller.gang.planner import (
+    GangPlan,
+    NoFit,
+    PlanRequest,
+    convert_pods,
+    describe_plan,
+    plan_gang,
+    pool_gang_defaults,
+)
+from controller.gang.podgroups import PodGroupSizes
+from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, newest, record_of
+from controller.kube.client import ApiError, ConflictError, NotFoundError, PatchType
+from controller.kube.resources import NODECLAIMS, NODES, PODS
+from controller.nodeclaim.deletion import delete_nodeclaim
+from controller.provisioning.capacity import daemon_templates, existing_capacity, valid_pools
+from controller.provisioning.nodeclaims import PLANNED_PRICE
+from controller.provisioning.provisioner import NODECLAIMS_CREATED, PRICE_CREATED
+from controller.scheduling import kubeconv
+from controller.scheduling.model import NodePoolTemplate, OfferingKey
+from controller.state.informer import EventType
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+
+RECENT_TTL_SECONDS: Final = 60.0
+MAX_GONE: Final = 4096
+WRITE_RECHECK_SECONDS: Final = 5.0
+BLOCKED_RECHECK_SECONDS: Final = 30.0
+NEVER_FITS_RECHECK_SECONDS: Final = 300.0
+EVENT_PODS: Final = 64  # at most this many members get each Event (the log names the gang)
+
+
+def _pod_key(pod: Obj) -> str:
+    meta = pod["metadata"]
+    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+
+
+def _offering_keys(values: Iterable[str]) -> frozenset[OfferingKey]:
+    out: set[OfferingKey] = set()
+    for value in values:
+        parts = value.split("/")
+        if len(parts) == 3:
+            out.add((parts[0], parts[1], parts[2]))
+    return frozenset(out)
+
+
+class GangController:
+    def __init__(self, ctx: Context, *, workers: int = 8) -> None:
+        from controller.state.queue import WorkQueue
+
+        self.ctx = ctx
+        self.queue = WorkQueue(name="gang", clock=ctx.clock)
+        self.sizes = PodGroupSizes(client=ctx.client, clock=ctx.clock)
+        self.knobs = Knobs(
+            member_wait_seconds=ctx.settings.gang_member_wait_seconds,
+            backoff_base_seconds=ctx.settings.gang_backoff_seconds,
+            backoff_max_seconds=ctx.settings.gang_backoff_max_seconds,
+        )
+        self._workers = workers
+        self._members: dict[str, set[str]] = defaultdict(set)  # gang key -> pod keys
+        self._gang_of_pod: dict[str, str] = {}
+        self._markers: dict[str, GangMarker] = {}
+        self._overrides: dict[str, tuple[Record, frozenset[str]]] = {}  # what we wrote, until cached
+        self._seen: dict[str, set[str]] = {}  # attempt id -> NodeClaims seen to exist (the newest MAX_GONE)
+        self._gone: dict[str, Obj] = {}  # last state of gang NodeClaims that were deleted
+        self._recent: dict[str, tuple[float, Obj]] = {}  # NodeClaims created, not in the cache yet
+        self._plan_lock = asyncio.Lock()
+        self._blocked: set[str] = set()
+        self._never: dict[str, tuple[Any, ...]] = {}  # gangs that can never fit, and what that depended on
+        self._told: dict[str, tuple[str, str]] = {}
+        self._states: dict[str, str] = {}
+        self._timers: dict[str, tuple[float, asyncio.Task[None]]] = {}
+
+    # --- wiring ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        cluster = self.ctx.cluster
+        cluster.subscribe("Pod", self._on_pod)
+        cluster.subscribe("NodeClaim", self._on_claim)
+        cluster.subscribe("NodePool", self._on_pool)
+        await cluster.wait_synced()
+        for pod in list(cluster.pods()):
+            self._index(pod)
+        for claim in list(cluster.nodeclaims().values()):
+            gang = self._gang_of_claim(claim)
+            if gang is not None:
+                self.queue.add(gang)
+        for key in list(self._members):
+            self.queue.add(key)
+        try:
+            await self.queue.run(self.reconcile, workers=self._workers)
+        finally:
+            for _, task in self._timers.values():
+                task.cancel()
+            self._timers.clear()
+
+    def _index(self, pod: Obj, *, deleted: bool = False) -> str | None:
+        pkey = _pod_key(pod)
+        marker = gang_marker(pod)
+        previous = self._gang_of_pod.get(pkey)
+        if previous is not None and (deleted or marker is None or marker.key != previous):
+            self._members[previous].discard(pkey)
+            self._gang_of_pod.pop(pkey, None)
+            self.queue.add(previous)
+        if marker is None or deleted:
+            return previous
+        self._markers[marker.key] = marker
+        self._members[marker.key].add(pkey)
+        self._gang_of_pod[pkey] = marker.key
+        return marker.key
+
+    def _on_pod(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        key = self._index(obj, deleted=etype == "DELETED")
+        if key is not None:
+            self.queue.add(key)
+
+    @staticmethod
+    def _gang_of_claim(claim: Obj) -> str | None:
+        meta = claim.get("metadata") or {}
+        if not (meta.get("labels") or {}).get(LABEL_GANG):
+            return None
+        key = (meta.get("annotations") or {}).get(ANNOTATION_GANG_NAME)
+        return str(key) if key else None
+
+    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        name = obj["metadata"]["name"]
+        if etype == "ADDED":
+            self._recent.pop(name, None)
+        gang = self._gang_of_claim(obj)
+        if etype == "DELETED" and gang is not None:
+            # keep its last state: why it went (termination reason) and what it was, for the rollback
+            self._gone[name] = obj
+            while len(self._gone) > MAX_GONE:
+                self._gone.pop(next(iter(self._gone)))
+        if gang is not None:
+            self.queue.add(gang)
+        if etype == "DELETED":  # capacity freed: gangs waiting for it may fit now
+            for key in list(self._blocked):
+                self.queue.add(key)
+
+    def _on_pool(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        for key in list(self._blocked):
+            self.queue.add(key)
+
+    def _seen_for(self, attempt: str) -> set[str]:
+        found = self._seen.get(attempt)
+        if found is None:
+            found = self._seen[attempt] = set()
+            while len(self._seen) > MAX_GONE:
+                self._seen.pop(next(iter(self._seen)))
+        return found
+
+    def _recent_claims(self) -> dict[str, Obj]:
+        """NodeClaims created by this process that the cache does not show yet (for a minute at most:
+        the cache either shows them by then, or they are gone)."""
+        now = self.ctx.clock.monotonic()
+        for name in [n for n, (t, _) in self._recent.items() if now - t > RECENT_TTL_SECONDS]:
+            del self._recent[name]
+        return {n: obj for n, (_, obj) in self._recent.items()}
+
+    def _wake(self, key: str, seconds: float | None) -> None:
+        """Queue the gang again after ``seconds`` (an earlier wake-up replaces a later one)."""
+        if seconds is None:
+            return
+        seconds = max(0.0, seconds)
+        due = self.ctx.clock.monotonic() + seconds
+        current = self._timers.get(key)
+        if current is not None and not current[1].done():
+            if current[0] <= due + 1e-3:
+                return
+            current[1].cancel()
+
+        async def later() -> None:
+            await self.ctx.clock.sleep(seconds)
+            self._timers.pop(key, None)
+            self.queue.add(key)
+
+        self._timers[key] = (due, asyncio.create_task(later(), name=f"gang-wake-{key}"))
+
+    # --- the view ----------------------------------------------------------------------------
+
+    async def _size(self, marker: GangMarker, annotated: int | None) -> int | None:
+        if marker.source == "joiner":
+            return annotated
+        from_group = await self.sizes.min_member(marker)
+        return from_group if from_group is not None else annotated
+
+    async def _view(self, key: str) -> GangView:
+        cluster = self.ctx.cluster
+        store = cluster.store("Pod")
+        pods = [store[k] for k in sorted(self._members.get(key, ())) if k in store]
+        marker = self._markers.get(key)
+        if marker is None:
+            ns, _, name = key.partition("/")
+            marker = GangMarker(ns, name, "joiner")
+        gid = marker.id
+        active = [p for p in pods if is_active(p) and gang_marker(p) is not None]
+        gated = [p for p in active if has_gate(p)]
+        released = [p for p in active if not has_gate(p) and (r := record_of(p)) is not None and r.phase == ADMITTED]
+        claims: dict[str, Obj] = {
+            n: c for n, c in cluster.nodeclaims().items() if (c["metadata"].get("labels") or {}).get(LABEL_GANG) == gid
+        }
+        for name, claim in self._recent_claims().items():
+            if (claim["metadata"].get("labels") or {}).get(LABEL_GANG) == gid:
+                claims.setdefault(name, claim)
+        uids = {str(p["metadata"].get("uid", "")) for p in gated}
+        records = [record_of(p) for p in gated]
+        override = self._overrides.get(key)
+        if override is not None and override[1] & uids:
+            records.append(override[0])
+        pending = newest(r for r in records if r is not None and r.phase != ADMITTED)
+        admitted = newest(r for r in (record_of(p) for p in released) if r is not None)
+        options = gang_options(active)
+        size = await self._size(marker, options.size) if gated else options.size
+        seen = self._seen_for(pending.id) if pending is not None else set()
+        if pending is not None:
+            seen.update(n for n in pending.nodeclaims if n in claims)
+        return GangView(
+            key=key,
+            gid=gid,
+            size=size,
+            gated=tuple(gated),
+            released=tuple(released),
+            claims=claims,
+            pending=pending,
+            admitted=admitted,
+            seen=frozenset(seen),
+            gone={n: self._gone[n] for n in (pending.nodeclaims if pending else ()) if n in self._gone},
+            strays=self._strays(gid, claims),
+            first_created=first_created(active),
+            member_loss_policy=options.member_loss_policy,
+            problems=options.problems,
+        )
+
+    def _strays(self, gid: str, claims: dict[str, Obj]) -> dict[str, Obj]:
+        """Nodes labelled with the gang that none of its NodeClaims accounts for."""
+        known = cl.node_names(claims)
+        out: dict[str, Obj] = {}
+        for name, node in self.ctx.cluster.nodes().items():
+            if (node["metadata"].get("labels") or {}).get(LABEL_GANG) != gid:
+                continue
+            if name in known or (node.get("spec") or {}).get("providerID") in known:
+                continue
+            out[name] = node
+        return out
+
+    def _set_state(self, key: str, state: str | None) -> None:
+        if state is None:
+            self._states.pop(key, None)
+        else:
+            self._states[key] = state
+        counts = {"Pending": 0, "Provisioning": 0, "Admitted": 0}
+        for s in self._states.values():
+            counts[s] = counts.get(s, 0) + 1
+        metrics.GANGS_PENDING.set(counts["Pending"])
+        metrics.GANGS_PROVISIONING.set(counts["Provisioning"])
+        metrics.GANGS_ADMITTED.set(counts["Admitted"])
+
+    # --- reconcile ---------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> float | None:
+        """One step for one gang; what follows is driven by watch events and wake-ups."""
+        await self.ctx.cluster.wait_synced()
+        view = await self._view(key)
+        self._set_state(key, view.state())
+        await self._apply(view, decide(view, now=self.ctx.clock.now(), knobs=self.knobs))
+        if not view.gated and not view.released and not view.claims:
+            self._forget(key)
+        return None
+
+    def _forget(self, key: str) -> None:
+        if self._members.get(key):
+            return
+        self._members.pop(key, None)
+        self._markers.pop(key, None)
+        self._overrides.pop(key, None)
+        self._blocked.discard(key)
+        self._never.pop(key, None)
+        for told in [k for k in self._told if k == key or k.startswith(f"{key}#")]:
+            self._told.pop(told, None)
+        self._set_state(key, None)
+
+    async def _apply(self, view: GangView, decision: Decision) -> None:
+        """Apply one step, then wait for the watch events it causes or for a wake-up."""
+        key = view.key
+        if isinstance(decision, Wait):
+            self._wake(key, decision.seconds)
+            return
+        if isinstance(decision, SizeUnknown):
+            await self._tell(view, "GangSizeUnknown", decision.message, warning=True)
+            log.warning("gang.waiting", gang=key, reason="SizeUnknown", message=decision.message)
+            return
+        if isinstance(decision, WaitForMembers):
+            await self._waiting_for_members(view, decision)
+            return
+        if isinstance(decision, DeleteClaims):
+            await self._delete_claims(view, decision.names, reason=decision.reason, message=decision.message)
+            self._wake(key, WRITE_RECHECK_SECONDS)
+            return
+        if isinstance(decision, DeleteNodes):
+            await self._delete_nodes(view, decision.names)
+            self._wake(key, WRITE_RECHECK_SECONDS)
+            return
+        if isinstance(decision, Plan):
+            await self._plan(view, top_up=decision.top_up)
+            return
+        if isinstance(decision, Pin):
+            await self._pin(view, decision.pods)
+            self._wake(key, WRITE_RECHECK_SECONDS)
+            return
+        if isinstance(decision, Rollback):
+            await self._rollback(view, decision)
+            return
+        if isinstance(decision, Admit):
+            await self._admit(view, decision.pods)
+            return
+        if isinstance(decision, MarkAdmitted):
+            await self._mark_claims(
+                view,
+                decision.names,
+                status=True,
+                reason="GangAdmitted",
+                message=f"gang {key} is admitted and running on this node: not consolidated while it runs",
+            )
+            return
+        if isinstance(decision, MemberLost):
+            await self._member_lost(view, decision)
+            return
+        if isinstance(decision, MarkFinished):
+            await self._mark_claims(
+                view,
+                decision.names,
+                status=False,
+                reason="GangFinished",
+                message=f"gang {key} has no running member any more: the node may be consolidated",
+            )
+            log.info("gang.finished", gang=key, nodeclaims=list(decision.names))
+            return
+        raise AssertionError(f"unhandled gang decision {decision!r}")
+
+    # --- telling users -----------------------------------------------------------------------
+
+    async def _tell(
+        self,
+        view: GangView,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        pods: Sequence[Obj] | None = None,
+        once: bool = True,
+    ) -> None:
+        """An Event on each member (at most EVENT_PODS); with ``once``, not repeated while unchanged."""
+        if once and self._told.get(view.key) == (reason, message):
+            return
+        self._told[view.key] = (reason, message)
+        targets = list(pods if pods is not None else view.gated or view.released)[:EVENT_PODS]
+        kind: Literal["Normal", "Warning"] = "Warning" if warning else "Normal"
+        await asyncio.gather(*(self.ctx.events.emit(p, reason=reason, message=message, type=kind) for p in targets))
+
+    async def _condition(self, pods: Sequence[Obj], *, status: bool, reason: str, message: str) -> None:
+        now = self.ctx.clock.now()
+        patch = pod_condition_patch(status=status, reason=reason, message=message, now=now)
+
+        async def one(pod: Obj) -> None:
+            meta = pod["metadata"]
+            with contextlib.suppress(ApiError):
+                await self.ctx.client.patch(
+                    PODS,
+                    meta["name"],
+                    patch,
+                    namespace=meta.get("namespace"),
+                    subresource="status",
+                    patch_type="strategic",
+                )
+
+        await asyncio.gather(*(one(p) for p in pods))
+
+    async def _waiting_for_members(self, view: GangView, d: WaitForMembers) -> None:
+        missing = d.size - d.present
+        if d.warn:
+            message = (
+                f"gang {view.key} has {d.present} of {d.size} members after more than "
+                f"{fmt_seconds(self.knobs.member_wait_seconds)}; "
+                f"waiting for {missing} more before buying any node (create the missing pods, or fix "
+                "joiner.sh/gang-size / the PodGroup's minMember)"
+            )
+            await self._tell(view, "GangWaitingForMembers", message, warning=True)
+            log.info("gang.waiting", gang=view.key, reason="MembersMissing", present=d.present, size=d.size)
+        else:
+            log.debug("gang.waiting", gang=view.key, reason="MembersMissing", present=d.present, size=d.size)
+        self._wake(view.key, d.recheck)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    async def _patch_pods(
+        self, pods: Sequence[Obj], patch_of: Callable[[Obj], Any], *, patch_type: PatchType = "merge"
+    ) -> int:
+        """Send each pod its patch, all at once; return how many succeeded."""
+
+        async def one(pod: Obj) -> bool:
+            patch = patch_of(pod)
+            if patch is None:
+                return False
+            meta = pod["metadata"]
+            try:
+                await self.ctx.client.patch(
+                    PODS,
+                    meta["name"],
+                    patch,
+                    namespace=meta.get("namespace"),
+                    patch_type=patch_type,
+                )
+                return True
+            except NotFoundError:
+                return False
+            except ApiError as err:  # a stale view (test failed) or a rejected change: decide again
+                log.info("gang.pod_patch_failed", pod=_pod_key(pod), error=str(err))
+                return False
+
+        results = await asyncio.gather(*(one(p) for p in pods))
+        return sum(1 for r in results if r)
+
+    async def _delete_claims(self, view: GangView, names: Iterable[str], *, reason: str, message: str) -> int:
+        async def one(name: str) -> bool:
+            claim = view.claims.get(name)
+            self._recent.pop(name, None)
+            if claim is None or cl.deleting(claim):
+                return False
+            return await delete_nodeclaim(self.ctx, claim, reason=reason, message=message)
+
+        results = await asyncio.gather(*(one(n) for n in names))
+        deleted = sum(1 for r in results if r)
+        if deleted:
+            log.info("gang.nodeclaims_deleted", gang=view.key, reason=reason, count=deleted, message=message)
+        return deleted
+
+    async def _delete_nodes(self, view: GangView, names: Iterable[str]) -> None:
+        async def one(name: str) -> None:
+            with contextlib.suppress(NotFoundError, ConflictError):
+                await self.ctx.client.delete(NODES, name)
+
+        names = list(names)
+        await asyncio.gather(*(one(n) for n in names))
+        log.info(
+            "gang.nodes_deleted",
+            gang=view.key,
+            nodes=names,
+            reason="the Node carries the gang's label but belongs to none of its NodeClaims",
+        )
+
+    async def _mark_claims(
+        self, view: GangView, names: Iterable[str], *, status: bool, reason: str, message: str
+    ) -> None:
+        now = self.ctx.clock.now()
+
+        async def one(name: str) -> None:
+            claim = view.claims.get(name)
+            if claim is None or name not in self.ctx.cluster.nodeclaims():
+                return
+            try:
+                await self.ctx.client.patch(
+                    NODECLAIMS,
+                    name,
+                    claim_admitted_patch(claim, status=status, reason=reason, message=message, now=now),
+                    subresource="status",
+                )
+            except (ConflictError, NotFoundError):
+                self._wake(view.key, 0.5)
+            except ApiError as err:
+                log.warning("gang.nodeclaim_mark_failed", nodeclaim=name, error=str(err))
+
+        await asyncio.gather(*(one(n) for n in names))
+
+    async def _pin(self, view: GangView, names: Sequence[str]) -> None:
+        pending = view.pending
+        assert pending is not None
+        wanted = set(names)
+        pods = [p for p in view.gated if p["metadata"]["name"] in wanted]
+        await self._patch_pods(pods, lambda p: pin_patch(p, view.gid, pending))
+
+    def _next_seq(self, view: GangView) -> int:
+        seqs = [r.seq for r in (view.pending, view.admitted) if r is not None]
+        override = self._overrides.get(view.key)
+        if override is not None:
+            seqs.append(override[0].seq)
+        return max(seqs, default=0) + 1
+
+    # --- plan and provision ------------------------------------------------------------------
+
+    async def _plan(self, view: GangView, *, top_up: bool) -> None:
+        key = view.key
+        ctx = self.ctx
+        async with self._plan_lock:
+            # the cache may have moved while we waited for the lock: decide again on fresh state
+            fresh = await self._view(key)
+            current = decide(fresh, now=ctx.clock.now(), knobs=self.knobs)
+            if not isinstance(current, Plan):
+                self._wake(key, 0)
+                return
+            view = fresh
+            fingerprint = self._fingerprint(view)
+            if self._never.get(key) == fingerprint:
+                # nothing it depends on changed since it was found never to fit: do not solve again
+                self._wake(key, NEVER_FITS_RECHECK_SECONDS)
+                return
+            self._never.pop(key, None)
+            pools = await valid_pools(ctx, component="gang")
+            all_types = {it.name: it for _, its in pools.values() for it in its}
+            existing = existing_capacity(
+                ctx.cluster, list(all_types.values()), extra_claims=list(self._recent_claims().values())
+            )
+            templates: list[NodePoolTemplate] = []
+            for name, (pool, its) in pools.items():
+                try:
+                    templates.append(kubeconv.nodepool_from_dict(pool, its, usage=kubeconv.pool_usage(name, existing)))
+                except ValueError as err:
+                    log.warning("gang.nodepool_invalid", nodepool=name, error=str(err))
+            options = gang_options([*view.gated, *view.released])
+            zone: str | None = None
+            if top_up and view.admitted is not None and options.same_zone is not False:
+                zone = next(
+                    (z for n in view.admitted.nodeclaims if n in view.claims and (z := cl.zone_of(view.claims[n]))),
+                    None,
+                )
+            # the pods are pinned to the gang's label: only its running nodes (top-up) may host them;
+            # every node still counts for the NodePools' limits (through the usage above)
+            allowed = cl.node_names(
+                {n: view.claims[n] for n in (view.admitted.nodeclaims if view.admitted else ()) if n in view.claims}
+            )
+            placeable = tuple(n for n in existing if n.labels.get(LABEL_GANG) == view.gid and n.name in allowed)
+            pods, problems = convert_pods(view.gated, view.gid, zone=zone)
+            if problems:
+                reason = f"gang {key}: " + "; ".join(problems[:3])
+                await self._no_fit(view, NoFit(permanent=True, reason=reason), fingerprint=fingerprint)
+                return
+            avoid = view.pending.avoid if view.pending is not None and view.pending.phase == ROLLED_BACK else ()
+            request = PlanRequest(
+                key=key,
+                gid=view.gid,
+                pods=tuple(pods),
+                pools=tuple(templates),
+                defaults={name: pool_gang_defaults(pool) for name, (pool, _) in pools.items()},
+                existing=placeable,
+                daemons=tuple(daemon_templates(ctx.cluster, component="gang")),
+                unavailable=frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current()),
+                avoid=_offering_keys(avoid),
+                same_zone=options.same_zone,
+            )
+            started = ctx.clock.monotonic()
+            result = plan_gang(request)
+            solve_seconds = ctx.clock.monotonic() - started
+            if isinstance(result, NoFit):
+                await self._no_fit(view, result, fingerprint=fingerprint)
+                return
+            self._blocked.discard(key)
+            await self._provision(
+                view,
+                result,
+                pools={n: p for n, (p, _) in pools.items()},
+                timeout_seconds=options.timeout_seconds,
+                solve_seconds=solve_seconds,
+            )
+
+    async def _no_fit(self, view: GangView, result: NoFit, *, fingerprint: tuple[Any, ...] = ()) -> None:
+        self._blocked.add(view.key)
+        fresh = self._told.get(f"{view.key}#log") != ("NoFit", result.reason)
+        self._told[f"{view.key}#log"] = ("NoFit", result.reason)
+        if result.permanent:
+            self._never[view.key] = fingerprint
+            await self._tell(view, "GangUnschedulable", result.reason + "; no NodeClaim was created", warning=True)
+            if fresh:
+                await self._condition(view.gated, status=False, reason="Unschedulable", message=result.reason)
+                log.warning("gang.unschedulable", gang=view.key, reason=result.reason, members=len(view.gated))
+            self._wake(view.key, NEVER_FITS_RECHECK_SECONDS)
+        else:
+            await self._tell(view, "GangWaitingForCapacity", result.reason)
+            if fresh:
+                log.info(
+                    "gang.waiting", gang=view.key, reason="Capacity", detail=result.reason, members=len(view.gated)
+                )
+            self._wake(view.key, BLOCKED_RECHECK_SECONDS)
+
+    def _fingerprint(self, view: GangView) -> tuple[Any, ...]:
+        """What a "can never fit" verdict depends on: the members and the NodePools and node classes."""
+        cluster = self.ctx.cluster
+        members = tuple(sorted(str(p["metadata"].get("uid", "")) for p in view.gated))
+        pools = tuple(sorted((n, p["metadata"].get("resourceVersion")) for n, p in cluster.nodepools().items()))
+        classes = tuple(sorted((n, c["metadata"].get("resourceVersion")) for n, c in cluster.nodeclasses().items()))
+        return members, pools, classes
+
+    async def _provision(
+        self,
+        view: GangView,
+        result: GangPlan,
+        *,
+        pools: dict[str, Obj],
+        timeout_seconds: float | None,
+        solve_seconds: float = 0.0,
+    ) -> None:
+        ctx = self.ctx
+        now = ctx.clock.now()
+        plan = result.plan
+        base = view.pending or view.admitted
+        attempt = (max(r.attempt for r in (view.pending, view.admitted) if r is not None) if base else 0) + 1
+        uids = [str(p["metadata"].get("uid", "")) for p in view.gated]
+        aid = attempt_id(view.gid, attempt, uids)
+        manifests: list[Obj] = []
+        for i, node in enumerate(plan.new_nodes):
+            name = claim_name(node.node_pool, aid, i)
+            manifests.append(
+                gang_claim_manifest(
+                    node,
+                    pools[node.node_pool],
+                    name=name,
+                    gid=view.gid,
+                    key=view.key,
+                    attempt=aid,
+                    same_zone=result.same_zone,
+                )
+            )
+        reused: list[str] = []
+        for node_name, placed in plan.existing_placements.items():
+            if not placed:
+                continue
+            claim = self._claim_named(node_name)
+            if claim is not None:
+                reused.append(claim)
+        seconds = timeout_seconds or result.timeout_seconds or ctx.settings.gang_timeout_seconds
+        rollbacks = view.pending.rollbacks if view.pending is not None else 0
+        record = Record(
+            seq=self._next_seq(view),
+            attempt=attempt,
+            id=aid,
+            phase=PROVISIONING,
+            nodeclaims=tuple([m["metadata"]["name"] for m in manifests] + sorted(set(reused))),
+            started=now,
+            deadline=now + timedelta(seconds=seconds),
+            rollbacks=rollbacks,
+            last_failure=view.pending.last_failure if view.pending is not None else "",
+            members=len(view.gated),
+        )
+        # 1. the record and the pin on every gated member: from here on the attempt is durable
+        # 1. the record and the pin on every gated member, 2. the NodeClaims (counted by later plans at
+        # once, through _recent). Both at the same time: a NodeClaim whose attempt no member records
+        # (a crash in between) belongs to no attempt, and the next reconcile deletes it.
+        self._overrides[view.key] = (record, frozenset(uids))
+        for m in manifests:
+            self._recent[m["metadata"]["name"]] = (ctx.clock.monotonic(), m)
+            self._seen_for(aid).add(m["metadata"]["name"])
+        started = ctx.clock.monotonic()
+        _, failures = await asyncio.gather(
+            self._patch_pods(view.gated, lambda p: pin_patch(p, view.gid, record)),
+            self._create_claims(manifests),
+        )
+        write_seconds = ctx.clock.monotonic() - started
+        what = describe_plan(plan)
+        log.info(
+            "gang.planned",
+            gang=view.key,
+            attempt=attempt,
+            attempt_id=aid,
+            members=len(view.gated),
+            nodeclaims=len(manifests),
+            reused=len(reused),
+            buys=what,
+            same_zone=result.same_zone,
+            avoided_failed_offerings=result.avoided,
+            price_per_hour=round(sum(n.price for n in plan.new_nodes), 4),
+            solve_seconds=round(solve_seconds, 4),
+            write_seconds=round(write_seconds, 4),
+        )
+        if failures:
+            # the apiserver refused a NodeClaim: nothing can come of this attempt
+            self._wake(view.key, 0)
+            return
+        log.info(
+            "gang.provisioning",
+            gang=view.key,
+            attempt=attempt,
+            nodeclaims=list(record.nodeclaims),
+            deadline_seconds=seconds,
+            reason="every member placed in one solve; pods stay gated until every NodeClaim is Initialized",
+        )
+        await self._tell(
+            view,
+            "GangProvisioning",
+            f"attempt {attempt}: buying {what} for the {len(view.gated)} members of gang {view.key}; "
+            f"the pods stay gated until every node is Initialized (deadline {fmt_seconds(seconds)})",
+        )
+        self._wake(view.key, seconds)
+
+    def _claim_named(self, node_name: str) -> str | None:
+        cluster = self.ctx.cluster
+        if node_name in cluster.nodeclaims():
+            return node_name
+        node = cluster.nodes().get(node_name)
+        claim = cluster.claim_for_node(node) if node is not None else None
+        return None if claim is None else str(claim["metadata"]["name"])
+
+    async def _create_claims(self, manifests: Sequence[Obj]) -> list[str]:
+        async def one(manifest: Obj) -> str | None:
+            name = str(manifest["metadata"]["name"])
+            try:
+                created = await self.ctx.client.create(NODECLAIMS, manifest)
+                pool = str(manifest["metadata"]["labels"].get(LABEL_NODEPOOL, ""))
+                NODECLAIMS_CREATED.labels(nodepool=pool, reason="gang").inc()
+                price = (manifest["metadata"].get("annotations") or {}).get(PLANNED_PRICE)
+                if price:
+                    PRICE_CREATED.labels(nodepool=pool).inc(float(price))
+                if name not in self.ctx.cluster.nodeclaims():
+                    self._recent[name] = (self.ctx.clock.monotonic(), created)
+                return None
+            except ConflictError:
+                return None  # created before (a retry after a crash): fine
+            except ApiError as err:
+                self._recent.pop(name, None)
+                log.error("gang.nodeclaim_create_failed", nodeclaim=name, error=str(err))
+                return name
+
+        results = await asyncio.gather(*(one(m) for m in manifests))
+        return [r for r in results if r is not None]
+
+    # --- rollback ----------------------------------------------------------------------------
+
+    async def _rollback(self, view: GangView, d: Rollback) -> None:
+        ctx = self.ctx
+        pending = view.pending
+        assert pending is not None
+        now = ctx.clock.now()
+        rollbacks = pending.rollbacks + (1 if d.backoff else 0)
+        delay = (
+            backoff_seconds(rollbacks, base=self.knobs.backoff_base_seconds, maximum=self.knobs.backoff_max_seconds)
+            if d.backoff
+            else 0.0
+        )
+        record = Record(
+            seq=self._next_seq(view),
+            attempt=pending.attempt,
+            id=pending.id,
+            phase=ROLLED_BACK,
+            nodeclaims=pending.nodeclaims,
+            started=pending.started,
+            deadline=pending.deadline,
+            rollbacks=rollbacks,
+            retry_at=now + timedelta(seconds=delay),
+            last_failure=d.message,
+            avoid=d.avoid,
+        )
+        uids = frozenset(str(p["metadata"].get("uid", "")) for p in view.gated)
+        # 1. the pods learn first that the attempt is over (a crash after this only leaves claims to delete)
+        self._overrides[view.key] = (record, uids)
+        await self._patch_pods(view.gated, lambda p: record_patch(record))
+        # 2. every NodeClaim of the attempt goes (not those a running part of the gang uses)
+        running = set(view.admitted.nodeclaims) if view.admitted is not None else set()
+        doomed = [n for n in pending.nodeclaims if n not in running]
+        doomed += [n for n in view.claims if cl.attempt_of(view.claims[n]) == pending.id and n not in doomed]
+        message = f"gang {view.key}: {d.message}"
+        deleted = await self._delete_claims(view, doomed, reason="GangRolledBack", message=message)
+        metrics.ROLLBACKS.labels(reason=d.reason).inc()
+        retry = f"retrying in {fmt_seconds(delay)}" if delay else "retrying now"
+        if d.avoid:
+            retry += " avoiding " + ", ".join(d.avoid)
+        text = (
+            f"{d.message}. Deleted {deleted} NodeClaim(s) of the attempt; no member was started, all stay gated; "
+            f"{retry}"
+        )
+        log.warning(
+            "gang.rolled_back",
+            gang=view.key,
+            attempt=pending.attempt,
+            reason=d.reason,
+            failed=list(d.failed),
+            message=d.message,
+            deleted=deleted,
+            rollbacks=rollbacks,
+            retry_in=delay,
+            avoid=list(d.avoid),
+        )
+        await self._tell(view, "GangRolledBack", text, warning=d.backoff, once=False)
+        await self._condition(view.gated, status=False, reason="RolledBack", message=text)
+        self._wake(view.key, delay if delay else WRITE_RECHECK_SECONDS)
+
+    # --- admission ---------------------------------------------------------------------------
+
+    async def _admit(self, view: GangView, names: Sequence[str]) -> None:
+        ctx = self.ctx
+        pending = view.pending
+        assert pending is not None
+        now = ctx.clock.now()
+        if view.admitted is not None and view.admitted.id == pending.id:
+            record = view.admitted  # finishing an admission a crash interrupted
+        else:
+            union = list(pending.nodeclaims)
+            if view.admitted is not None:
+                union += [n for n in view.admitted.nodeclaims if n not in union and n in view.claims]
+            record = Record(
+                seq=self._next_seq(view),
+                attempt=pending.attempt,
+                id=pending.id,
+                phase=ADMITTED,
+                nodeclaims=tuple(union),
+                started=pending.started,
+                rollbacks=pending.rollbacks,
+                last_failure=pending.last_failure,
+                admitted_at=now,
+            )
+        wanted = set(names)
+        pods = [p for p in view.gated if p["metadata"]["name"] in wanted]
+        # every gate at once: kube-scheduler then binds every member in the same breath
+        released = await self._patch_pods(pods, lambda p: ungate_patch(p, record), patch_type="json")
+        self._overrides.pop(view.key, None)
+        if released == 0:
+            self._wake(view.key, WRITE_RECHECK_SECONDS)
+            return
+        size = view.size or view.members
+        complete = completed_at([*view.gated, *view.released], size)
+        seconds = (now - complete).total_seconds() if complete is not None else 0.0
+        metrics.ADMISSION_SECONDS.observe(max(0.0, seconds))
+        provisioned = (now - pending.started).total_seconds() if pending.started is not None else 0.0
+        log.info(
+            "gang.admitted",
+            gang=view.key,
+            attempt=pending.attempt,
+            members=released,
+            nodeclaims=len(record.nodeclaims),
+            seconds_since_complete=round(seconds, 3),
+            seconds_since_attempt=round(provisioned, 3),
+            rollbacks=pending.rollbacks,
+            reason="every NodeClaim of the gang is Initialized; scheduling gates removed together",
+        )
+        text = (
+            f"all {len(record.nodeclaims)} node(s) of gang {view.key} are Initialized; removed the scheduling gate "
+            f"from {released} member(s) together (attempt {pending.attempt}, "
+            f"{fmt_seconds(provisioned)} after it started)"
+        )
+        await self._tell(view, "GangAdmitted", text, pods=pods)
+        await self._condition(pods, status=True, reason="Admitted", message=text)
+        await self._mark_claims(
+            view,
+            record.nodeclaims,
+            status=True,
+            reason="GangAdmitted",
+            message=f"gang {view.key} is admitted and running on this node: not consolidated while it runs",
+        )
+
+    # --- after admission ---------------------------------------------------------------------
+
+    async def _member_lost(self, view: GangView, d: MemberLost) -> None:
+        admitted = view.admitted
+        assert admitted is not None
+        metrics.ROLLBACKS.labels(reason="MemberLost").inc()
+        if d.policy == POLICY_RESTART_GANG:
+            members = [*view.released, *view.gated]
+            text = (
+                f"{d.message}; policy {POLICY_RESTART_GANG}: deleting the {len(members)} remaining member(s) so "
+                "their controller recreates them and the gang starts again as a unit"
+            )
+            log.warning("gang.member_lost", gang=view.key, lost=list(d.lost), policy=d.policy, message=d.message)
+            await self._tell(view, "GangMemberLost", text, warning=True, pods=members, once=False)
+
+            async def delete(pod: Obj) -> None:
+                meta = pod["metadata"]
+                with contextlib.suppress(NotFoundError):
+                    await self.ctx.client.delete(PODS, meta["name"], namespace=meta.get("namespace"))
+
+            await asyncio.gather(*(delete(p) for p in members))
+            remaining = [n for n in admitted.nodeclaims if n in view.claims and not cl.deleting(view.claims[n])]
+            await self._mark_claims(view, remaining, status=False, reason="GangMemberLost", message=text)
+            return
+        # replace-member: the others keep running; a replacement member (gated) is provisioned alone
+        record = replace(
+            admitted, seq=self._next_seq(view), nodeclaims=tuple(n for n in admitted.nodeclaims if n not in d.lost)
+        )
+        text = (
+            f"{d.message}; policy replace-member: the other members keep running, a replacement member is "
+            "provisioned on its own when its pod appears (gated)"
+        )
+        log.warning("gang.member_lost", gang=view.key, lost=list(d.lost), policy=d.policy, message=d.message)
+        await self._patch_pods(view.released, lambda p: record_patch(record))
+        await self._tell(view, "GangMemberLost", text, warning=True, pods=view.released, once=False)

@@ -1,0 +1,123 @@
+"""The gang's durable record: a small JSON document joiner keeps in the annotation
+``joiner.sh/gang-state`` of every member pod. Pure: no I/O.
+
+It is the only state a restarted controller needs (with the NodeClaims labelled with the gang):
+
+* ``phase``: ``Provisioning`` (NodeClaims of attempt ``id`` are coming up), ``RolledBack``
+  (attempt ``id`` failed; retry at ``retryAt``) or ``Admitted`` (gates removed).
+* ``nodeClaims``: the NodeClaims the attempt waits for (after admission: the gang's nodes);
+  ``members``: how many gated pods it was planned for (later extra members wait for a top-up).
+* ``deadline``: when a ``Provisioning`` attempt is rolled back if not every NodeClaim is
+  Initialized.
+* ``rollbacks``, ``retryAt``, ``lastFailure``, ``avoid``: the backoff, what failed and why, and the
+  offerings (``type/zone/capacity-type``) the next attempt avoids.
+* ``seq``: incremented on every write, so the newest record among the members wins when a write
+  reached only some of them before a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from controller.clock import format_time, parse_time
+from controller.gang.markers import ANNOTATION_GANG_STATE
+
+Phase = Literal["Provisioning", "RolledBack", "Admitted"]
+PROVISIONING: Final = "Provisioning"
+ROLLED_BACK: Final = "RolledBack"
+ADMITTED: Final = "Admitted"
+_PHASES: Final = (PROVISIONING, ROLLED_BACK, ADMITTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    seq: int
+    attempt: int
+    id: str
+    phase: Phase
+    nodeclaims: tuple[str, ...] = ()
+    started: datetime | None = None
+    deadline: datetime | None = None
+    rollbacks: int = 0
+    retry_at: datetime | None = None
+    last_failure: str = ""
+    avoid: tuple[str, ...] = field(default_factory=tuple)
+    admitted_at: datetime | None = None
+    members: int = 0  # how many gated members the attempt was planned for (0: unknown)
+
+    def next(self, **changes: Any) -> Record:
+        """A copy with ``changes`` and the next ``seq``."""
+        return replace(self, seq=self.seq + 1, **changes)
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {
+            "seq": self.seq,
+            "attempt": self.attempt,
+            "id": self.id,
+            "phase": self.phase,
+            "nodeClaims": list(self.nodeclaims),
+            "rollbacks": self.rollbacks,
+        }
+        if self.members:
+            data["members"] = self.members
+        for key, value in (
+            ("started", self.started),
+            ("deadline", self.deadline),
+            ("retryAt", self.retry_at),
+            ("admittedAt", self.admitted_at),
+        ):
+            if value is not None:
+                data[key] = format_time(value)
+        if self.last_failure:
+            data["lastFailure"] = self.last_failure
+        if self.avoid:
+            data["avoid"] = list(self.avoid)
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> Record | None:
+        """The record, or None when the text is not one (a user edited it, another version wrote it)."""
+        try:
+            data = json.loads(text)
+            phase = data["phase"]
+            if phase not in _PHASES:
+                return None
+            return Record(
+                seq=int(data["seq"]),
+                attempt=int(data.get("attempt", 0)),
+                id=str(data.get("id", "")),
+                phase=phase,
+                nodeclaims=tuple(str(n) for n in data.get("nodeClaims") or ()),
+                started=parse_time(data.get("started")),
+                deadline=parse_time(data.get("deadline")),
+                rollbacks=int(data.get("rollbacks", 0)),
+                retry_at=parse_time(data.get("retryAt")),
+                last_failure=str(data.get("lastFailure") or ""),
+                avoid=tuple(str(a) for a in data.get("avoid") or ()),
+                admitted_at=parse_time(data.get("admittedAt")),
+                members=int(data.get("members", 0)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def record_of(pod: Mapping[str, Any]) -> Record | None:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(ANNOTATION_GANG_STATE)
+    return Record.from_json(str(text)) if text else None
+
+
+def newest(records: Iterable[Record | None]) -> Record | None:
+    """The record with the highest ``seq`` (the last one joiner wrote)."""
+    best: Record | None = None
+    for rec in records:
+        if rec is not None and (best is None or rec.seq > best.seq):
+            best = rec
+    return best

@@ -1,0 +1,161 @@
+"""Pods, NodeClaims and records as the gang controller sees them, built in one line each."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from controller.clock import format_time
+from controller.gang.decide import GangView
+from controller.gang.planner import gang_toleration
+from controller.gang.record import ADMITTED, PROVISIONING, Record
+
+Obj = dict[str, Any]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+GID = "ml.train"
+KEY = "ml/train"
+
+
+def member(
+    name: str,
+    *,
+    gated: bool = True,
+    record: Record | None = None,
+    pinned: bool = False,
+    created: datetime = T0,
+    uid: str | None = None,
+) -> Obj:
+    annotations: dict[str, str] = {"joiner.sh/gang-size": "3"}
+    if record is not None:
+        annotations["joiner.sh/gang-state"] = record.to_json()
+    spec: Obj = {"containers": [{"name": "c", "image": "x"}]}
+    if gated:
+        spec["schedulingGates"] = [{"name": "joiner.sh/gang"}]
+    if pinned:
+        spec["nodeSelector"] = {"joiner.sh/gang": GID}
+        spec["tolerations"] = [gang_toleration(GID)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": uid or f"uid-{name}",
+            "creationTimestamp": format_time(created),
+            "labels": {"joiner.sh/gang": "train"},
+            "annotations": annotations,
+        },
+        "spec": spec,
+        "status": {"phase": "Pending" if gated else "Running"},
+    }
+
+
+def claim(
+    name: str,
+    *,
+    initialized: bool = False,
+    deleting: bool = False,
+    reason: str | None = None,
+    admitted: bool | None = None,
+    attempt: str = "a1",
+    zone: str = "zone-a",
+) -> Obj:
+    annotations = {"joiner.sh/gang-attempt": attempt, "joiner.sh/gang-name": KEY}
+    if reason:
+        annotations["joiner.sh/termination-reason"] = reason
+    conditions = [
+        {"type": "Launched", "status": "True", "reason": "Launched", "lastTransitionTime": format_time(T0)},
+        {
+            "type": "Initialized",
+            "status": "True" if initialized else "Unknown",
+            "reason": "Initialized" if initialized else "AwaitingNode",
+            "message": "" if initialized else "the Node has not joined yet",
+            "lastTransitionTime": format_time(T0),
+        },
+    ]
+    if admitted is not None:
+        conditions.append(
+            {
+                "type": "GangAdmitted",
+                "status": "True" if admitted else "False",
+                "reason": "GangAdmitted" if admitted else "GangFinished",
+                "lastTransitionTime": format_time(T0),
+            }
+        )
+    meta: Obj = {
+        "name": name,
+        "labels": {
+            "joiner.sh/gang": GID,
+            "joiner.sh/nodepool": "gpu",
+            "node.kubernetes.io/instance-type": "gpu-8",
+            "topology.kubernetes.io/zone": zone,
+            "joiner.sh/capacity-type": "on-demand",
+        },
+        "annotations": annotations,
+        "resourceVersion": "7",
+    }
+    if deleting:
+        meta["deletionTimestamp"] = format_time(T0)
+    return {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": meta,
+        "spec": {},
+        "status": {"conditions": conditions},
+    }
+
+
+def provisioning(
+    *names: str, seq: int = 2, attempt: int = 1, id: str = "a1", deadline: timedelta = timedelta(minutes=15)
+) -> Record:
+    return Record(
+        seq=seq,
+        attempt=attempt,
+        id=id,
+        phase=PROVISIONING,
+        nodeclaims=names,
+        started=T0,
+        deadline=T0 + deadline,
+    )
+
+
+def admitted(*names: str, seq: int = 3, id: str = "a1") -> Record:
+    return Record(seq=seq, attempt=1, id=id, phase=ADMITTED, nodeclaims=names, started=T0, admitted_at=T0)
+
+
+def view(
+    gated: list[Obj],
+    *,
+    released: list[Obj] | None = None,
+    claims: list[Obj] | None = None,
+    pending: Record | None = None,
+    admitted: Record | None = None,
+    size: int | None = 3,
+    seen: set[str] | None = None,
+    policy: str = "restart-gang",
+    strays: list[Obj] | None = None,
+) -> GangView:
+    return GangView(
+        key=KEY,
+        gid=GID,
+        size=size,
+        gated=tuple(gated),
+        released=tuple(released or ()),
+        claims={c["metadata"]["name"]: c for c in claims or []},
+        pending=pending,
+        admitted=admitted,
+        seen=frozenset(seen or ()),
+        first_created=T0,
+        member_loss_policy=policy,
+        strays={n["metadata"]["name"]: n for n in strays or []},
+    )
+
+
+def node(name: str, *, taints: list[Obj] | None = None, deleting: bool = False) -> Obj:
+    meta: Obj = {"name": name, "labels": {"joiner.sh/gang": GID}}
+    if deleting:
+        meta["deletionTimestamp"] = format_time(T0)
+    return {
+        "metadata": meta,
+        "spec": {"taints": [{"key": "joiner.sh/gang", "value": GID, "effect": "NoSchedule"}, *(taints or [])]},
+    }

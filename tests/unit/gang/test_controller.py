@@ -1,0 +1,406 @@
+"""The gang controller end to end on the in-memory apiserver, with the real lifecycle, termination and
+kwok provider: what a user of a gang sees, on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+from controller.gang.controller import GangController
+from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, record_of
+from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODEPOOLS, PODS
+from controller.nodeclaim.lifecycle import LifecycleController
+from controller.termination.controller import TerminationController
+from tests.unit.nodeclaim.harness import Harness
+
+Obj = dict[str, Any]
+GID = "ml.train"
+
+
+@pytest.fixture
+async def world(harness: Harness) -> Harness:
+    harness.start(LifecycleController(harness.ctx), TerminationController(harness.ctx))
+    await harness.create_nodeclass()
+    await nodepool(harness)
+    return harness
+
+
+async def nodepool(h: Harness, name: str = "gpu", *, limits: dict[str, str] | None = None) -> None:
+    spec: Obj = {
+        "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}}
+    }
+    if limits:
+        spec["limits"] = limits
+    await h.kube.create(
+        NODEPOOLS, {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
+    )
+    await h.cached("NodePool", name)
+
+
+async def gang_pod(
+    h: Harness,
+    name: str,
+    *,
+    gang: str = "train",
+    size: int = 3,
+    gpus: int = 8,
+    node_selector: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> Obj:
+    requests = {"cpu": "1", "memory": "1Gi"}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    spec: Obj = {
+        "schedulingGates": [{"name": "joiner.sh/gang"}],
+        "containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}],
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return await h.kube.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": "ml",
+                "labels": {"joiner.sh/gang": gang},
+                "annotations": {"joiner.sh/gang-size": str(size), **(annotations or {})},
+            },
+            "spec": spec,
+            "status": {"phase": "Pending"},
+        },
+    )
+
+
+def start_gangs(h: Harness) -> asyncio.Task[None]:
+    controller = GangController(h.ctx)
+    task = asyncio.create_task(controller.run(), name="gangs")
+    h.tasks.append(task)
+    return task
+
+
+def pod(h: Harness, name: str) -> Obj:
+    found = h.kube.obj(PODS, name, "ml")
+    assert found is not None, name
+    return found
+
+
+def gated(h: Harness, name: str) -> bool:
+    return any(g["name"] == "joiner.sh/gang" for g in pod(h, name)["spec"].get("schedulingGates") or [])
+
+
+def gang_claims(h: Harness, gid: str = GID) -> dict[str, Obj]:
+    return {n: c for n, c in h.kube.objects(NODECLAIMS).items() if c["metadata"]["labels"].get("joiner.sh/gang") == gid}
+
+
+def record(h: Harness, name: str) -> Record:
+    rec = record_of(pod(h, name))
+    assert rec is not None, f"{name} has no gang record"
+    return rec
+
+
+async def make_all_ready(h: Harness, names: list[str]) -> None:
+    for name in names:
+        await h.eventually(lambda n=name: h.condition_status(n, "Registered") == "True", f"{name} registered")  # type: ignore[misc]
+        await h.make_ready(name)
+
+
+def events(h: Harness, name: str) -> list[Obj]:
+    return h.kube.events(name)
+
+
+# --- the happy path -------------------------------------------------------------------------------
+
+
+async def test_a_gang_gets_its_nodes_first_and_every_gate_is_removed_together(world: Harness) -> None:
+    h = world
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name)
+    start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims for the gang")
+    claims = gang_claims(h)
+    for claim in claims.values():
+        assert claim["metadata"]["annotations"]["joiner.sh/gang-name"] == "ml/train"
+        assert {"key": "joiner.sh/gang", "value": GID, "effect": "NoSchedule"} in claim["spec"]["taints"]
+        zone_reqs = [r for r in claim["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"]
+        assert zone_reqs == [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]
+    await h.eventually(lambda: all(record(h, n).phase == PROVISIONING for n in ("w0", "w1", "w2")), "records")
+    for name in ("w0", "w1", "w2"):
+        spec = pod(h, name)["spec"]
+        assert spec["nodeSelector"] == {"joiner.sh/gang": GID}
+        assert {"key": "joiner.sh/gang", "operator": "Equal", "value": GID, "effect": "NoSchedule"} in spec[
+            "tolerations"
+        ]
+    await h.eventually(lambda: "GangProvisioning" in [e["reason"] for e in events(h, "w2")], "an Event")
+
+    names = sorted(claims)
+    await make_all_ready(h, names[:2])
+    await h.eventually(lambda: all(h.condition_status(n, "Initialized") == "True" for n in names[:2]), "2 ready")
+    await h.settle(200)
+    assert all(gated(h, n) for n in ("w0", "w1", "w2")), "no member starts while a node is missing"
+
+    await make_all_ready(h, names[2:])
+    await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "w2")), "every gate removed")
+    await h.eventually(lambda: all(h.condition_status(n, "GangAdmitted") == "True" for n in names), "claims marked")
+    assert all(record(h, n).phase == ADMITTED for n in ("w0", "w1", "w2"))
+    assert "GangAdmitted" in [e["reason"] for e in events(h, "w0")]
+    # one patch per pod removed each gate: nothing else was needed
+    ungates = [c for c in h.kube.calls if c[0] == "patch" and c[1] == "pods"]
+    assert len(ungates) >= 6
+
+
+async def test_nothing_is_bought_while_a_member_is_missing(world: Harness) -> None:
+    h = world
+    await gang_pod(h, "w0")
+    await gang_pod(h, "w1")
+    start_gangs(h)
+    await h.settle(300)
+    assert gang_claims(h) == {}
+    await h.advance(61)
+    await h.eventually(lambda: "GangWaitingForMembers" in [e["reason"] for e in events(h, "w0")], "an Event")
+    message = next(e["message"] for e in events(h, "w0") if e["reason"] == "GangWaitingForMembers")
+    assert "2 of 3 members" in message
+    assert "1 more" in message
+    assert gang_claims(h) == {}
+    await gang_pod(h, "w2")
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "bought once complete")
+
+
+async def test_a_gang_bigger_than_the_limit_buys_nothing_and_says_why(harness: Harness) -> None:
+    h = harness
+    h.start(LifecycleController(h.ctx), TerminationController(h.ctx))
+    await h.create_nodeclass()
+    await nodepool(h, limits={"nvidia.com/gpu": "16"})
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name)
+    start_gangs(h)
+    await h.eventually(lambda: "GangUnschedulable" in [e["reason"] for e in events(h, "w0")], "an Event")
+    message = next(e["message"] for e in events(h, "w0") if e["reason"] == "GangUnschedulable")
+    assert "24 nvidia.com/gpu" in message
+    assert "nvidia.com/gpu: 16" in message
+    assert "no NodeClaim was created" in message
+    assert h.kube.objects(NODECLAIMS) == {}
+    await h.eventually(
+        lambda: any(
+            c["type"] == "GangAdmitted" and c["reason"] == "Unschedulable"
+            for c in pod(h, "w1")["status"].get("conditions") or []
+        ),
+        "a pod condition",
+    )
+
+
+async def test_two_gangs_over_a_limit_one_is_admitted_whole_the_other_waits_whole(harness: Harness) -> None:
+    h = harness
+    h.start(LifecycleController(h.ctx), TerminationController(h.ctx))
+    await h.create_nodeclass()
+    await nodepool(h, limits={"nvidia.com/gpu": "24"})
+    for gang in ("a", "b"):
+        for i in range(2):
+            await gang_pod(h, f"{gang}{i}", gang=gang, size=2)
+    start_gangs(h)
+    await h.eventually(lambda: len(h.kube.objects(NODECLAIMS)) == 2, "one gang's NodeClaims")
+    await h.settle(300)
+    claims = h.kube.objects(NODECLAIMS)
+    assert len(claims) == 2
+    [winner] = {c["metadata"]["labels"]["joiner.sh/gang"] for c in claims.values()}
+    loser = "b" if winner == "ml.a" else "a"
+    await make_all_ready(h, sorted(claims))
+    await h.eventually(lambda: not gated(h, f"{winner[3:]}0") and not gated(h, f"{winner[3:]}1"), "winner admitted")
+    assert gated(h, f"{loser}0")
+    assert gated(h, f"{loser}1")
+    assert "GangWaitingForCapacity" in [e["reason"] for e in events(h, f"{loser}0")]
+    assert len(h.kube.objects(NODECLAIMS)) == 2
+
+
+# --- failures -------------------------------------------------------------------------------------
+
+
+async def test_one_failed_member_rolls_back_every_nodeclaim_and_the_retry_succeeds(world: Harness) -> None:
+    h = world
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": ["cpu-4"]}}})
+    await h.cached("KWOKNodeClass", "default")
+    await gang_pod(h, "w0")
+    await gang_pod(h, "w1")
+    await gang_pod(h, "launcher", gpus=0, node_selector={"node.kubernetes.io/instance-type": "cpu-4"})
+    start_gangs(h)
+    await h.eventually(
+        lambda: record_of(pod(h, "w0")) is not None and record(h, "w0").phase == ROLLED_BACK, "rolled back"
+    )
+    await h.eventually(lambda: gang_claims(h) == {}, "every NodeClaim of the attempt deleted")
+    assert all(gated(h, n) for n in ("w0", "w1", "launcher"))
+    rolled = record(h, "w0")
+    assert rolled.rollbacks == 1
+    assert "InsufficientCapacity" in rolled.last_failure
+    assert "cpu-4/zone-a/spot" in rolled.avoid
+    [event] = [e for e in events(h, "w0") if e["reason"] == "GangRolledBack"]
+    assert event["type"] == "Warning"
+    assert "retrying in 30s" in event["message"]
+    await h.eventually(
+        lambda: any(
+            c["type"] == "GangAdmitted" and c["reason"] == "RolledBack"
+            for c in pod(h, "w0")["status"].get("conditions") or []
+        ),
+        "a pod condition",
+    )
+
+    # the fault is cleared; the retry comes after the backoff (and once the offering is no longer avoided)
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": None}})
+    await h.cached("KWOKNodeClass", "default")
+    for _ in range(8):  # past the 30 s backoff and the 3 min the failed offering is avoided
+        await h.advance(30)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "a new attempt")
+    names = sorted(gang_claims(h))
+    await make_all_ready(h, names)
+    await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "launcher")), "admitted on retry")
+    assert record(h, "w0").attempt == 2
+
+
+async def test_the_deadline_rolls_back_a_gang_whose_node_never_becomes_ready(world: Harness) -> None:
+    h = world
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name, annotations={"joiner.sh/gang-timeout": "2m"})
+    start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims")
+    names = sorted(gang_claims(h))
+    await make_all_ready(h, names[:2])
+    await h.advance(121)
+    await h.eventually(lambda: record(h, "w0").phase == ROLLED_BACK, "rolled back at the deadline")
+    assert "did not finish within 2m" in record(h, "w0").last_failure
+    assert names[2] in record(h, "w0").last_failure
+    await h.eventually(lambda: gang_claims(h) == {}, "every NodeClaim deleted")
+    assert all(gated(h, n) for n in ("w0", "w1", "w2"))
+
+
+# --- restart safety -------------------------------------------------------------------------------
+
+
+async def test_a_restarted_controller_finishes_a_half_done_gang(world: Harness) -> None:
+    h = world
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name)
+    first = start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims")
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    names = sorted(gang_claims(h))
+    await make_all_ready(h, names)
+    await h.settle(200)
+    assert all(gated(h, n) for n in ("w0", "w1", "w2")), "nobody admits while the controller is down"
+    start_gangs(h)
+    await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "w2")), "admitted after the restart")
+    assert len(h.kube.objects(NODECLAIMS)) == 3
+
+
+async def test_a_crash_before_the_nodeclaims_were_created_is_retried_at_once(world: Harness) -> None:
+    h = world
+    rec = Record(seq=1, attempt=1, id="dead00", phase=PROVISIONING, nodeclaims=("gpu-gdead00-0", "gpu-gdead00-1"))
+    for name in ("w0", "w1"):
+        await gang_pod(h, name, size=2, annotations={"joiner.sh/gang-state": rec.to_json()})
+    start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 2, "a fresh attempt")
+    assert record(h, "w0").attempt == 2
+    assert record(h, "w0").rollbacks == 0, "an interrupted attempt costs no backoff"
+
+
+async def test_nodeclaims_of_a_gang_whose_pods_are_gone_are_deleted(world: Harness) -> None:
+    h = world
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name)
+    first = start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims")
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    for name in ("w0", "w1", "w2"):
+        await h.kube.delete(PODS, name, namespace="ml")
+    start_gangs(h)
+    await h.eventually(lambda: h.kube.objects(NODECLAIMS) == {}, "no NodeClaim leaked")
+
+
+# --- after admission ------------------------------------------------------------------------------
+
+
+async def test_a_lost_member_restarts_the_whole_gang_by_default(world: Harness) -> None:
+    h = world
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name)
+    start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims")
+    names = sorted(gang_claims(h))
+    await make_all_ready(h, names)
+    await h.eventually(lambda: all(h.condition_status(n, "GangAdmitted") == "True" for n in names), "admitted")
+    await h.kube.delete(NODECLAIMS, names[0])
+    await h.eventually(lambda: all(h.kube.obj(PODS, n, "ml") is None for n in ("w0", "w1", "w2")), "members deleted")
+    remaining = [n for n in names[1:] if h.claim(n) is not None]
+    await h.eventually(lambda: all(h.condition_status(n, "GangAdmitted") == "False" for n in remaining), "unmarked")
+
+
+async def bind(h: Harness, pod_name: str, node: str) -> None:
+    """What kube-scheduler does once the gate is gone."""
+    await h.kube.patch(PODS, pod_name, {"spec": {"nodeName": node}, "status": {"phase": "Running"}}, namespace="ml")
+
+
+async def test_replace_member_keeps_the_others_running_and_tops_the_gang_up(world: Harness) -> None:
+    h = world
+    policy = {"joiner.sh/gang-member-loss-policy": "replace-member"}
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name, annotations=policy)
+    start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims")
+    names = sorted(gang_claims(h))
+    await make_all_ready(h, names)
+    await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "w2")), "admitted")
+    for pod_name, node in zip(("w0", "w1", "w2"), names, strict=True):
+        await bind(h, pod_name, node)
+    await h.eventually(lambda: all(h.condition_status(n, "GangAdmitted") == "True" for n in names), "marked")
+
+    # w0's node is lost; its workload controller replaces the pod (gated, like the template says)
+    await h.kube.delete(NODECLAIMS, names[0])
+    await h.eventually(lambda: "GangMemberLost" in [e["reason"] for e in events(h, "w1")], "an Event")
+    if h.kube.obj(PODS, "w0", "ml") is not None:  # drained with its node already, or not yet
+        await h.kube.delete(PODS, "w0", namespace="ml")
+    await gang_pod(h, "w0-again", annotations=policy)
+    await h.eventually(lambda: len([n for n in gang_claims(h) if n not in names]) == 1, "one new NodeClaim")
+    [new] = [n for n in gang_claims(h) if n not in names]
+    zone = [
+        r["values"] for r in gang_claims(h)[new]["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"
+    ]
+    assert zone == [["zone-a"]], "the replacement goes where the gang runs"
+    assert gated(h, "w0-again")
+    await make_all_ready(h, [new])
+    await h.eventually(lambda: not gated(h, "w0-again"), "the replacement is released")
+    assert h.kube.obj(PODS, "w1", "ml") is not None
+    assert h.kube.obj(PODS, "w2", "ml") is not None, "the running members were left alone"
+    await h.eventually(lambda: h.condition_status(new, "GangAdmitted") == "True", "the new node is marked")
+
+
+async def test_the_size_comes_from_the_podgroup_when_its_crd_exists(world: Harness) -> None:
+    from controller.gang.podgroups import COSCHEDULING_PODGROUPS
+    from controller.kube.resources import CRDS
+
+    h = world
+    await h.kube.create(CRDS, {"metadata": {"name": "podgroups.scheduling.x-k8s.io"}})
+    await h.kube.create(
+        COSCHEDULING_PODGROUPS, {"metadata": {"name": "pg", "namespace": "ml"}, "spec": {"minMember": 2}}
+    )
+    for name in ("p0", "p1"):
+        created = await gang_pod(h, name, gang="unused", size=0)
+        meta = created["metadata"]
+        await h.kube.patch(
+            PODS,
+            name,
+            {
+                "metadata": {
+                    "labels": {"joiner.sh/gang": None, "scheduling.x-k8s.io/pod-group": "pg"},
+                    "annotations": {"joiner.sh/gang-size": None},
+                }
+            },
+            namespace=meta["namespace"],
+        )
+    start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h, "ml.pg")) == 2, "2 NodeClaims sized by minMember")

@@ -1,0 +1,73 @@
+"""The gang's durable record survives a round trip through a pod annotation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, newest, record_of
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+names = st.lists(st.from_regex(r"[a-z0-9-]{1,20}", fullmatch=True), max_size=8).map(tuple)
+times = st.one_of(st.none(), st.integers(0, 10**7).map(lambda s: T0 + timedelta(seconds=s)))
+
+
+@given(
+    seq=st.integers(0, 10**6),
+    attempt=st.integers(0, 1000),
+    phase=st.sampled_from([PROVISIONING, ROLLED_BACK, ADMITTED]),
+    nodeclaims=names,
+    started=times,
+    deadline=times,
+    retry_at=times,
+    rollbacks=st.integers(0, 100),
+    failure=st.text(max_size=200),
+    avoid=names,
+    members=st.integers(0, 5000),
+)
+def test_round_trip(
+    seq: int,
+    attempt: int,
+    phase: str,
+    nodeclaims: tuple[str, ...],
+    started: datetime | None,
+    deadline: datetime | None,
+    retry_at: datetime | None,
+    rollbacks: int,
+    failure: str,
+    avoid: tuple[str, ...],
+    members: int,
+) -> None:
+    record = Record(
+        seq=seq,
+        attempt=attempt,
+        id="abc123",
+        phase=phase,  # type: ignore[arg-type]
+        nodeclaims=nodeclaims,
+        started=started,
+        deadline=deadline,
+        rollbacks=rollbacks,
+        retry_at=retry_at,
+        last_failure=failure,
+        avoid=avoid,
+        members=members,
+    )
+    assert Record.from_json(record.to_json()) == record
+
+
+def test_garbage_is_no_record() -> None:
+    for text in ("", "{", "[]", '{"seq": 1}', '{"seq": 1, "phase": "Dancing"}', '{"seq": "x", "phase": "Admitted"}'):
+        assert Record.from_json(text) is None
+
+
+def test_the_newest_write_wins() -> None:
+    old = Record(seq=3, attempt=1, id="a", phase=PROVISIONING)
+    new = old.next(phase=ROLLED_BACK)
+    assert new.seq == 4
+    assert newest([old, None, new]) is new
+    assert newest([]) is None
+    pod = {"metadata": {"annotations": {"joiner.sh/gang-state": new.to_json()}}}
+    assert record_of(pod) == new
+    assert record_of({"metadata": {}}) is None
