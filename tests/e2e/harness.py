@@ -122,7 +122,10 @@ def clean_cluster(handle: Cluster) -> None:
     patches run a few at a time, and each kind goes in one `kubectl delete --all`.
     """
     for ns in sorted(handle.namespaces):
+        # the namespace turns Terminating at once (no new pods), but its controller takes a while to
+        # get to the pods: remove them now, or the next test's controller would provision for them
         handle.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+        handle.kubectl("delete", "pods", "--all", "-n", ns, "--force", "--grace-period=0", "--wait=false", check=False)
     handle.namespaces.clear()
     release = '{"metadata":{"finalizers":null}}'
     with ThreadPoolExecutor(max_workers=8) as pool:
