@@ -28,6 +28,7 @@ from typing import Any, Final
 import yaml
 
 from controller.cloudprovider.catalog import load_catalog, parse_catalog_text
+from controller.gang.markers import ANNOTATION_GANG_SAME_ZONE
 from controller.scheduling import (
     CatalogError,
     ExistingNode,
@@ -41,6 +42,7 @@ from controller.scheduling import (
 from controller.scheduling.kubeconv import (
     ConversionError,
     daemonset_from_dict,
+    gang_of,
     is_terminal,
     node_from_dict,
     nodeclaim_from_dict,
@@ -49,6 +51,7 @@ from controller.scheduling.kubeconv import (
     pool_usage,
 )
 
+Obj = dict[str, Any]
 WORKLOAD_KINDS: Final = ("Deployment", "StatefulSet", "ReplicaSet", "Job")
 KNOWN_KINDS: Final = (
     "Pod",
@@ -251,8 +254,29 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
         daemons = [daemonset_from_dict(d) for d in sc.daemonsets]
     except ConversionError as err:
         raise ScenarioError(str(err)) from err
-    gangs = tuple(Gang(g) for g in sorted({p.gang for p in pending if p.gang is not None}))
+    # as the controller does: a gang's nodes share one zone unless the gang's annotation or
+    # every NodePool's spec.gang.sameZone says otherwise
+    members: dict[str, list[Obj]] = {}
+    for obj in sc.pods:
+        gid = gang_of(obj)
+        if gid is not None and not (obj.get("spec") or {}).get("nodeName"):
+            members.setdefault(gid, []).append(obj)
+    pools_spread = bool(sc.nodepools) and all(
+        ((np_obj.get("spec") or {}).get("gang") or {}).get("sameZone") is False for _, np_obj in sc.nodepools
+    )
+    gangs = tuple(
+        Gang(g, same_zone=_same_zone(members.get(g, []), default=not pools_spread))
+        for g in sorted({p.gang for p in pending if p.gang is not None})
+    )
     return Inputs(tuple(pending), tuple(pools), tuple(existing), tuple(daemons), gangs)
+
+
+def _same_zone(pods: list[Obj], *, default: bool) -> bool:
+    for obj in sorted(pods, key=_name):
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GANG_SAME_ZONE)
+        if raw is not None and str(raw).strip().lower() in ("true", "false"):
+            return str(raw).strip().lower() == "true"
+    return default
 
 
 def plan_scenario(texts: Iterable[tuple[str, str]], *, catalog: tuple[InstanceType, ...]) -> Plan:

@@ -106,3 +106,15 @@ def test_bad_input_exits_non_zero_and_names_the_document(
     assert captured.out == ""
     assert message in captured.err
     assert captured.err.startswith("error: ")
+
+
+def test_a_gang_is_planned_in_one_zone_unless_it_opts_out(capsys: pytest.CaptureFixture[str]) -> None:
+    text = (SCENARIOS / "gangs.yaml").read_text()
+    out = plan_json(capsys, "-f", str(SCENARIOS / "gangs.yaml"))
+    by_gang: dict[str, set[str]] = {}
+    for claim in out["nodeClaims"]:
+        if claim["gang"]:
+            by_gang.setdefault(claim["gang"], set()).add(claim["zone"])
+    assert by_gang, "the scenario has a gang"
+    assert all(len(zones) == 1 for zones in by_gang.values()), by_gang
+    assert "joiner.sh/gang-same-zone" not in text  # the one-zone placement is the default
