@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
 
 from controller.clock import Clock
 from controller.cloudprovider.types import CloudProvider
@@ -22,3 +24,8 @@ class Context:
     cloud: CloudProvider
     unavailable: UnavailableOfferings
     settings: Settings
+    # Held while deciding and writing new NodeClaims (the provisioner's batches, a gang's attempt), so
+    # two decisions never both count the same room under a NodePool's limits.
+    provisioning_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # NodeClaims created by this process that the cache may not show yet, for the next decision
+    recent_claims: dict[str, dict[str, Any]] = field(default_factory=dict)

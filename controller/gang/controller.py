@@ -131,7 +131,6 @@ class GangController:
         self._seen: dict[str, set[str]] = {}  # attempt id -> NodeClaims seen to exist (the newest MAX_GONE)
         self._gone: dict[str, Obj] = {}  # last state of gang NodeClaims that were deleted
         self._recent: dict[str, tuple[float, Obj]] = {}  # NodeClaims created, not in the cache yet
-        self._plan_lock = asyncio.Lock()
         self._blocked: set[str] = set()
         self._never: dict[str, tuple[Any, ...]] = {}  # gangs that can never fit, and what that depended on
         self._told: dict[str, tuple[str, str]] = {}
@@ -558,7 +557,7 @@ class GangController:
     async def _plan(self, view: GangView, *, top_up: bool) -> None:
         key = view.key
         ctx = self.ctx
-        async with self._plan_lock:
+        async with ctx.provisioning_lock:
             # the cache may have moved while we waited for the lock: decide again on fresh state
             fresh = await self._view(key)
             current = decide(fresh, now=ctx.clock.now(), knobs=self.knobs)
@@ -575,7 +574,9 @@ class GangController:
             pools = await valid_pools(ctx, component="gang")
             all_types = {it.name: it for _, its in pools.values() for it in its}
             existing = existing_capacity(
-                ctx.cluster, list(all_types.values()), extra_claims=list(self._recent_claims().values())
+                ctx.cluster,
+                list(all_types.values()),
+                extra_claims=[*self._recent_claims().values(), *ctx.recent_claims.values()],
             )
             templates: list[NodePoolTemplate] = []
             for name, (pool, its) in pools.items():
@@ -714,6 +715,7 @@ class GangController:
         self._overrides[view.key] = (record, frozenset(uids))
         for m in manifests:
             self._recent[m["metadata"]["name"]] = (ctx.clock.monotonic(), m)
+            ctx.recent_claims[m["metadata"]["name"]] = m  # the provisioner counts them at once, too
             self._seen_for(aid).add(m["metadata"]["name"])
         started = ctx.clock.monotonic()
         _, failures = await asyncio.gather(

@@ -69,7 +69,8 @@ def existing_capacity(
     pods = [p for p in cluster.pods() if not is_terminal(p)]
     existing = list(kubeconv.existing_nodes_from_dicts(cluster.nodes().values(), pods))
     cached = cluster.nodeclaims()
-    claims = list(cached.values()) + [c for c in extra_claims if c["metadata"]["name"] not in cached]
+    extra = {c["metadata"]["name"]: c for c in extra_claims if c["metadata"]["name"] not in cached}
+    claims = [*cached.values(), *extra.values()]
     for claim in claims:
         if claim["metadata"].get("deletionTimestamp") or cluster.node_for_claim(claim) is not None:
             continue

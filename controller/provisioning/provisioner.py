@@ -74,7 +74,8 @@ class Provisioner:
             max_seconds=ctx.settings.batch_max_seconds,
         )
         self._nominations: dict[str, str] = {}  # pod key -> NodeClaim the last decision put it on
-        self._recent: dict[str, Obj] = {}  # NodeClaims created here that the cache may not show yet
+        # NodeClaims created here that the cache may not show yet (shared with the gang controller)
+        self._recent: dict[str, Obj] = ctx.recent_claims
 
     # --- triggers --------------------------------------------------------------------------
     def _on_pod(self, etype: str, pod: Obj, old: Obj | None) -> None:
@@ -112,11 +113,12 @@ class Provisioner:
                 self.batcher.trigger()
 
     async def reconcile(self) -> Plan | None:
-        decision = await self.decide()
-        if decision is None:
-            return None
-        await self.apply(decision)
-        return decision.plan
+        async with self.ctx.provisioning_lock:
+            decision = await self.decide()
+            if decision is None:
+                return None
+            await self.apply(decision)
+            return decision.plan
 
     # --- decide ----------------------------------------------------------------------------
     async def _valid_pools(self) -> dict[str, tuple[Obj, tuple[InstanceType, ...]]]:
