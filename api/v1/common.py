@@ -159,9 +159,7 @@ def _key_schema(rules: tuple[KeyRule, ...], what: str) -> dict[str, Any]:
         "type": "string",
         "pattern": QUALIFIED_NAME_PATTERN,
         "maxLength": QUALIFIED_NAME_MAX_LENGTH,
-        "x-kubernetes-validations": [
-            cel_rule(rule.cel_for("self"), f"{what}: {rule.message}") for rule in rules
-        ],
+        "x-kubernetes-validations": [cel_rule(rule.cel_for("self"), f"{what}: {rule.message}") for rule in rules],
     }
 
 
@@ -188,9 +186,7 @@ def check_template_labels(labels: Mapping[str, str]) -> None:
             continue
         problems.extend(f"label '{key}': {msg}" for msg in restricted_key_messages(key, NODEPOOL_KEY_RULES))
         if len(value) > LABEL_VALUE_MAX_LENGTH or re.fullmatch(LABEL_VALUE_PATTERN, value) is None:
-            problems.append(
-                f"label '{key}' has an invalid value '{value}' (at most 63 alphanumerics, '-', '_', '.')"
-            )
+            problems.append(f"label '{key}' has an invalid value '{value}' (at most 63 alphanumerics, '-', '_', '.')")
     if problems:
         raise PydanticCustomError("template_labels", "{problems}", {"problems": "; ".join(problems)})
 
@@ -207,10 +203,7 @@ TEMPLATE_LABELS_SCHEMA_EXTRA: Final[dict[str, Any]] = {
             f"self.all(k, k.size() <= {QUALIFIED_NAME_MAX_LENGTH} && k.matches(r'{QUALIFIED_NAME_PATTERN}'))",
             "labels: every key must be a qualified name such as 'example.com/name'",
         ),
-        *(
-            cel_rule(f"self.all(k, {rule.cel_for('k')})", f"labels: {rule.message}")
-            for rule in NODEPOOL_KEY_RULES
-        ),
+        *(cel_rule(f"self.all(k, {rule.cel_for('k')})", f"labels: {rule.message}") for rule in NODEPOOL_KEY_RULES),
     ],
 }
 
@@ -244,9 +237,7 @@ REQUIREMENT_RULES: Final = (
             "!(self.operator in ['Gt', 'Lt']) || (has(self.values) && size(self.values) == 1"
             f" && self.values[0].matches('{INTEGER_PATTERN}'))"
         ),
-        message=(
-            "values: a requirement with operator Gt or Lt needs exactly one value, a non-negative integer"
-        ),
+        message=("values: a requirement with operator Gt or Lt needs exactly one value, a non-negative integer"),
         field_path=".values",
         allows=lambda req: req.operator not in ("Gt", "Lt") or _int_values_ok(req),
     ),
@@ -258,14 +249,11 @@ REQUIREMENT_RULES: Final = (
     ),
     _RequirementRule(
         cel=(
-            "!has(self.minValues) || self.operator != 'In'"
-            " || (has(self.values) && size(self.values) >= self.minValues)"
+            "!has(self.minValues) || self.operator != 'In' || (has(self.values) && size(self.values) >= self.minValues)"
         ),
         message="minValues: a requirement with operator In must list at least minValues values",
         field_path=".minValues",
-        allows=lambda req: (
-            req.min_values is None or req.operator != "In" or len(req.values) >= req.min_values
-        ),
+        allows=lambda req: req.min_values is None or req.operator != "In" or len(req.values) >= req.min_values,
     ),
 )
 
@@ -377,9 +365,7 @@ def _check_name(value: str) -> str:
 class NodeClassReference(SpecModel):
     """Which node class (provider-specific settings) to launch nodes with."""
 
-    group: Annotated[
-        str, AfterValidator(_check_group), WithJsonSchema({"type": "string", "enum": [wk.GROUP]})
-    ]
+    group: Annotated[str, AfterValidator(_check_group), WithJsonSchema({"type": "string", "enum": [wk.GROUP]})]
     """API group of the node class: ``joiner.sh``."""
     kind: Annotated[
         str,

@@ -69,9 +69,7 @@ UNKNOWN: Final = "Unknown"
 ConditionType = Annotated[
     str,
     AfterValidator(check_qualified_name),
-    WithJsonSchema(
-        {"type": "string", "pattern": QUALIFIED_NAME_PATTERN, "maxLength": QUALIFIED_NAME_MAX_LENGTH}
-    ),
+    WithJsonSchema({"type": "string", "pattern": QUALIFIED_NAME_PATTERN, "maxLength": QUALIFIED_NAME_MAX_LENGTH}),
 ]
 
 

@@ -32,17 +32,13 @@ class FailureInjection(SpecModel):
 
     omit_when_empty = frozenset({"insufficient_capacity", "never_register", "never_ready", "hide_gpus"})
 
-    insufficient_capacity: list[OfferingSelector] = Field(
-        default_factory=list, max_length=MAX_FAILURE_ENTRIES
-    )
+    insufficient_capacity: list[OfferingSelector] = Field(default_factory=list, max_length=MAX_FAILURE_ENTRIES)
     """Launches of matching offerings fail with insufficient capacity. ``{}`` matches every offering."""
     never_register: list[LabelValue] = Field(default_factory=list, max_length=MAX_FAILURE_ENTRIES)
     """Instance types whose launches succeed but never produce a Node."""
     never_ready: list[LabelValue] = Field(default_factory=list, max_length=MAX_FAILURE_ENTRIES)
     """Instance types whose Nodes register but never become Ready."""
-    hide_gpus: list[LabelValue] = Field(
-        default_factory=list, max_length=MAX_FAILURE_ENTRIES, alias="hideGPUs"
-    )
+    hide_gpus: list[LabelValue] = Field(default_factory=list, max_length=MAX_FAILURE_ENTRIES, alias="hideGPUs")
     """Instance types whose Nodes never show ``nvidia.com/gpu`` in allocatable."""
 
 

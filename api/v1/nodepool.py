@@ -38,8 +38,8 @@ class NodeClaimTemplateMetadata(SpecModel):
 
     omit_when_empty = frozenset({"labels", "annotations"})
 
-    labels: Annotated[dict[str, str], WithJsonSchema({"type": "object", **TEMPLATE_LABELS_SCHEMA_EXTRA})] = (
-        Field(default_factory=dict)
+    labels: Annotated[dict[str, str], WithJsonSchema({"type": "object", **TEMPLATE_LABELS_SCHEMA_EXTRA})] = Field(
+        default_factory=dict
     )
     """Labels for the nodes (at most 100). They also act as ``In`` requirements. Keys owned by
     joiner or Kubernetes (``joiner.sh/nodepool``, ``kubernetes.io/hostname``, ...) are restricted."""
@@ -122,17 +122,13 @@ class Budget(SpecModel):
     @classmethod
     def _unique_reasons(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and len(set(value)) != len(value):
-            raise PydanticCustomError(
-                "duplicate_reasons", "must not repeat a reason, got {value}", {"value": value}
-            )
+            raise PydanticCustomError("duplicate_reasons", "must not repeat a reason, got {value}", {"value": value})
         return value
 
     @model_validator(mode="after")
     def _schedule_with_duration(self) -> Self:
         if (self.schedule is None) != (self.duration is None):
-            raise PydanticCustomError(
-                "budget_schedule", "budget: 'schedule' and 'duration' must be set together"
-            )
+            raise PydanticCustomError("budget_schedule", "budget: 'schedule' and 'duration' must be set together")
         return self
 
 

@@ -165,8 +165,7 @@ def _check_nillable_duration(value: str) -> str:
     if _NILLABLE_DURATION_RE.fullmatch(value) is None:
         raise PydanticCustomError(
             "duration",
-            "must be a duration of hours, minutes and seconds such as 720h, 30m or 1h30m, "
-            "or Never, got '{value}'",
+            "must be a duration of hours, minutes and seconds such as 720h, 30m or 1h30m, or Never, got '{value}'",
             {"value": value},
         )
     return value
@@ -264,8 +263,7 @@ def _check_condition_reason(value: str) -> str:
     if len(value) > 1024 or _CONDITION_REASON_RE.fullmatch(value) is None:
         raise PydanticCustomError(
             "condition_reason",
-            "must be a CamelCase reason such as 'NodeNotFound' (letters, digits, '_', ',' or ':'), "
-            "got '{value}'",
+            "must be a CamelCase reason such as 'NodeNotFound' (letters, digits, '_', ',' or ':'), got '{value}'",
             {"value": value},
         )
     return value
@@ -322,9 +320,7 @@ Quantity = Annotated[
 QualifiedName = Annotated[
     str,
     AfterValidator(check_qualified_name),
-    WithJsonSchema(
-        {"type": "string", "pattern": QUALIFIED_NAME_PATTERN, "maxLength": QUALIFIED_NAME_MAX_LENGTH}
-    ),
+    WithJsonSchema({"type": "string", "pattern": QUALIFIED_NAME_PATTERN, "maxLength": QUALIFIED_NAME_MAX_LENGTH}),
 ]
 
 LabelValue = Annotated[
@@ -342,7 +338,5 @@ ObjectRef = Annotated[
 ConditionReason = Annotated[
     str,
     AfterValidator(_check_condition_reason),
-    WithJsonSchema(
-        {"type": "string", "pattern": CONDITION_REASON_PATTERN, "maxLength": 1024, "minLength": 1}
-    ),
+    WithJsonSchema({"type": "string", "pattern": CONDITION_REASON_PATTERN, "maxLength": 1024, "minLength": 1}),
 ]

@@ -102,9 +102,7 @@ def validate(model: type[ModelT], data: Mapping[str, Any]) -> ModelT:
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise InvalidObjectError(
-            kind=model.__name__, name=_name_of(data), errors=field_errors(error)
-        ) from error
+        raise InvalidObjectError(kind=model.__name__, name=_name_of(data), errors=field_errors(error)) from error
 
 
 def parse_object(data: Mapping[str, Any]) -> JoinerObject:
@@ -123,11 +121,7 @@ def parse_object(data: Mapping[str, Any]) -> JoinerObject:
         raise InvalidObjectError(
             kind=kind,
             name=_name_of(data),
-            errors=[
-                FieldError(
-                    path="apiVersion", message=f"must be {API_VERSION}, got {data.get('apiVersion')!r}"
-                )
-            ],
+            errors=[FieldError(path="apiVersion", message=f"must be {API_VERSION}, got {data.get('apiVersion')!r}")],
         )
     return validate(KINDS[kind], data)
 

@@ -216,9 +216,7 @@ class KubeClient:
 
     async def create(self, res: Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
         ns = namespace or (obj.get("metadata") or {}).get("namespace")
-        return await self._json(
-            "POST", res.path(namespace=ns), body=obj, query={"fieldManager": FIELD_MANAGER}
-        )
+        return await self._json("POST", res.path(namespace=ns), body=obj, query={"fieldManager": FIELD_MANAGER})
 
     async def replace(self, res: Resource, obj: Obj, *, subresource: str | None = None) -> Obj:
         """PUT: optimistic concurrency through metadata.resourceVersion (ConflictError on a race)."""

@@ -25,9 +25,7 @@ class EventRecorder:
         self._seen: OrderedDict[str, tuple[str, str, int]] = OrderedDict()  # key -> (ns, name, count)
         self._cache_size = cache_size
 
-    async def emit(
-        self, obj: Obj, *, reason: str, message: str, type: Literal["Normal", "Warning"] = "Normal"
-    ) -> None:
+    async def emit(self, obj: Obj, *, reason: str, message: str, type: Literal["Normal", "Warning"] = "Normal") -> None:
         """Record an event on `obj`; never raises (an event is not worth failing a reconcile)."""
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
@@ -38,9 +36,7 @@ class EventRecorder:
             if key in self._seen:
                 ns, name, count = self._seen[key]
                 self._seen.move_to_end(key)
-                await self._client.patch(
-                    EVENTS, name, {"count": count + 1, "lastTimestamp": now}, namespace=ns
-                )
+                await self._client.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": now}, namespace=ns)
                 self._seen[key] = (ns, name, count + 1)
                 return
             name = f"{meta.get('name', 'unknown')}.{key}"[:253]

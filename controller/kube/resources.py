@@ -18,9 +18,7 @@ class Resource:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def path(
-        self, *, namespace: str | None = None, name: str | None = None, subresource: str | None = None
-    ) -> str:
+    def path(self, *, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
             base += f"/namespaces/{quote(namespace, safe='')}"

@@ -45,11 +45,7 @@ def is_terminal(pod: Obj) -> bool:
 
 def is_unschedulable(pod: Obj) -> bool:
     """kube-scheduler tried and could not place it: PodScheduled=False/Unschedulable, not bound yet."""
-    if (
-        (pod.get("spec") or {}).get("nodeName")
-        or pod["metadata"].get("deletionTimestamp")
-        or is_terminal(pod)
-    ):
+    if (pod.get("spec") or {}).get("nodeName") or pod["metadata"].get("deletionTimestamp") or is_terminal(pod):
         return False
     cond = condition(pod, "PodScheduled")
     return cond is not None and cond.get("status") == "False" and cond.get("reason") == "Unschedulable"

@@ -97,9 +97,7 @@ class Informer:
                     log.info("informer.watch_expired", kind=self.resource.kind)
                     rv = ""
                     continue
-                log.warning(
-                    "informer.watch_failed", kind=self.resource.kind, error=str(err), retry_in=backoff
-                )
+                log.warning("informer.watch_failed", kind=self.resource.kind, error=str(err), retry_in=backoff)
                 await self._clock.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
                 rv = ""

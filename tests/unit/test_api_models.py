@@ -64,9 +64,7 @@ def minimal_nodepool(**spec: Any) -> dict[str, Any]:
         "kind": "NodePool",
         "metadata": {"name": "minimal"},
         "spec": {
-            "template": {
-                "spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}
-            },
+            "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}},
             **spec,
         },
     }
@@ -109,12 +107,7 @@ def test_example_pools_reference_the_example_node_class() -> None:
         for obj in map(parse_object, load_documents(path))
         if isinstance(obj, KWOKNodeClass)
     }
-    pools = [
-        obj
-        for path in EXAMPLES
-        for obj in map(parse_object, load_documents(path))
-        if isinstance(obj, NodePool)
-    ]
+    pools = [obj for path in EXAMPLES for obj in map(parse_object, load_documents(path)) if isinstance(obj, NodePool)]
     assert len(pools) == 3
     for pool in pools:
         ref = pool.spec.template.spec.node_class_ref
@@ -147,9 +140,9 @@ def test_malformed_object_is_rejected_naming_the_field(case: InvalidCase) -> Non
     assert error.kind == case.kind
     assert error.name == f"invalid-{case.name}"
     # the first expected text is the field path; some error must point at or inside it
-    assert any(
-        item.path.startswith(case.expect[0]) or case.expect[0].startswith(item.path) for item in error.errors
-    ), error.errors
+    assert any(item.path.startswith(case.expect[0]) or case.expect[0].startswith(item.path) for item in error.errors), (
+        error.errors
+    )
 
 
 def test_there_are_enough_invalid_cases() -> None:
@@ -323,9 +316,7 @@ def test_defaults_of_nodeclaim_and_kwoknodeclass() -> None:
     claim = parse_object(load_bases()["nodeclaim"])
     assert isinstance(claim, NodeClaim)
     assert claim.spec.expire_after == "720h"
-    node_class = parse_object(
-        {"apiVersion": "joiner.sh/v1", "kind": "KWOKNodeClass", "metadata": {"name": "x"}}
-    )
+    node_class = parse_object({"apiVersion": "joiner.sh/v1", "kind": "KWOKNodeClass", "metadata": {"name": "x"}})
     assert isinstance(node_class, KWOKNodeClass)
     assert node_class.spec.registration_delay == "0s"
     assert node_class.spec.catalog is None
@@ -493,9 +484,7 @@ def duration_strings(draw: st.DrawFn) -> tuple[str, timedelta]:
     # any non-empty subset of the units, in order; zeros may be written out
     chosen = draw(st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=3, unique=True).map(sorted))
     text = "".join(f"{parts[i][0]}{parts[i][1]}" for i in chosen)
-    value = timedelta(
-        hours=h if 0 in chosen else 0, minutes=m if 1 in chosen else 0, seconds=s if 2 in chosen else 0
-    )
+    value = timedelta(hours=h if 0 in chosen else 0, minutes=m if 1 in chosen else 0, seconds=s if 2 in chosen else 0)
     return text, value
 
 
@@ -503,9 +492,7 @@ def duration_strings(draw: st.DrawFn) -> tuple[str, timedelta]:
 def test_any_valid_duration_parses_and_is_accepted_everywhere(case: tuple[str, timedelta]) -> None:
     text, value = case
     assert parse_duration(text) == value
-    pool = NodePool.model_validate(
-        minimal_nodepool(disruption={"consolidateAfter": text, "budgets": [{"nodes": "1"}]})
-    )
+    pool = NodePool.model_validate(minimal_nodepool(disruption={"consolidateAfter": text, "budgets": [{"nodes": "1"}]}))
     assert pool.spec.disruption.consolidate_after == text
     pool.spec.template.spec.expire_after = text
     revalidated = NodePool.model_validate(pool.model_dump(by_alias=True, exclude_none=True))
@@ -615,17 +602,13 @@ def test_set_condition_adds_then_keeps_transition_time_until_status_changes() ->
         Condition(type="Ready", status="False", reason="NodeClassNotReady", last_transition_time=T0)
     ]
     later = T0 + timedelta(minutes=1)
-    assert not set_condition(
-        status, type=conditions.READY, value="False", reason="NodeClassNotReady", now=later
-    )
+    assert not set_condition(status, type=conditions.READY, value="False", reason="NodeClassNotReady", now=later)
     assert set_condition(
         status, type=conditions.READY, value=False, reason="NodeClassNotFound", message="create it", now=later
     )
     assert status.conditions[0].last_transition_time == T0
     assert status.conditions[0].message == "create it"
-    assert set_condition(
-        status, type=conditions.READY, value=True, reason="Ready", now=later, observed_generation=3
-    )
+    assert set_condition(status, type=conditions.READY, value=True, reason="Ready", now=later, observed_generation=3)
     assert status.conditions[0].last_transition_time == later
     assert status.conditions[0].observed_generation == 3
     assert is_condition_true(status, conditions.READY)
@@ -646,9 +629,7 @@ def test_conditions_keep_their_order_and_can_be_removed() -> None:
 def test_with_condition_does_not_touch_its_input() -> None:
     before = [Condition(type="Launched", status="True", reason="Launched", last_transition_time=T0)]
     snapshot = copy.deepcopy(before)
-    after = conditions.with_condition(
-        before, type=conditions.REGISTERED, status=True, reason="Registered", now=T0
-    )
+    after = conditions.with_condition(before, type=conditions.REGISTERED, status=True, reason="Registered", now=T0)
     assert before == snapshot
     assert [c.type for c in after] == ["Launched", "Registered"]
 
