@@ -69,7 +69,7 @@ kubectl get nodepools -o wide
 say "kubectl get pods -n demo -o wide"
 kubectl get pods -n demo -o wide
 say "a few of joiner's metrics"
-curl -s http://127.0.0.1:18080/metrics | grep -E '^joiner_(nodeclaims|provisioner)_[a-z_]+(_total|_count)?\{' | head -20 || true
+curl -s http://127.0.0.1:18080/metrics | grep -E '^joiner_(nodeclaims_(created|launched|initialized)_total|gangs_admitted|pods_pending)' | head -20 || true
 
 cat <<EOF
 
