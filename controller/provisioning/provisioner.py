@@ -27,7 +27,7 @@ from controller.provisioning.capacity import daemon_templates, existing_capacity
 from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Pod
+from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
 from controller.scheduling.solver import solve
 from controller.state.cluster import condition, is_daemon_pod, is_unschedulable
 
@@ -35,8 +35,9 @@ log = structlog.get_logger()
 Obj = dict[str, Any]
 # a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
 # if kube-scheduler has not bound it there by then, it is solved again
-NOMINATION_GRACE_SECONDS = 20.0
-RESYNC_SECONDS = 10.0
+NOMINATION_GRACE_SECONDS = 10.0
+RESYNC_SECONDS = 5.0
+WRITE_CONCURRENCY = 16  # NodeClaims (and Events) written at once
 
 PODS_PENDING = metrics.gauge("joiner_pods_pending", "Pods kube-scheduler marked unschedulable, at the last solve.")
 PODS_UNSCHEDULABLE = metrics.gauge(
@@ -76,6 +77,7 @@ class Provisioner:
         self._nominations: dict[str, str] = {}  # pod key -> NodeClaim the last decision put it on
         # NodeClaims created here that the cache may not show yet (shared with the gang controller)
         self._recent: dict[str, Obj] = ctx.recent_claims
+        self._event_tasks: set[asyncio.Task[None]] = set()
 
     # --- triggers --------------------------------------------------------------------------
     def _on_pod(self, etype: str, pod: Obj, old: Obj | None) -> None:
@@ -105,7 +107,7 @@ class Provisioner:
             resync.cancel()
 
     async def _resync(self) -> None:
-        """Look again while pods stay pending: a pod kube-scheduler gave up on produces no new event,
+        """Look again every few seconds while pods stay pending: a pod kube-scheduler gave up on produces no new event,
         yet its nomination may have expired or the capacity it was counted on may have gone."""
         while True:
             await self.ctx.clock.sleep(RESYNC_SECONDS)
@@ -244,23 +246,35 @@ class Provisioner:
 
     # --- write -----------------------------------------------------------------------------
     async def apply(self, decision: Decision) -> list[Obj]:
+        """Write the plan's NodeClaims (a few at a time), then tell the pods, off the critical path."""
+        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+        async def create(node: NewNodeClaim) -> Obj | None:
+            async with limit:
+                try:
+                    return await self.ctx.client.create(
+                        NODECLAIMS, nodeclaim_manifest(node, decision.pools[node.node_pool])
+                    )
+                except ApiError as err:
+                    log.error("provisioner.nodeclaim_create_failed", nodepool=node.node_pool, error=str(err))
+                    return None
+
+        results = await asyncio.gather(*(create(node) for node in decision.plan.new_nodes))
         created: list[Obj] = []
         created_names: dict[str, str] = {}
-        for node in decision.plan.new_nodes:
-            pool = decision.pools[node.node_pool]
-            try:
-                claim = await self.ctx.client.create(NODECLAIMS, nodeclaim_manifest(node, pool))
-            except ApiError as err:
-                log.error("provisioner.nodeclaim_create_failed", nodepool=node.node_pool, error=str(err))
+        events: list[tuple[Obj, str, str, bool]] = []
+        for node, claim in zip(decision.plan.new_nodes, results, strict=True):
+            if claim is None:
                 continue
+            name = claim["metadata"]["name"]
             created.append(claim)
-            self._recent[claim["metadata"]["name"]] = claim
-            created_names[node.name] = claim["metadata"]["name"]
+            self._recent[name] = claim
+            created_names[node.name] = name
             NODECLAIMS_CREATED.labels(nodepool=node.node_pool, reason="provisioning").inc()
             PRICE_CREATED.labels(nodepool=node.node_pool).inc(node.choice.price)
             log.info(
                 "nodeclaim.created",
-                nodeclaim=claim["metadata"]["name"],
+                nodeclaim=name,
                 nodepool=node.node_pool,
                 instance_type=node.choice.instance_type,
                 zone=node.choice.zone,
@@ -270,20 +284,30 @@ class Provisioner:
                 pods=len(node.pods),
                 gang=node.gang,
             )
-            for key in node.pods[:50]:
-                pod = decision.pending.get(key)
-                if pod is not None:
-                    await self.ctx.events.emit(
-                        pod,
-                        reason="Nominated",
-                        message=f"Pod should schedule on nodeclaim/{claim['metadata']['name']} "
-                        f"({node.choice.instance_type}, {node.choice.zone}, {node.choice.capacity_type})",
-                    )
+            message = (
+                f"Pod should schedule on nodeclaim/{name} "
+                f"({node.choice.instance_type}, {node.choice.zone}, {node.choice.capacity_type})"
+            )
+            events += [(pod, "Nominated", message, False) for k in node.pods if (pod := decision.pending.get(k))]
         for key, reason in decision.plan.unschedulable.items():
             pod = decision.pending.get(key)
             if pod is None:
                 continue
             log.info("provisioner.pod_unschedulable", pod=key, reason=reason)
-            await self.ctx.events.emit(pod, reason="FailedProvisioning", message=reason, type="Warning")
+            events.append((pod, "FailedProvisioning", reason, True))
         self._nominate(decision.plan, created_names)
+        if events:
+            task = asyncio.create_task(self._tell(events), name="provisioner-events")
+            self._event_tasks.add(task)
+            task.add_done_callback(self._event_tasks.discard)
         return created
+
+    async def _tell(self, events: list[tuple[Obj, str, str, bool]]) -> None:
+        """Events on the pods: the decision is already written, so these never hold up the next batch."""
+        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+        async def emit(pod: Obj, reason: str, message: str, warning: bool) -> None:
+            async with limit:
+                await self.ctx.events.emit(pod, reason=reason, message=message, type="Warning" if warning else "Normal")
+
+        await asyncio.gather(*(emit(*event) for event in events))
