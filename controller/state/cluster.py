@@ -69,8 +69,12 @@ class ClusterState:
 
     # --- wiring --------------------------------------------------------------------------
     def subscribe(self, kind: str, listener: Listener) -> None:
-        """Call `listener(event, obj, old)` on every change of `kind` (after the indexes update)."""
-        self._listeners[kind].append(listener)
+        """Call `listener(event, obj, old)` on every change of `kind` (after the indexes update).
+
+        Subscribing the same listener again is a no-op, so a controller restarted by the operator's
+        supervisor does not get every event twice."""
+        if listener not in self._listeners[kind]:
+            self._listeners[kind].append(listener)
 
     def _handler_for(self, kind: str) -> Callable[[EventType, Obj, Obj | None], None]:
         def handle(etype: EventType, obj: Obj, old: Obj | None) -> None:
