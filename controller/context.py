@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from controller.clock import Clock
 from controller.cloudprovider.types import CloudProvider
@@ -13,6 +12,7 @@ from controller.kube.client import KubeClient
 from controller.kube.events import EventRecorder
 from controller.settings import Settings
 from controller.state.cluster import ClusterState
+from controller.state.recent import RecentClaims
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,4 +28,4 @@ class Context:
     # two decisions never both count the same room under a NodePool's limits.
     provisioning_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # NodeClaims created by this process that the cache may not show yet, for the next decision
-    recent_claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recent_claims: RecentClaims = field(default_factory=RecentClaims)

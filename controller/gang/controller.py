@@ -576,7 +576,10 @@ class GangController:
             existing = existing_capacity(
                 ctx.cluster,
                 list(all_types.values()),
-                extra_claims=[*self._recent_claims().values(), *ctx.recent_claims.values()],
+                extra_claims=[
+                    *self._recent_claims().values(),
+                    *ctx.recent_claims.pending(ctx.cluster.nodeclaims(), now=ctx.clock.monotonic()),
+                ],
             )
             templates: list[NodePoolTemplate] = []
             for name, (pool, its) in pools.items():
@@ -715,7 +718,7 @@ class GangController:
         self._overrides[view.key] = (record, frozenset(uids))
         for m in manifests:
             self._recent[m["metadata"]["name"]] = (ctx.clock.monotonic(), m)
-            ctx.recent_claims[m["metadata"]["name"]] = m  # the provisioner counts them at once, too
+            ctx.recent_claims.add(m, now=ctx.clock.monotonic())  # the provisioner counts them at once, too
             self._seen_for(aid).add(m["metadata"]["name"])
         started = ctx.clock.monotonic()
         _, failures = await asyncio.gather(

@@ -76,7 +76,7 @@ class Provisioner:
         )
         self._nominations: dict[str, str] = {}  # pod key -> NodeClaim the last decision put it on
         # NodeClaims created here that the cache may not show yet (shared with the gang controller)
-        self._recent: dict[str, Obj] = ctx.recent_claims
+        self._recent = ctx.recent_claims
         self._event_tasks: set[asyncio.Task[None]] = set()
 
     # --- triggers --------------------------------------------------------------------------
@@ -130,10 +130,8 @@ class Provisioner:
     def _existing(self, instance_types: Sequence[InstanceType]) -> list[ExistingNode]:
         """Registered nodes with their pods, and in-flight NodeClaims as the capacity they will bring
         (including the ones this provisioner just created and the cache does not show yet)."""
-        cached = self.ctx.cluster.nodeclaims()
-        for name in [n for n in self._recent if n in cached]:
-            del self._recent[name]
-        return existing_capacity(self.ctx.cluster, instance_types, extra_claims=self._recent.values())
+        pending = self._recent.pending(self.ctx.cluster.nodeclaims(), now=self.ctx.clock.monotonic())
+        return existing_capacity(self.ctx.cluster, instance_types, extra_claims=pending)
 
     def _claim_node_name(self, claim_name: str) -> str | None:
         """The node a nominated NodeClaim stands for in the solver's input, or None if it is gone
@@ -177,7 +175,10 @@ class Provisioner:
                     self._nominations[key] = claim_name
         by_node_name = {
             str((c.get("status") or {}).get("nodeName") or c["metadata"]["name"]): c["metadata"]["name"]
-            for c in [*self.ctx.cluster.nodeclaims().values(), *self._recent.values()]
+            for c in [
+                *self.ctx.cluster.nodeclaims().values(),
+                *self._recent.pending(self.ctx.cluster.nodeclaims(), now=self.ctx.clock.monotonic()),
+            ]
         }
         for node_name, keys in plan.existing_placements.items():
             claim_name = by_node_name.get(node_name)
@@ -268,7 +269,7 @@ class Provisioner:
                 continue
             name = claim["metadata"]["name"]
             created.append(claim)
-            self._recent[name] = claim
+            self._recent.add(claim, now=self.ctx.clock.monotonic())
             created_names[node.name] = name
             NODECLAIMS_CREATED.labels(nodepool=node.node_pool, reason="provisioning").inc()
             PRICE_CREATED.labels(nodepool=node.node_pool).inc(node.choice.price)
