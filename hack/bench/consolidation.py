@@ -61,6 +61,7 @@ from controller.scheduling import (
     solve,
 )
 from controller.scheduling.resources import ONE_POD, sum_resources
+from hack.bench.workloads import bench_pools
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -117,21 +118,6 @@ def make_pod(shape: Shape, index: int) -> Pod:
     )
 
 
-def pools(catalog: tuple[InstanceType, ...]) -> list[NodePoolTemplate]:
-    cpu = NodePoolTemplate(
-        name="cpu",
-        instance_types=catalog,
-        requirements=Requirements((Requirement.new("joiner.sh/gpu-count", "DoesNotExist"),)),
-    )
-    gpu = NodePoolTemplate(
-        name="gpu",
-        instance_types=catalog,
-        requirements=Requirements((Requirement.new("joiner.sh/gpu-count", "Exists"),)),
-        taints=(GPU_TAINT,),
-    )
-    return [cpu, gpu]
-
-
 @dataclass
 class Node:
     name: str
@@ -163,7 +149,7 @@ class Node:
 class Cluster:
     def __init__(self, catalog: tuple[InstanceType, ...]) -> None:
         self.types = {it.name: it for it in catalog}
-        self.templates = pools(catalog)
+        self.templates = bench_pools(catalog)
         self.nodes: dict[str, Node] = {}
         self.serial = 0
 
