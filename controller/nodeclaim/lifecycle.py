@@ -93,7 +93,6 @@ class LifecycleController:
         self.ctx = ctx
         self.queue = WorkQueue(name="nodeclaim-lifecycle", clock=ctx.clock)
         self._workers = workers
-        self._subscribed = False
         self._latest: dict[str, Obj] = {}  # what our own writes returned, until the cache catches up
         self._latest_nodes: dict[str, Obj] = {}
         self._launch_failures: dict[str, int] = {}
@@ -103,11 +102,9 @@ class LifecycleController:
 
     async def run(self) -> None:
         cluster = self.ctx.cluster
-        if not self._subscribed:  # run() is called again after a crash
-            self._subscribed = True
-            cluster.subscribe("NodeClaim", self._on_claim)
-            cluster.subscribe("Node", self._on_node)
-            cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
+        cluster.subscribe("NodeClaim", self._on_claim)
+        cluster.subscribe("Node", self._on_node)
+        cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
         await cluster.wait_synced()
         for name in list(cluster.nodeclaims()):
             self.queue.add(name)

@@ -57,7 +57,6 @@ class TerminationController:
         self.ctx = ctx
         self.queue = WorkQueue(name="termination", clock=ctx.clock)
         self._workers = workers
-        self._subscribed = False
         self._latest: dict[str, Obj] = {}
         self._draining: dict[str, str] = {}  # node name -> NodeClaim name
         self._instance_deleted: set[str] = set()  # NodeClaim uids
@@ -67,11 +66,9 @@ class TerminationController:
 
     async def run(self) -> None:
         cluster = self.ctx.cluster
-        if not self._subscribed:  # run() is called again after a crash
-            self._subscribed = True
-            cluster.subscribe("NodeClaim", self._on_claim)
-            cluster.subscribe("Node", self._on_node)
-            cluster.subscribe("Pod", self._on_pod)
+        cluster.subscribe("NodeClaim", self._on_claim)
+        cluster.subscribe("Node", self._on_node)
+        cluster.subscribe("Pod", self._on_pod)
         await cluster.wait_synced()
         for name, claim in list(cluster.nodeclaims().items()):
             if claim["metadata"].get("deletionTimestamp"):

@@ -103,7 +103,6 @@ class KWOKCloudProvider:
         self._queue = WorkQueue(name="kwok-nodes", clock=clock)
         self._configmap_catalogs: dict[str, tuple[float, _Catalog]] = {}
         self._running = False
-        self._subscribed = False
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -281,9 +280,7 @@ class KWOKCloudProvider:
             self._task = None
             lazy.cancel()
         self._running = True
-        if not self._subscribed:
-            self._subscribed = True
-            self._cluster.subscribe("NodeClaim", self._on_claim)
+        self._cluster.subscribe("NodeClaim", self._on_claim)
         await self._cluster.wait_synced()
         for name in list(self._cluster.nodeclaims()):
             self._queue.add(name)
