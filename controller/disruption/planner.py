@@ -53,7 +53,7 @@ from controller.scheduling.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYP
 from controller.scheduling.model import ExistingNode, NewNodeClaim, Plan, Pod
 from controller.scheduling.requirements import Requirement
 from controller.scheduling.resources import ONE_POD, sum_resources
-from controller.scheduling.solver import solve
+from controller.scheduling.solver import SolveCache, solve
 
 _EPS: Final = 1e-9
 
@@ -138,6 +138,7 @@ class _Planner:
         self.now = snap.now
         self.active = snap.active - frozenset(own)
         self.sims = 0
+        self.cache = SolveCache()  # the simulations of one pass share pools and nodes
         self.blocked: list[Blocked] = []
         self.eligible: dict[str, int] = {}
         self.by_claim = {n.claim: n for n in snap.nodes}
@@ -184,6 +185,7 @@ class _Planner:
             existing_nodes=existing,
             daemon_pods=self.snap.daemons,
             unavailable=self.snap.unavailable,
+            cache=self.cache,
         )
 
     def allowance(self, pool: str, reason: str) -> Allowance:

@@ -31,7 +31,7 @@ from controller.scheduling.model import (
 from controller.scheduling.quantity import QuantityError, format_quantity, format_resource, parse_quantity
 from controller.scheduling.requirements import Requirement, RequirementError, Requirements, label_selector
 from controller.scheduling.resources import Resources
-from controller.scheduling.solver import solve
+from controller.scheduling.solver import SolveCache, solve
 from controller.scheduling.taints import Taint, Toleration, first_untolerated, tolerates
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "RequirementError",
     "Requirements",
     "Resources",
+    "SolveCache",
     "Taint",
     "Toleration",
     "TopologySpread",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 from typing import Final
 
 MILLI: Final = 1000
@@ -62,6 +63,12 @@ def parse_quantity(value: str | int | float) -> int:
         return _ceil(Fraction(repr(value)) * MILLI)
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> int:
+    """Quantity strings repeat ("500m", "16Gi" on every pod of a deployment): parse each once."""
     match = _QUANTITY_RE.match(value.strip())
     if match is None:
         raise QuantityError(f"{value!r} is not a quantity (expected e.g. 100m, 1.5, 16Gi, 2G, 1e3)")

@@ -18,6 +18,7 @@ Pure: no I/O, no clock, no logging. See ``docs/solver.md`` for the algorithm. In
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from operator import le
@@ -151,6 +152,48 @@ class _Pool:
         self.limit_names: tuple[str, ...] = template.limits.names()
         self.min_value_reqs = tuple(r for r in self.base if r.min_values)
         self.slots: list[_Slot] = []
+
+
+# an instance type a pool may launch: its offerings, node-side requirements and daemonset overhead
+_SlotProto = tuple[InstanceType, tuple[Offering, ...], Requirements, Resources]
+
+
+class SolveCache:
+    """What solves over the same NodePools and nodes can share: each pool's launchable instance
+    types (with offerings, requirements and daemonset overhead) and each node's requested total.
+
+    Pass one to many `solve()` calls that differ only in their pods and in which nodes they leave
+    out, as consolidation's simulations do. Entries are keyed by object identity and hold the
+    object, so a rebuilt NodePoolTemplate or ExistingNode is a new entry, never a stale one.
+    """
+
+    def __init__(self) -> None:
+        self._protos: dict[tuple[int, frozenset[OfferingKey], tuple[Pod, ...]], tuple[object, list[_SlotProto]]] = {}
+        self._used: dict[int, tuple[ExistingNode, Resources]] = {}
+
+    def protos(
+        self, template: NodePoolTemplate, unavailable: frozenset[OfferingKey], daemons: tuple[Pod, ...]
+    ) -> list[_SlotProto] | None:
+        hit = self._protos.get((id(template), unavailable, daemons))
+        return hit[1] if hit is not None and hit[0] is template else None
+
+    def keep_protos(
+        self,
+        template: NodePoolTemplate,
+        unavailable: frozenset[OfferingKey],
+        daemons: tuple[Pod, ...],
+        protos: list[_SlotProto],
+    ) -> None:
+        self._protos[(id(template), unavailable, daemons)] = (template, protos)
+
+    def used(self, node: ExistingNode) -> Resources:
+        """The requests of the pods on ``node``, each with its pod slot."""
+        hit = self._used.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        total = sum_resources(p.requests + ONE_POD for p in node.pods)
+        self._used[id(node)] = (node, total)
+        return total
 
 
 class _Slot:
@@ -478,15 +521,18 @@ def solve(
     daemon_pods: Sequence[Pod] = (),
     unavailable: Collection[OfferingKey] = frozenset(),
     gangs: Sequence[Gang] = (),
+    cache: SolveCache | None = None,
 ) -> Plan:
     """Decide where pending ``pods`` go and which NodeClaims to buy. Pure and deterministic.
 
     ``existing_nodes`` include in-flight NodeClaims (``in_flight=True``); ``daemon_pods`` are
     daemonset pod templates (their requests are added to every new node they would run on);
     ``unavailable`` offerings (instance type, zone, capacity type) are avoided; pods whose
-    ``gang`` is set are placed all-or-nothing per gang (``gangs`` gives per-gang options).
+    ``gang`` is set are placed all-or-nothing per gang (``gangs`` gives per-gang options);
+    ``cache`` shares work between solves over the same pools and nodes (see `SolveCache`).
     """
     avoid = frozenset(unavailable)
+    cache = cache if cache is not None else SolveCache()
     plan = _Solver(
         pods=pods,
         node_pools=node_pools,
@@ -494,6 +540,7 @@ def solve(
         daemon_pods=daemon_pods,
         unavailable=avoid,
         gangs=gangs,
+        cache=cache,
     ).run()
     if 1 < len(plan.new_nodes) <= _IMPROVE_MAX_NODES:
         plan = _improve(
@@ -503,6 +550,7 @@ def solve(
             existing_nodes=existing_nodes,
             daemon_pods=daemon_pods,
             unavailable=avoid,
+            cache=cache,
         )
     return plan
 
@@ -515,6 +563,7 @@ def _improve(
     existing_nodes: Sequence[ExistingNode],
     daemon_pods: Sequence[Pod],
     unavailable: frozenset[OfferingKey],
+    cache: SolveCache,
 ) -> Plan:
     """Local search on small plans: re-solve the pods of one node, or of two nodes of the same
     pool, on their own; keep the result when it is cheaper.
@@ -544,7 +593,21 @@ def _improve(
                     return False
         return True
 
+    no_better: set[tuple[object, ...]] = set()
+
     def resolve(group: Sequence[NewNodeClaim]) -> tuple[NewNodeClaim, ...] | None:
+        # plans repeat nodes (the same mix of interchangeable pods on the same machine): a mix that
+        # could not be made cheaper once is not solved again
+        mix = Counter(by_key[k].scheduling_key() for n in group for k in n.pods)
+        signature = (group[0].node_pool, frozenset(mix.items()), tuple(sorted(n.choice.price for n in group)))
+        if signature in no_better:
+            return None
+        better = _resolve(group)
+        if better is None:
+            no_better.add(signature)
+        return better
+
+    def _resolve(group: Sequence[NewNodeClaim]) -> tuple[NewNodeClaim, ...] | None:
         sub = _Solver(
             pods=[by_key[k] for n in group for k in n.pods],
             node_pools=[pools[group[0].node_pool]],
@@ -552,6 +615,7 @@ def _improve(
             daemon_pods=daemon_pods,
             unavailable=unavailable,
             gangs=(),
+            cache=cache,
         ).run()
         if sub.unschedulable or sub.total_price >= sum(n.choice.price for n in group) - 1e-9:
             return None
@@ -616,7 +680,9 @@ class _Solver:
         daemon_pods: Sequence[Pod],
         unavailable: frozenset[OfferingKey],
         gangs: Sequence[Gang],
+        cache: SolveCache | None = None,
     ) -> None:
+        self._cache = cache if cache is not None else SolveCache()
         seen: set[str] = set()
         unique: list[Pod] = []
         for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
@@ -669,39 +735,8 @@ class _Solver:
         for template in self.templates:
             pool = _Pool(template, len(self.pools))
             self.pools.append(pool)
-            zone_req = pool.base.get(LABEL_ZONE)
-            ct_req = pool.base.get(LABEL_CAPACITY_TYPE)
-            custom = Requirements(r for r in pool.base if r.key not in type_keys)
-            for it in sorted(template.instance_types, key=lambda t: t.name):
-                if any(
-                    not r.allows(it.labels.get(r.key))
-                    for r in pool.base
-                    if r.key in type_keys and r.key not in (LABEL_ZONE, LABEL_CAPACITY_TYPE)
-                ):
-                    continue
-                offerings = tuple(
-                    sorted(
-                        (
-                            o
-                            for o in it.offerings
-                            if o.available
-                            and (it.name, o.zone, o.capacity_type) not in self.unavailable
-                            and (zone_req is None or zone_req.allows(o.zone))
-                            and (ct_req is None or ct_req.allows(o.capacity_type))
-                        ),
-                        key=lambda o: (o.price, o.zone, o.capacity_type),
-                    )
-                )
-                if not offerings:
-                    continue
-                node_side = custom.intersect(Requirements.from_labels(it.labels)).with_(
-                    Requirement.in_(LABEL_NODEPOOL, pool.name),
-                    Requirement(LABEL_ZONE, False, frozenset(o.zone for o in offerings)),
-                    Requirement(LABEL_CAPACITY_TYPE, False, frozenset(o.capacity_type for o in offerings)),
-                )
-                overhead = self._daemon_overhead(pool, node_side)
-                alloc_res = it.allocatable - overhead
-                alloc = self.u.vec(alloc_res)
+            for it, offerings, node_side, overhead in self._slot_protos(pool, type_keys):
+                alloc = self.u.vec(it.allocatable - overhead)
                 if any(a < 0 for a in alloc):
                     alloc = tuple(max(a, 0) for a in alloc)
                 slot = _Slot(
@@ -717,6 +752,48 @@ class _Solver:
                 self.slots.append(slot)
         tiers = sorted({p.tier for p in self.pools}, reverse=True)
         self.tiers = tiers
+
+    def _slot_protos(self, pool: _Pool, type_keys: set[str]) -> list[_SlotProto]:
+        """The instance types a pool may launch now, with their offerings, node-side requirements and
+        daemonset overhead. They depend only on the pool, the unavailable offerings and the daemonsets,
+        so the sub-solves of `_improve` (and solves given one `SolveCache`) share them."""
+        cached = self._cache.protos(pool.template, self.unavailable, self.daemon_pods)
+        if cached is not None:
+            return cached
+        protos: list[_SlotProto] = []
+        zone_req = pool.base.get(LABEL_ZONE)
+        ct_req = pool.base.get(LABEL_CAPACITY_TYPE)
+        custom = Requirements(r for r in pool.base if r.key not in type_keys)
+        for it in sorted(pool.template.instance_types, key=lambda t: t.name):
+            if any(
+                not r.allows(it.labels.get(r.key))
+                for r in pool.base
+                if r.key in type_keys and r.key not in (LABEL_ZONE, LABEL_CAPACITY_TYPE)
+            ):
+                continue
+            offerings = tuple(
+                sorted(
+                    (
+                        o
+                        for o in it.offerings
+                        if o.available
+                        and (it.name, o.zone, o.capacity_type) not in self.unavailable
+                        and (zone_req is None or zone_req.allows(o.zone))
+                        and (ct_req is None or ct_req.allows(o.capacity_type))
+                    ),
+                    key=lambda o: (o.price, o.zone, o.capacity_type),
+                )
+            )
+            if not offerings:
+                continue
+            node_side = custom.intersect(Requirements.from_labels(it.labels)).with_(
+                Requirement.in_(LABEL_NODEPOOL, pool.name),
+                Requirement(LABEL_ZONE, False, frozenset(o.zone for o in offerings)),
+                Requirement(LABEL_CAPACITY_TYPE, False, frozenset(o.capacity_type for o in offerings)),
+            )
+            protos.append((it, offerings, node_side, self._daemon_overhead(pool, node_side)))
+        self._cache.keep_protos(pool.template, self.unavailable, self.daemon_pods, protos)
+        return protos
 
     def _daemon_overhead(self, pool: _Pool, node_side: Requirements) -> Resources:
         total: list[Resources] = []
@@ -743,7 +820,7 @@ class _Solver:
             n.in_flight = en.in_flight
             n.cordoned = en.unschedulable
             alloc = self.u.vec(en.allocatable)
-            used = self.u.vec(sum_resources(p.requests + ONE_POD for p in en.pods))
+            used = self.u.vec(self._cache.used(en))
             n.free = [a - b for a, b in zip(alloc, used, strict=True)]
             labels = dict(en.labels)
             labels[_METADATA_NAME] = en.name
