@@ -219,7 +219,8 @@ class DisruptionController:
             extra: Obj = {}
             seen = self.pod_events.get(n.node)
             recorded = parse_time((claim.get("status") or {}).get("lastPodEventTime"))
-            if seen is not None and (recorded is None or seen > recorded):
+            # the field holds whole seconds: compare at that grain, or every pass rewrites it
+            if seen is not None and (recorded is None or seen.replace(microsecond=0) > recorded):
                 extra["lastPodEventTime"] = format_time(seen)
             if updates or extra:
                 await self._write_status(claim, updates, extra=extra)

@@ -165,3 +165,20 @@ async def test_consolidatable_follows_pod_events_and_last_pod_event_time_is_reco
     assert claim["status"]["lastPodEventTime"]
     assert world.claim("n2") is not None
     assert ANNOTATION_TERMINATION_REASON not in (world.claim("n2") or {})["metadata"].get("annotations", {})
+
+
+async def test_a_quiet_cluster_gets_no_status_writes(world: World) -> None:
+    await world.nodepool()
+    await world.node("n1")
+    await world.advance(0.25)  # pod events between whole seconds: the status field only holds seconds
+    await world.pod("web-1", "n1")
+    await world.controller.reconcile()
+    await world.settle()
+    claim = world.claim("n1")
+    assert claim is not None
+    assert claim["status"]["lastPodEventTime"]
+    world.kube.calls.clear()
+    for _ in range(3):
+        await world.controller.reconcile()
+        await world.settle()
+    assert [c for c in world.kube.calls if c[0] != "get" and c[1] == "nodeclaims"] == []
