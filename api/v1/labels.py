@@ -115,7 +115,10 @@ KWOK_NODE_FAKE: Final = "fake"
 # --- taints, finalizers, scheduling gates, resources ------------------------------------------
 
 TAINT_UNREGISTERED: Final = "joiner.sh/unregistered"
-TAINT_UNREGISTERED_EFFECT: Final = "NoExecute"
+# NoSchedule, not NoExecute: kube-controller-manager's taint-eviction controller may see a pod bound
+# a moment after the taint's removal before it sees the removal, and deletes the pod at once
+# (kubernetes/kubernetes#119862). Keeping pods off the node is all this taint is for.
+TAINT_UNREGISTERED_EFFECT: Final = "NoSchedule"
 """Carried by a Node from creation until joiner has registered it with its NodeClaim."""
 TAINT_DISRUPTED: Final = "joiner.sh/disrupted"
 TAINT_DISRUPTED_EFFECT: Final = "NoSchedule"

@@ -128,7 +128,8 @@ def registration_patch(claim: Mapping[str, Any], node: Mapping[str, Any]) -> Pat
         *label_patch(node, missing),
         *finalizer_patch(node, add=True),
         *owner_patch(node, claim),
-        *taint_patch(node, remove=[(TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT)]),
+        # and NoExecute, the effect earlier builds of joiner gave it
+        *taint_patch(node, remove=[(TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT), (TAINT_UNREGISTERED, "NoExecute")]),
     ]
 
 

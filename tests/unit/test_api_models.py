@@ -661,7 +661,7 @@ def test_well_known_names() -> None:
     assert labels.CAPACITY_TYPES == ("spot", "on-demand", "reserved")
     assert (labels.TAINT_UNREGISTERED, labels.TAINT_UNREGISTERED_EFFECT) == (
         "joiner.sh/unregistered",
-        "NoExecute",
+        "NoSchedule",
     )
     assert (labels.TAINT_DISRUPTED, labels.TAINT_DISRUPTED_EFFECT) == ("joiner.sh/disrupted", "NoSchedule")
     assert labels.FINALIZER_TERMINATION == "joiner.sh/termination"

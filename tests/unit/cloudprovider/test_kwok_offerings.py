@@ -191,7 +191,7 @@ def test_the_node_carries_the_claims_identity_labels_taints_and_resources() -> N
     assert labels["joiner.sh/gpu-name"] == "L4"
     assert labels["kubernetes.io/os"] == "linux"
     taints = {(t["key"], t["effect"]) for t in node["spec"]["taints"]}
-    assert taints == {("gpu", "NoSchedule"), ("agent-not-ready", "NoSchedule"), (TAINT_UNREGISTERED, "NoExecute")}
+    assert taints == {("gpu", "NoSchedule"), ("agent-not-ready", "NoSchedule"), (TAINT_UNREGISTERED, "NoSchedule")}
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
     assert node["status"]["capacity"]["cpu"] == "8"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -125,8 +126,10 @@ def test_wait_for_registration_until_its_deadline_then_time_out() -> None:
     assert "15m" in decision.message
 
 
-def test_a_joined_node_is_synced_then_registered() -> None:
-    node = a_node(synced=False, taints=[{"key": TAINT_UNREGISTERED, "effect": "NoExecute"}])
+@pytest.mark.parametrize("effect", ["NoSchedule", "NoExecute"])  # NoExecute: Nodes of earlier builds
+def test_a_joined_node_is_synced_then_registered(effect: str) -> None:
+    keep = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+    node = a_node(synced=False, taints=[keep, {"key": TAINT_UNREGISTERED, "effect": effect}])
     decision = decide(claim=launched(), node=node, now=at(30), settings=SETTINGS)
     assert isinstance(decision, SyncNode)
     ops = {(op["op"], op["path"]) for op in decision.patch}
@@ -134,6 +137,8 @@ def test_a_joined_node_is_synced_then_registered() -> None:
     assert ("replace", "/spec/taints") in ops
     assert ("add", "/metadata/finalizers") in ops
     assert ("add", "/metadata/ownerReferences") in ops
+    taints = next(op["value"] for op in decision.patch if op["path"] == "/spec/taints" and op["op"] == "replace")
+    assert taints == [keep]
     assert decide(claim=launched(), node=a_node(), now=at(30), settings=SETTINGS) == Register("nc")
 
 
