@@ -89,7 +89,7 @@ def _relevant_node_change(obj: Obj, old: Obj | None) -> bool:
 
 
 class LifecycleController:
-    def __init__(self, ctx: Context, *, workers: int = 16) -> None:
+    def __init__(self, ctx: Context, *, workers: int = 48) -> None:
         self.ctx = ctx
         self.queue = WorkQueue(name="nodeclaim-lifecycle", clock=ctx.clock)
         self._workers = workers

@@ -2,20 +2,35 @@
 
 A batch opens with the first trigger and closes when `idle` seconds pass without another trigger,
 or `max_wait` seconds after it opened, whichever comes first. Waiting uses the injected clock.
+
+`arriving` (optional) says whether more of the burst is on its way although nothing triggered:
+the provisioner answers with "kube-scheduler has pods it has not tried yet". While it holds, a
+quiet period does not close the batch; `max_wait` still does. One decision for the whole burst
+buys fewer, better-packed nodes than one per fragment, and fragments decided early slow down the
+rest: every new node makes kube-scheduler retry all pending pods before it reaches untried ones.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from controller.clock import Clock
 
 
 class Batcher:
-    def __init__(self, *, clock: Clock, idle_seconds: float, max_seconds: float) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        idle_seconds: float,
+        max_seconds: float,
+        arriving: Callable[[], bool] | None = None,
+    ) -> None:
         self._clock = clock
         self._idle = idle_seconds
         self._max = max_seconds
+        self._arriving = arriving
         self._trigger = asyncio.Event()
 
     def trigger(self) -> None:
@@ -44,5 +59,8 @@ class Batcher:
             remaining = self._max - elapsed
             if remaining <= 0:
                 return elapsed
-            if not await self._triggered_within(min(self._idle, remaining)):
+            if not await self._triggered_within(min(self._idle, remaining)) and not self._more_arriving():
                 return self._clock.monotonic() - opened
+
+    def _more_arriving(self) -> bool:
+        return self._arriving is not None and self._arriving()

@@ -18,6 +18,7 @@ from controller.provisioning.nodeclaims import PLANNED_INSTANCE_TYPE
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, Pod
+from controller.scheduling.resources import ONE_POD, sum_resources
 from controller.state.cluster import ClusterState, is_terminal
 
 log = structlog.get_logger()
@@ -78,6 +79,26 @@ def existing_capacity(
         if node is not None:
             existing.append(node)
     return existing
+
+
+def split_nominated(node: ExistingNode, nominated: Sequence[Pod]) -> tuple[list[Pod], list[Pod]]:
+    """The pods nominated to ``node`` that still fit next to what is bound to it (in order), and the rest.
+
+    kube-scheduler does not follow the plan: it may bind other pods to a node bought for these ones.
+    A nominated pod that no longer fits will not land there however long it waits, so it is solved
+    again at once instead of holding capacity that is gone.
+    """
+    room = node.allocatable - sum_resources(p.requests + ONE_POD for p in node.pods)
+    kept: list[Pod] = []
+    released: list[Pod] = []
+    for pod in nominated:
+        need = pod.requests + ONE_POD
+        if need.fits_in(room):
+            room = room - need
+            kept.append(pod)
+        else:
+            released.append(pod)
+    return kept, released
 
 
 def daemon_templates(cluster: ClusterState, *, component: str = "provisioner") -> list[Pod]:

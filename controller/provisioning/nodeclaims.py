@@ -25,7 +25,7 @@ def nodepool_hash(pool: Obj) -> str:
 
 def nodeclaim_manifest(node: NewNodeClaim, pool: Obj) -> Obj:
     """The NodeClaim a plan's new machine becomes: requirements (with every candidate instance type),
-    requests, taints and the NodePool's template, owned by the NodePool."""
+    requests, taints and the NodePool's template, owned by the NodePool, with the termination finalizer."""
     template = (pool.get("spec") or {}).get("template") or {}
     tmeta = template.get("metadata") or {}
     tspec = template.get("spec") or {}
@@ -51,6 +51,8 @@ def nodeclaim_manifest(node: NewNodeClaim, pool: Obj) -> Obj:
         "kind": "NodeClaim",
         "metadata": {
             "generateName": f"{node.node_pool}-",
+            # created with its finalizer: one write less per launch than adding it afterwards
+            "finalizers": [wk.FINALIZER_TERMINATION],
             "labels": node_labels,
             "annotations": {
                 **(tmeta.get("annotations") or {}),

@@ -24,6 +24,7 @@ from controller.state.queue import WorkQueue
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
+CLAIM_COALESCE_SECONDS = 1.0
 
 
 def _condition(ctype: str, ok: bool, reason: str, message: str) -> Obj:
@@ -115,7 +116,9 @@ class NodePoolStatusController:
     def _on_claim(self, etype: str, obj: Obj, old: Obj | None) -> None:
         pool = (obj["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL)
         if pool:
-            self.queue.add(pool)
+            # a burst of launches changes every claim several times: one update per pool per
+            # interval says the same for far less work (validation, a pass over every claim, a write)
+            self.queue.add_after(pool, CLAIM_COALESCE_SECONDS)
 
     async def run(self) -> None:
         cluster = self.ctx.cluster

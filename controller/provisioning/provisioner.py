@@ -23,13 +23,13 @@ from controller.context import Context
 from controller.kube.client import ApiError
 from controller.kube.resources import NODECLAIMS
 from controller.provisioning.batcher import Batcher
-from controller.provisioning.capacity import daemon_templates, existing_capacity, valid_pools
+from controller.provisioning.capacity import daemon_templates, existing_capacity, split_nominated, valid_pools
 from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
 from controller.scheduling.solver import solve
-from controller.state.cluster import condition, is_daemon_pod, is_unschedulable
+from controller.state.cluster import awaits_scheduler, condition, is_daemon_pod, is_unschedulable
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -37,7 +37,10 @@ Obj = dict[str, Any]
 # if kube-scheduler has not bound it there by then, it is solved again
 NOMINATION_GRACE_SECONDS = 10.0
 RESYNC_SECONDS = 5.0
-WRITE_CONCURRENCY = 16  # NodeClaims (and Events) written at once
+WRITE_CONCURRENCY = 16  # NodeClaims written at once
+# Events on pods written at once: after a large decision there is one per pod, and they must not
+# crowd out the writes that launch the machines
+EVENT_CONCURRENCY = 4
 
 PODS_PENDING = metrics.gauge("joiner_pods_pending", "Pods kube-scheduler marked unschedulable, at the last solve.")
 PODS_UNSCHEDULABLE = metrics.gauge(
@@ -73,6 +76,7 @@ class Provisioner:
             clock=ctx.clock,
             idle_seconds=ctx.settings.batch_idle_seconds,
             max_seconds=ctx.settings.batch_max_seconds,
+            arriving=self._scheduler_has_untried_pods,
         )
         self._nominations: dict[str, str] = {}  # pod key -> NodeClaim the last decision put it on
         # NodeClaims created here that the cache may not show yet (shared with the gang controller)
@@ -85,10 +89,31 @@ class Provisioner:
             self.batcher.trigger()
 
     def _on_capacity_change(self, etype: str, obj: Obj, old: Obj | None) -> None:
-        # a NodeClaim that went away (insufficient capacity, timeout) or a NodePool that changed
-        # may leave pods that need a new decision
-        if etype == "DELETED" or obj.get("kind") == "NodePool":
+        # a NodeClaim that went away (insufficient capacity, timeout), or a NodePool or NodeClass
+        # whose spec changed, may leave pods that need a new decision; status writes (the NodePool
+        # status controller's, on every launch) do not
+        if (
+            etype == "DELETED"
+            or old is None
+            or (
+                obj.get("kind") != "NodeClaim"
+                and obj["metadata"].get("generation") != old["metadata"].get("generation")
+            )
+        ):
             self.batcher.trigger()
+
+    def _scheduler_has_untried_pods(self) -> bool:
+        """Pods created within the last batch window that kube-scheduler has not tried yet: the burst
+        is still arriving. (Older ones belong to a scheduler that is not running; they must not hold
+        every batch open.)"""
+        now = self.ctx.clock.now()
+        window = self.ctx.settings.batch_max_seconds + 1.0
+        for pod in self.ctx.cluster.pods():
+            if awaits_scheduler(pod):
+                created = parse_time(pod["metadata"].get("creationTimestamp"))
+                if created is not None and (now - created).total_seconds() <= window:
+                    return True
+        return False
 
     async def run(self) -> None:
         cluster = self.ctx.cluster
@@ -148,7 +173,8 @@ class Provisioner:
 
     def _with_nominations(self, pods: list[Pod], existing: list[ExistingNode]) -> tuple[list[Pod], list[ExistingNode]]:
         """Pods an earlier decision already placed on capacity still coming up keep their place:
-        they are counted on that NodeClaim, not solved again (a re-pack could buy twice)."""
+        they are counted on that NodeClaim, not solved again (a re-pack could buy twice), as long as
+        they still fit there."""
         index = {node.name: i for i, node in enumerate(existing)}
         held: dict[int, list[Pod]] = {}
         free: list[Pod] = []
@@ -161,8 +187,19 @@ class Provisioner:
                 free.append(pod)
             else:
                 held.setdefault(i, []).append(pod)
-        for i, extra in held.items():
-            existing[i] = replace(existing[i], pods=(*existing[i].pods, *extra))
+        for i, nominated in held.items():
+            kept, released = split_nominated(existing[i], nominated)
+            if released:
+                log.info(
+                    "provisioner.nomination_released",
+                    node=existing[i].name,
+                    pods=len(released),
+                    reason="other pods took the room planned for them",
+                )
+            for pod in released:
+                self._nominations.pop(pod.key, None)
+            free.extend(released)
+            existing[i] = replace(existing[i], pods=(*existing[i].pods, *kept))
         return free, existing
 
     def _nominate(self, plan: Plan, created: dict[str, str]) -> None:
@@ -305,7 +342,7 @@ class Provisioner:
 
     async def _tell(self, events: list[tuple[Obj, str, str, bool]]) -> None:
         """Events on the pods: the decision is already written, so these never hold up the next batch."""
-        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+        limit = asyncio.Semaphore(EVENT_CONCURRENCY)
 
         async def emit(pod: Obj, reason: str, message: str, warning: bool) -> None:
             async with limit:

@@ -51,6 +51,14 @@ def is_unschedulable(pod: Obj) -> bool:
     return cond is not None and cond.get("status") == "False" and cond.get("reason") == "Unschedulable"
 
 
+def awaits_scheduler(pod: Obj) -> bool:
+    """kube-scheduler has not tried it yet: not bound, not gated, no PodScheduled condition."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") or spec.get("schedulingGates") or pod["metadata"].get("deletionTimestamp"):
+        return False
+    return not is_terminal(pod) and condition(pod, "PodScheduled") is None
+
+
 def is_daemon_pod(pod: Obj) -> bool:
     return any(ref.get("kind") == "DaemonSet" for ref in pod["metadata"].get("ownerReferences") or [])
 

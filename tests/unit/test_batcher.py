@@ -67,3 +67,33 @@ async def test_trigger_during_solve_opens_the_next_batch() -> None:
     await clock.advance(1.0)
     await _settle()
     assert second.done()
+
+
+async def test_a_burst_still_arriving_keeps_the_batch_open_until_max() -> None:
+    clock = FakeClock()
+    arriving = [True]
+    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0, arriving=lambda: arriving[0])
+    done = asyncio.ensure_future(batcher.wait())
+    batcher.trigger()
+    await _settle()
+    await clock.advance(3.5)  # quiet, but kube-scheduler has not tried every pod yet
+    await _settle()
+    assert not done.done()
+    arriving[0] = False  # it has now: the next quiet period closes the batch
+    await clock.advance(1.0)
+    await _settle()
+    assert done.done()
+    assert done.result() == 4.0
+
+
+async def test_a_burst_that_never_ends_is_still_cut_at_max() -> None:
+    clock = FakeClock()
+    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0, arriving=lambda: True)
+    done = asyncio.ensure_future(batcher.wait())
+    batcher.trigger()
+    await _settle()
+    for _ in range(12):
+        await clock.advance(1.0)
+        await _settle()
+    assert done.done()
+    assert done.result() == 10.0

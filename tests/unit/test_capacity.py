@@ -6,8 +6,10 @@ from typing import Any
 
 from controller.clock import FakeClock
 from controller.cloudprovider.catalog import load_catalog
-from controller.provisioning.capacity import existing_capacity
+from controller.provisioning.capacity import existing_capacity, split_nominated
 from controller.provisioning.nodeclaims import PLANNED_INSTANCE_TYPE
+from controller.scheduling.model import ExistingNode, Pod
+from controller.scheduling.resources import Resources
 from controller.state.cluster import ClusterState
 
 
@@ -41,3 +43,37 @@ def test_a_claim_the_cache_shows_is_not_counted_again() -> None:
     cluster.store("NodeClaim")["gpu-abc12"] = claim
     nodes = existing_capacity(cluster, load_catalog(), extra_claims=[claim])
     assert [n.name for n in nodes] == ["gpu-abc12"]
+
+
+def _pod(name: str, cpu: str) -> Pod:
+    return Pod(name=name, namespace="ns", requests=Resources.parse({"cpu": cpu, "memory": "1Gi"}))
+
+
+def test_nominated_pods_keep_their_place_while_they_fit() -> None:
+    node = ExistingNode(name="cpu-a", allocatable=Resources.parse({"cpu": "4", "memory": "8Gi", "pods": "10"}))
+    kept, released = split_nominated(node, [_pod("a", "2"), _pod("b", "2")])
+    assert [p.name for p in kept] == ["a", "b"]
+    assert released == []
+
+
+def test_nominated_pods_are_released_when_others_took_their_room() -> None:
+    # kube-scheduler bound a 3-cpu pod to the node the plan bought for two 2-cpu pods
+    stranger = _pod("stranger", "3")
+    node = ExistingNode(
+        name="cpu-a",
+        allocatable=Resources.parse({"cpu": "4", "memory": "8Gi", "pods": "10"}),
+        pods=(stranger,),
+    )
+    kept, released = split_nominated(node, [_pod("a", "2"), _pod("b", "500m"), _pod("c", "1")])
+    assert [p.name for p in kept] == ["b"]
+    assert [p.name for p in released] == ["a", "c"]
+
+
+def test_a_full_pod_count_releases_nominated_pods() -> None:
+    node = ExistingNode(
+        name="cpu-a",
+        allocatable=Resources.parse({"cpu": "64", "memory": "64Gi", "pods": "2"}),
+        pods=(_pod("x", "100m"),),
+    )
+    kept, released = split_nominated(node, [_pod("a", "100m"), _pod("b", "100m")])
+    assert ([p.name for p in kept], [p.name for p in released]) == (["a"], ["b"])

@@ -1,0 +1,154 @@
+"""The provisioner against the in-memory apiserver: what it buys for pending pods, what it holds for
+pods already planned, and what makes it look again."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
+from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
+from controller.provisioning.provisioner import Provisioner
+from tests.unit.nodeclaim.harness import Harness, make_harness
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    harness = await make_harness()
+    await harness.create_nodeclass()
+    await harness.kube.create(
+        NODEPOOLS,
+        {
+            "apiVersion": "joiner.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {
+                    "spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}
+                }
+            },
+        },
+    )
+    await harness.cached("NodePool", "default")
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+async def pending(h: Harness, name: str, cpu: str) -> Obj:
+    """A pod kube-scheduler could not place."""
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+    obj = await h.kube.create(PODS, pod)
+    await h.cached("Pod", f"default/{name}")
+    return obj
+
+
+async def register(h: Harness, claim: Obj) -> None:
+    """The claim's machine joined: a Ready Node with the launched offering's labels."""
+    name = claim["metadata"]["name"]
+    labels = {
+        LABEL_NODEPOOL: "default",
+        LABEL_INSTANCE_TYPE: "cpu-4",
+        LABEL_ZONE: "zone-a",
+        LABEL_CAPACITY_TYPE: "spot",
+        "kubernetes.io/hostname": name,
+    }
+    await h.kube.create(
+        NODES,
+        {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"providerID": f"kwok://{name}"},
+            "status": {
+                "allocatable": {"cpu": "3900m", "memory": "15Gi", "pods": "58"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    await h.kube.patch(
+        NODECLAIMS, name, {"status": {"providerID": f"kwok://{name}", "nodeName": name}}, subresource="status"
+    )
+    await h.cached("Node", name)
+    await h.cached("NodeClaim", name)
+
+
+def claims(h: Harness) -> list[Obj]:
+    return list(h.kube.objects(NODECLAIMS).values())
+
+
+async def test_pending_pods_get_one_nodeclaim_and_are_not_bought_for_twice(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    await pending(h, "a", "1500m")
+    await pending(h, "b", "1500m")
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert len(plan.new_nodes) == 1
+    [claim] = claims(h)
+    assert claim["metadata"]["annotations"]["joiner.sh/planned-instance-type"] == "cpu-4"
+    await h.cached("NodeClaim", claim["metadata"]["name"])
+    # the pods are still pending while the machine comes up: they keep their place on it
+    assert await provisioner.reconcile() is None
+    assert len(claims(h)) == 1
+
+
+async def test_a_nominated_pod_whose_room_was_taken_is_provisioned_again_at_once(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    await pending(h, "a", "1500m")
+    await pending(h, "b", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await register(h, claim)
+    # kube-scheduler bound a pod joiner never planned for to the new node, and "b" no longer fits
+    await h.bind_pod("stranger", claim["metadata"]["name"], spec={"containers": [_container("2")]})
+    await h.cached("Pod", "default/stranger")
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert [n.pods for n in plan.new_nodes] == [("default/b",)]
+    assert plan.existing_placements == {}
+    assert len(claims(h)) == 2
+
+
+def _container(cpu: str) -> Obj:
+    return {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}
+
+
+async def test_nodepool_status_writes_do_not_start_a_batch_but_spec_changes_do(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    pool = h.cluster.nodepools()["default"]
+    status_write = {**pool, "metadata": {**pool["metadata"], "resourceVersion": "999"}, "status": {"nodes": 3}}
+    provisioner._on_capacity_change("MODIFIED", status_write, pool)
+    assert not provisioner.batcher._trigger.is_set()
+    spec_change = {**pool, "metadata": {**pool["metadata"], "generation": 2}}
+    provisioner._on_capacity_change("MODIFIED", spec_change, pool)
+    assert provisioner.batcher._trigger.is_set()
+
+
+async def test_the_batch_waits_while_kube_scheduler_has_pods_it_has_not_tried(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    assert not provisioner._scheduler_has_untried_pods()
+    untried: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "fresh", "namespace": "default"},
+        "spec": {"containers": [_container("1")]},
+        "status": {"phase": "Pending"},
+    }
+    await h.kube.create(PODS, untried)
+    await h.cached("Pod", "default/fresh")
+    assert provisioner._scheduler_has_untried_pods()
+    # a pod nobody tries for longer than a batch window (another scheduler's) does not hold batches open
+    await h.advance(h.ctx.settings.batch_max_seconds + 2)
+    assert not provisioner._scheduler_has_untried_pods()
