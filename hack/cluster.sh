@@ -123,7 +123,21 @@ kwok_stages() { # the Stage YAMLs shipped inside the pinned kwok module, read fr
     local mod
     mod=$(cd "$root/hack/tools/kwok" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
     local out="$dir/kwok-stages.yaml" f
-    : > "$out"
+    # Every real node has its own kubelet reporting pod status; kwok plays them all, 4 objects at a
+    # time by default, which made pods wait seconds between binding and Running at 1,000 pods.
+    cat > "$out" <<'YAML'
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:  # a KwokConfiguration is not defaulted: every field kwok needs is spelled out
+  cidr: 10.0.0.0/24
+  podPlayStageParallelism: 32
+  nodePlayStageParallelism: 16
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+---
+YAML
     for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
              pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
         if [ ! -f "$mod/kustomize/stage/$f" ]; then
