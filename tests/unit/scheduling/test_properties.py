@@ -18,6 +18,7 @@ from controller.scheduling import (
     Pod,
     Requirement,
     Requirements,
+    SolveCache,
     first_untolerated,
     solve,
 )
@@ -269,3 +270,23 @@ def test_zonal_spread_stays_within_max_skew(world: World) -> None:
         for m in members:
             counts[zone_of[m.key]] = counts.get(zone_of[m.key], 0) + 1
         assert max(counts.values()) - min(counts.values()) <= 1
+
+
+@SETTINGS
+@given(worlds(), st.randoms(use_true_random=False))
+def test_a_shared_cache_never_changes_a_plan(world: World, rng: random.Random) -> None:
+    """Consolidation solves many variants of one world with one SolveCache: each variant's plan must be
+    the plan it gets alone."""
+    cache = SolveCache()
+    for _ in range(3):
+        existing = [e for e in world.existing if rng.random() < 0.7]
+        pods = [p for p in world.pods if rng.random() < 0.8]
+        kwargs = {
+            "pods": pods,
+            "node_pools": world.pools,
+            "existing_nodes": existing,
+            "daemon_pods": world.daemons,
+            "unavailable": world.unavailable,
+            "gangs": world.gangs,
+        }
+        assert solve(**kwargs, cache=cache) == solve(**kwargs)  # type: ignore[arg-type]
