@@ -1965,6 +1965,26 @@ class _Solver:
             return f"{name}: {self._resource_shortfall(g, offered)}"
         if all(self._limit_room(s) <= 0 for s in fitting):
             return f"{name}: {self._limit_message(pool, fitting)}"
+        short = self._min_values_shortfall(pool, fitting)
+        if short is not None:
+            return f"{name}: {short}"
+        return None
+
+    @staticmethod
+    def _min_values_shortfall(pool: _Pool, fitting: Sequence[_Slot]) -> str | None:
+        """A minValues requirement that even a node for this one pod cannot meet, in words."""
+        for mreq in pool.min_value_reqs:
+            if mreq.key == LABEL_INSTANCE_TYPE:
+                values = {s.it.name for s in fitting}
+            else:
+                values = {v for s in fitting if (v := s.it.labels.get(mreq.key)) is not None}
+            need = mreq.min_values or 0
+            if len(values) < need:
+                listed = ", ".join(sorted(values)[:6]) + (", ..." if len(values) > 6 else "")
+                return (
+                    f"its requirement on {mreq.key} has minValues {need}, but only {len(values)} "
+                    f"value(s) can host the pod ({listed or 'none'}); lower minValues or widen the requirement"
+                )
         return None
 
     def _pool_conflict(self, pool: _Pool, term: Requirements) -> str | None:

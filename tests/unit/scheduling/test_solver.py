@@ -243,7 +243,11 @@ def test_min_values_keeps_enough_candidates() -> None:
         "flex", CPU_TYPES, requirements=[Requirement.new("node.kubernetes.io/instance-type", "Exists", min_values=5)]
     )
     plan = solve(pods=[pod("a")], node_pools=[p2])
-    assert "default/a" in plan.unschedulable
+    reason = plan.unschedulable["default/a"]
+    # the reason names the requirement, how many types could host the pod, and what to change
+    assert "node.kubernetes.io/instance-type has minValues 5" in reason
+    assert f"only {len(CPU_TYPES)} value(s)" in reason
+    assert "lower minValues" in reason
 
 
 # --- affinity and preferences ---------------------------------------------------------------
