@@ -101,6 +101,16 @@ def bind_times(cluster: Cluster, namespace: str) -> list[float]:
     return sorted(stamp(e.get("eventTime") or e["firstTimestamp"]) for e in events if e.get("reason") == "Scheduled")
 
 
+def every_bind(cluster: Cluster, namespace: str, size: int) -> list[float]:
+    """The bind times once kube-scheduler's Scheduled Event of every member is written (it lags the bind)."""
+
+    def found() -> list[float] | None:
+        times = bind_times(cluster, namespace)
+        return times if len(times) >= size else None
+
+    return list(eventually(found, timeout=30, what="Scheduled events"))
+
+
 def all_bound(cluster: Cluster, namespace: str, size: int) -> bool:
     pods = cluster.items("pods", namespace=namespace)
     return len(pods) == size and all(p["spec"].get("nodeName") for p in pods)
@@ -140,11 +150,7 @@ def run_admit(cluster: Cluster, joiner: Joiner, *, size: int, delay: float) -> d
     cluster.apply(pods)
     eventually(lambda: all_bound(cluster, ns, size), timeout=120 + delay, interval=0.2, what="every member bound")
 
-    def every_bind() -> list[float] | None:
-        found = bind_times(cluster, ns)
-        return found if len(found) == size else None
-
-    binds = eventually(every_bind, timeout=30, what="Scheduled events")
+    binds = every_bind(cluster, ns, size)
     admitted = log_time(joiner, "gang.admitted") or binds[0]
     planned = log_time(joiner, "gang.planned") or submitted
     initialized = [t for t in log_times(joiner, "nodeclaim.initialized") if t <= admitted]
@@ -195,7 +201,7 @@ def run_rollback(cluster: Cluster, joiner: Joiner, *, size: int, delay: float) -
     cleared = time.time()
     cluster.apply(nodeclass(delay))
     eventually(lambda: all_bound(cluster, ns, size), timeout=180 + delay, interval=0.2, what="every member bound")
-    binds = bind_times(cluster, ns)
+    binds = every_bind(cluster, ns, size)
     return {
         "failure_to_clean": clean - failed,
         "clear_to_bound": binds[-1] - cleared,
