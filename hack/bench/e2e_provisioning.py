@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import logging
 import os
 import re
 import subprocess
@@ -25,6 +26,8 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,9 +104,13 @@ class _Watch:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self._task = asyncio.run_coroutine_threadsafe(self._run(), self._loop)
+        self._main: asyncio.Task[None] | None = None
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
         if not self._ready.wait(timeout=60):
             raise RuntimeError("the pod and Node informers did not sync within 60 s")
+
+    async def _start(self) -> None:
+        self._main = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         from controller.clock import RealClock
@@ -151,11 +158,18 @@ class _Watch:
         return len(self.seen[what])
 
     def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._task.cancel)
-        with contextlib.suppress(concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
-            self._task.result(timeout=10)
+        async def shutdown() -> None:
+            main = self._main
+            if main is not None:
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await main
+
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        self._loop.close()
 
 
 def _timeline(
@@ -212,6 +226,7 @@ def main() -> int:
     args = parser.parse_args()
 
     os.environ.setdefault("JOINER_CLUSTER_DIR", "/tmp/joiner-bench-kwok")
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     from tests.e2e.harness import CLUSTER_DIR, Cluster, clean_cluster
     from tests.e2e.joiner import Joiner
     from tests.e2e.manifests import deployment, nodeclass, nodepool, req
