@@ -21,7 +21,7 @@ from controller import metrics
 from controller.clock import parse_time
 from controller.context import Context
 from controller.kube.client import ApiError
-from controller.kube.resources import NODECLAIMS
+from controller.kube.resources import NODECLAIMS, key_of
 from controller.provisioning.batcher import Batcher
 from controller.provisioning.capacity import daemon_templates, existing_capacity, split_nominated, valid_pools
 from controller.provisioning.nodeclaims import nodeclaim_manifest
@@ -340,12 +340,18 @@ class Provisioner:
             task.add_done_callback(self._event_tasks.discard)
         return created
 
+    def _still_pending(self, pod: Obj) -> bool:
+        current = self.ctx.cluster.store("Pod").get(key_of(pod))
+        return current is not None and is_unschedulable(current)
+
     async def _tell(self, events: list[tuple[Obj, str, str, bool]]) -> None:
         """Events on the pods: the decision is already written, so these never hold up the next batch."""
         limit = asyncio.Semaphore(EVENT_CONCURRENCY)
 
         async def emit(pod: Obj, reason: str, message: str, warning: bool) -> None:
             async with limit:
+                if not self._still_pending(pod):
+                    return  # "should schedule on ..." says nothing once it has (a large burst can outpace us)
                 await self.ctx.events.emit(pod, reason=reason, message=message, type="Warning" if warning else "Normal")
 
         await asyncio.gather(*(emit(*event) for event in events))

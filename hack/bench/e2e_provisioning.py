@@ -276,6 +276,8 @@ def main() -> int:
                 break
             time.sleep(2)
         elapsed = time.monotonic() - start
+        cpu = _cpu_seconds(pid) - cpu0
+        components_cpu = {k: v - components_cpu0.get(k, 0.0) for k, v in _cpu_by_process(components).items()}
         requests = _apiserver_requests(cluster) - requests0
         if args.linger > 0:
             before = _apiserver_requests(cluster)
@@ -289,8 +291,6 @@ def main() -> int:
                 f"apiserver writes {sum(writes.values())} ({top_writes})"
             )
         watch.stop()
-        cpu = _cpu_seconds(pid) - cpu0
-        components_cpu = {k: v - components_cpu0.get(k, 0.0) for k, v in _cpu_by_process(components).items()}
         rss = _peak_rss_mb(pid)
         claim_objs = cluster.items("nodeclaims.joiner.sh")
         claims = len(claim_objs)

@@ -229,6 +229,9 @@ def test_a_node_that_never_registers_is_deleted_after_the_timeout(cluster: Clust
     cluster.apply(pod("infer", ns, gpus=1))
     first = eventually(lambda: nodeclaims(cluster), what="a NodeClaim")[0]
     name = first["metadata"]["name"]
+    # the pod waits, and `kubectl describe pod` says where it is meant to land
+    nominated = expect_event(cluster, namespace=ns, name="infer", reason="Nominated")
+    assert f"nodeclaim/{name} ({cheapest}," in nominated["message"]
     eventually(
         lambda: all(c["metadata"]["name"] != name for c in nodeclaims(cluster)),
         timeout=60,

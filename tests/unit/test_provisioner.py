@@ -152,3 +152,15 @@ async def test_the_batch_waits_while_kube_scheduler_has_pods_it_has_not_tried(h:
     # a pod nobody tries for longer than a batch window (another scheduler's) does not hold batches open
     await h.advance(h.ctx.settings.batch_max_seconds + 2)
     assert not provisioner._scheduler_has_untried_pods()
+
+
+async def test_pods_get_a_nominated_event_unless_they_were_bound_first(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    await pending(h, "slow", "1")
+    await pending(h, "fast", "1")
+    await provisioner.reconcile()  # the Events go out in the background, after the NodeClaims
+    await h.kube.patch(PODS, "fast", {"spec": {"nodeName": "somewhere"}}, namespace="default")
+    await h.cached("Pod", "default/fast")
+    await h.settle()
+    assert "Nominated" in h.kube.event_reasons("slow")
+    assert "Nominated" not in h.kube.event_reasons("fast")
