@@ -18,7 +18,7 @@ from controller.provisioning.nodeclaims import PLANNED_INSTANCE_TYPE
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, Pod
-from controller.scheduling.resources import ONE_POD, sum_resources
+from controller.scheduling.resources import ONE_POD
 from controller.state.cluster import ClusterState, is_terminal
 
 log = structlog.get_logger()
@@ -88,7 +88,7 @@ def split_nominated(node: ExistingNode, nominated: Sequence[Pod]) -> tuple[list[
     A nominated pod that no longer fits will not land there however long it waits, so it is solved
     again at once instead of holding capacity that is gone.
     """
-    room = node.allocatable - sum_resources(p.requests + ONE_POD for p in node.pods)
+    room = node.allocatable - node.requested()
     kept: list[Pod] = []
     released: list[Pod] = []
     for pod in nominated:

@@ -17,7 +17,7 @@ from controller.scheduling.frozen import EMPTY_LABELS, freeze
 from controller.scheduling.instancetypes import InstanceType, Offering
 from controller.scheduling.labels import LABEL_NODEPOOL
 from controller.scheduling.requirements import EVERYTHING, Requirements
-from controller.scheduling.resources import EMPTY, Resources
+from controller.scheduling.resources import EMPTY, ONE_POD, Resources, sum_resources
 from controller.scheduling.taints import Taint, Toleration
 
 # --- pods -------------------------------------------------------------------------------------
@@ -144,6 +144,10 @@ class ExistingNode:
         object.__setattr__(self, "labels", freeze(self.labels))
         if self.node_pool is None and LABEL_NODEPOOL in self.labels:
             object.__setattr__(self, "node_pool", self.labels[LABEL_NODEPOOL])
+
+    def requested(self) -> Resources:
+        """What the pods on it request, each with its pod slot."""
+        return sum_resources(p.requests + ONE_POD for p in self.pods)
 
 
 @dataclass(frozen=True, slots=True)

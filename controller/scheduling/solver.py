@@ -191,7 +191,7 @@ class SolveCache:
         hit = self._used.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
-        total = sum_resources(p.requests + ONE_POD for p in node.pods)
+        total = node.requested()
         self._used[id(node)] = (node, total)
         return total
 

@@ -10,6 +10,7 @@ import pytest
 
 from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
+from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
 from tests.unit.nodeclaim.harness import Harness, make_harness
 
@@ -164,3 +165,22 @@ async def test_pods_get_a_nominated_event_unless_they_were_bound_first(h: Harnes
     await h.settle()
     assert "Nominated" in h.kube.event_reasons("slow")
     assert "Nominated" not in h.kube.event_reasons("fast")
+
+
+async def test_a_burst_of_launches_updates_the_nodepool_status_once(h: Harness) -> None:
+    status = NodePoolStatusController(h.ctx)
+    h.start(status)
+    await h.advance(1.5)
+    h.kube.calls.clear()
+    for i in range(5):
+        claim = await h.create_claim(f"default-{i}")
+        capacity = {"cpu": "4", "memory": "16Gi"}
+        await h.kube.patch(
+            NODECLAIMS, claim["metadata"]["name"], {"status": {"capacity": capacity}}, subresource="status"
+        )
+    await h.advance(1.5)
+    writes = [c for c in h.kube.calls if c[1] == "nodepools" and c[0] != "get"]
+    assert len(writes) == 1
+    pool = h.kube.obj(NODEPOOLS, "default")
+    assert pool is not None
+    assert pool["status"]["resources"]["cpu"] == "20"
