@@ -87,6 +87,13 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="wait after a gang's first rollback; doubles on each further rollback",
     )
     p.add_argument("--gang-backoff-max", type=float, default=d.gang_backoff_max_seconds, metavar="SECONDS")
+    p.add_argument(
+        "--nominate",
+        action=argparse.BooleanOptionalAction,
+        default=d.nominate,
+        help="set status.nominatedNodeName of each planned pod once its node exists, so kube-scheduler "
+        "follows the plan (default: on)",
+    )
     p.add_argument("--catalog", help="instance catalog JSON for the kwok provider (default: the built-in one)")
     p.set_defaults(handler=_run)
 
@@ -99,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = Settings(
         batch_idle_seconds=args.batch_idle_duration,
         batch_max_seconds=args.batch_max_duration,
+        nominate=args.nominate,
         launch_timeout_seconds=args.launch_timeout,
         registration_timeout_seconds=args.registration_timeout,
         initialization_timeout_seconds=args.initialization_timeout,

@@ -10,6 +10,8 @@ class Settings:
     # provisioning: a batch closes after `batch_idle` seconds without a new pod, or `batch_max` in all
     batch_idle_seconds: float = 1.0
     batch_max_seconds: float = 10.0
+    # tell kube-scheduler the plan through each planned pod's status.nominatedNodeName
+    nominate: bool = True
     # NodeClaim lifecycle timeouts; each ends in deleting the NodeClaim with an Event saying why
     launch_timeout_seconds: float = 300.0
     registration_timeout_seconds: float = 900.0

@@ -30,7 +30,7 @@ if [ -f .kwok/pids/joiner ] && kill -0 "$(cat .kwok/pids/joiner)" 2>/dev/null; t
     kill "$(cat .kwok/pids/joiner)" && sleep 1
 fi
 .venv/bin/joiner run --provider kwok --kubeconfig "$KUBECONFIG" --no-leader-elect \
-    --metrics-port 18080 --health-port 18081 --bind-address 127.0.0.1 --log-format json \
+    --metrics-port 18080 --health-port 18081 --bind-address 127.0.0.1 --log-format json ${JOINER_FLAGS:-} \
     > .kwok/logs/joiner.log 2>&1 &
 echo $! > .kwok/pids/joiner
 trap 'kill "$(cat .kwok/pids/joiner)" 2>/dev/null || true' EXIT
@@ -69,7 +69,7 @@ kubectl get nodepools -o wide
 say "kubectl get pods -n demo -o wide"
 kubectl get pods -n demo -o wide
 say "a few of joiner's metrics"
-curl -s http://127.0.0.1:18080/metrics | grep -E '^joiner_(nodeclaims_(created|launched|initialized)_total|gangs_admitted|pods_pending)' | head -20 || true
+curl -s http://127.0.0.1:18080/metrics | grep -E '^joiner_(nodeclaims_(created|launched|initialized)_total|gangs_admitted|pods_pending|provisioner_nominations_total)' | head -24 || true
 
 cat <<EOF
 

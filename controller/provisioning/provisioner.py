@@ -25,6 +25,7 @@ from controller.kube.resources import NODECLAIMS, key_of
 from controller.provisioning.batcher import Batcher
 from controller.provisioning.capacity import daemon_templates, existing_capacity, split_nominated, valid_pools
 from controller.provisioning.nodeclaims import nodeclaim_manifest
+from controller.provisioning.nominator import Nominator
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
@@ -82,6 +83,8 @@ class Provisioner:
         # NodeClaims created here that the cache may not show yet (shared with the gang controller)
         self._recent = ctx.recent_claims
         self._event_tasks: set[asyncio.Task[None]] = set()
+        # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
+        self.nominator = Nominator(ctx, nominations=lambda: self._nominations, claim=self._claim_obj)
 
     # --- triggers --------------------------------------------------------------------------
     def _on_pod(self, etype: str, pod: Obj, old: Obj | None) -> None:
@@ -124,12 +127,14 @@ class Provisioner:
         await cluster.wait_synced()
         self.batcher.trigger()  # pods that were pending before we started
         resync = asyncio.create_task(self._resync(), name="provisioner-resync")
+        nominator = asyncio.create_task(self.nominator.run(), name="provisioner-nominator")
         try:
             while True:
                 await self.batcher.wait()
                 await self.reconcile()
         finally:
             resync.cancel()
+            nominator.cancel()
 
     async def _resync(self) -> None:
         """Look again every few seconds while pods stay pending: a pod kube-scheduler gave up on produces no new event,
@@ -142,10 +147,10 @@ class Provisioner:
     async def reconcile(self) -> Plan | None:
         async with self.ctx.provisioning_lock:
             decision = await self.decide()
-            if decision is None:
-                return None
-            await self.apply(decision)
-            return decision.plan
+            if decision is not None:
+                await self.apply(decision)
+            self.nominator.sync()  # the plan may have moved pods, released or made nominations
+            return decision.plan if decision is not None else None
 
     # --- decide ----------------------------------------------------------------------------
     async def _valid_pools(self) -> dict[str, tuple[Obj, tuple[InstanceType, ...]]]:
@@ -157,6 +162,9 @@ class Provisioner:
         (including the ones this provisioner just created and the cache does not show yet)."""
         pending = self._recent.pending(self.ctx.cluster.nodeclaims(), now=self.ctx.clock.monotonic())
         return existing_capacity(self.ctx.cluster, instance_types, extra_claims=pending)
+
+    def _claim_obj(self, name: str) -> Obj | None:
+        return self.ctx.cluster.nodeclaims().get(name) or self._recent.get(name)
 
     def _claim_node_name(self, claim_name: str) -> str | None:
         """The node a nominated NodeClaim stands for in the solver's input, or None if it is gone

@@ -91,11 +91,11 @@ def test_two_hundred_mixed_pods_all_run_and_no_node_is_bought_twice(cluster: Clu
     assert len(claims) == len(nodes), "every NodeClaim became exactly one Node"
     # Nothing bought twice: what the controller bought, batch after batch while pods arrived, costs
     # about what one offline solve of all 200 pods costs (`joiner plan`); buying twice would double it.
-    # (kube-scheduler, not joiner, binds the pods and may pack them differently from the plan, which
-    # can leave a pod without room and buy one more machine: hence the margin.)
+    # kube-scheduler follows the plan (status.nominatedNodeName); what is left is that the pods arrive
+    # over a few seconds and an early batch is solved without the later pods: 1.006x in three runs.
     bought = joiner.metric("joiner_provisioner_price_per_hour_created_total")
     offline = plan_price(setup, workloads)
-    assert bought <= offline * 1.25, f"bought ${bought:.2f}/h, a single plan costs ${offline:.2f}/h"
+    assert bought <= offline * 1.02, f"bought ${bought:.2f}/h, a single plan costs ${offline:.2f}/h"
     for p in pods:
         node = nodes[p["spec"]["nodeName"]]
         wants_gpu = any(GPU in (c["resources"].get("requests") or {}) for c in p["spec"]["containers"])
@@ -105,6 +105,11 @@ def test_two_hundred_mixed_pods_all_run_and_no_node_is_bought_twice(cluster: Clu
 
 def plan_price(setup: list[dict[str, Any]], workloads: list[dict[str, Any]]) -> float:
     """The $/h `joiner plan` gives for the pods of these Deployments on these NodePools."""
+    return float(offline_plan(setup, workloads)["totalPrice"])
+
+
+def offline_plan(setup: list[dict[str, Any]], workloads: list[dict[str, Any]]) -> dict[str, Any]:
+    """`joiner plan -o json` for the pods of these Deployments on these NodePools."""
     docs = list(setup)
     for dep in workloads:
         template = dep["spec"]["template"]
@@ -130,7 +135,52 @@ def plan_price(setup: list[dict[str, Any]], workloads: list[dict[str, Any]]) -> 
     )
     result: dict[str, Any] = json.loads(out.stdout)
     assert not result["unschedulable"], result["unschedulable"]
-    return float(result["totalPrice"])
+    return result
+
+
+def test_a_mixed_gpu_burst_buys_the_plan_and_kube_scheduler_follows_it(cluster: Cluster, start_joiner: Any) -> None:
+    """Two 1-GPU deployments of different sizes land on new L4 nodes that become Ready together.
+    kube-scheduler's default scoring would put a large pod on the emptier node planned for a small one
+    and strand the small one; with each pod's status.nominatedNodeName set to its planned node, it
+    follows the plan: exactly the NodeClaims of one offline plan, and no node left empty."""
+    ns = _ns(cluster)
+    l4 = [
+        req(GPU_NAME, "In", "L4"),
+        req("joiner.sh/capacity-type", "In", "spot", "on-demand"),
+        req("topology.kubernetes.io/zone", "In", "us-east-1a", "us-east-1b", "us-east-1c"),
+    ]
+    setup = [
+        nodeclass(),
+        nodepool("cpu", requirements=[req(GPU_COUNT, "DoesNotExist")]),
+        nodepool("l4", requirements=l4, taints=[{"key": GPU, "effect": "NoSchedule"}]),
+    ]
+    small = deployment("llm", ns, replicas=6, cpu="3", memory="12Gi", gpus=1)
+    small["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "llm"}},
+        }
+    ]
+    large = deployment("embeddings", ns, replicas=2, cpu="6", memory="24Gi", gpus=1)
+    for dep in (small, large):
+        dep["spec"]["template"]["spec"]["nodeSelector"] = {GPU_NAME: "L4"}
+    cluster.apply(setup)
+    joiner = start_joiner()
+    cluster.apply([small, large])
+    pods = expect_pods_running(cluster, ns, 8, timeout=120)
+
+    planned = offline_plan(setup, [small, large])
+    claims = nodeclaims(cluster)
+    assert len(claims) == len(planned["nodeClaims"]), (
+        f"bought {sorted(c['metadata']['labels'][INSTANCE_TYPE] for c in claims)}, one plan buys "
+        f"{sorted(n['instanceType'] for n in planned['nodeClaims'])}"
+    )
+    used = {p["spec"]["nodeName"] for p in pods}
+    empty = [c["status"]["nodeName"] for c in claims if c["status"]["nodeName"] not in used]
+    assert not empty, f"nodes left empty after the burst: {empty}"
+    assert joiner.metric("joiner_provisioner_nominations_total", action="set") >= 8
 
 
 def test_node_selector_on_gpu_name_is_honoured(cluster: Cluster, start_joiner: Any) -> None:

@@ -1,0 +1,198 @@
+"""Tell kube-scheduler the plan: each planned pod's `status.nominatedNodeName`.
+
+The solver puts every pending pod on one node of its plan. kube-scheduler does not know that plan:
+when several new nodes become Ready together, its default scoring sends a pod to the emptiest
+node, which may be the node planned for another pod that then fits nowhere, and one more machine
+is bought. Kubernetes lets a component other than the scheduler set a pending pod's
+`status.nominatedNodeName` as the expected placement (KEP-5278, beta and on by default from 1.35):
+the scheduler tries that node first, and counts the pod on it when it places any other pod of
+equal or lower priority, so the room stays for the pod it was planned for.
+
+This controller keeps that field equal to the plan, as `Provisioner` records it (pod key ->
+NodeClaim):
+- it is set as soon as the NodeClaim's Node exists (kwok creates the Node at launch; a cloud node
+  appears when it registers), never before: the scheduler has nothing to reserve on a Node it has
+  not seen;
+- kube-scheduler clears it when it tries the pod and cannot place it anywhere yet (the node is not
+  Ready); while the plan still holds, it is set again;
+- when the plan changes (the pod was re-planned elsewhere, or its nomination released), a value
+  this controller wrote is cleared; a value written by someone else (the scheduler's preemption)
+  is left alone;
+- a cluster that refuses the write (an older apiserver, RBAC without `pods/status`) turns the
+  feature off with one warning; provisioning goes on as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from controller import metrics
+from controller.context import Context
+from controller.kube.client import ApiError, NotFoundError
+from controller.kube.resources import PODS, key_of
+from controller.state.informer import EventType
+from controller.state.queue import WorkQueue
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+WORKERS = 8
+
+NOMINATIONS_WRITTEN = metrics.counter(
+    "joiner_provisioner_nominations_total",
+    "Writes of a pending pod's status.nominatedNodeName, by action (set, cleared).",
+    ("action",),
+)
+
+
+def nominated_node_name(pod: Obj) -> str | None:
+    value = (pod.get("status") or {}).get("nominatedNodeName")
+    return str(value) if value else None
+
+
+def waiting_for_node(pod: Obj) -> bool:
+    """Not bound, not being deleted, not finished: a nomination still means something."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return not spec.get("nodeName") and not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+
+
+class Nominator:
+    """Keeps `status.nominatedNodeName` of planned pods equal to the provisioner's plan."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        nominations: Callable[[], Mapping[str, str]],
+        claim: Callable[[str], Obj | None],
+    ) -> None:
+        """`nominations()` gives pod key -> NodeClaim name; `claim(name)` the NodeClaim (cached or just created)."""
+        self.ctx = ctx
+        self._nominations = nominations
+        self._claim = claim
+        self.queue = WorkQueue(name="nominator", clock=ctx.clock)
+        self._written: dict[str, str] = {}  # pod key -> the node name this controller wrote
+        self.enabled = ctx.settings.nominate
+
+    # --- wiring ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        if not self.enabled:
+            return
+        cluster = self.ctx.cluster
+        cluster.subscribe("Node", self._on_node)
+        cluster.subscribe("NodeClaim", self._on_claim)
+        cluster.subscribe("Pod", self._on_pod)
+        await cluster.wait_synced()
+        await self.queue.run(self.reconcile, workers=WORKERS)
+
+    def sync(self) -> None:
+        """The plan changed: look at every pod it names and every pod this controller nominated."""
+        if not self.enabled:
+            return
+        for key in {*self._nominations(), *self._written}:
+            self.queue.add(key)
+
+    def _on_node(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        if etype != "ADDED" or not self._nominations():
+            return
+        pid = (obj.get("spec") or {}).get("providerID")
+        claim = self.ctx.cluster.claim_for_node(obj) if pid else None
+        names = {obj["metadata"]["name"]}
+        if claim is not None:
+            names.add(claim["metadata"]["name"])
+        for key, claim_name in self._nominations().items():
+            if claim_name in names:
+                self.queue.add(key)
+
+    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        # the NodeClaim learned its providerID / node name (launched, registered): its Node can be found
+        if etype == "DELETED" or not self._nominations():
+            return
+
+        def where(claim: Obj | None) -> tuple[Any, Any]:
+            status = (claim or {}).get("status") or {}
+            return status.get("providerID"), status.get("nodeName")
+
+        if old is not None and where(obj) == where(old):
+            return
+        name = obj["metadata"]["name"]
+        for key, claim_name in self._nominations().items():
+            if claim_name == name:
+                self.queue.add(key)
+
+    def _on_pod(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        # kube-scheduler cleared (or someone changed) the field of a pod the plan places
+        if etype != "MODIFIED" or old is None:
+            return
+        if nominated_node_name(obj) == nominated_node_name(old):
+            return
+        key = key_of(obj)
+        if key in self._written or key in self._nominations():
+            self.queue.add(key)
+
+    # --- reconcile ---------------------------------------------------------------------------
+    def desired(self, key: str) -> str | None:
+        """The node the plan puts this pod on, once that Node exists."""
+        claim_name = self._nominations().get(key)
+        if claim_name is None:
+            return None
+        claim = self._claim(claim_name)
+        if claim is None or (claim.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        node = self.ctx.cluster.node_for_claim(claim)
+        if node is None or (node.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        return str(node["metadata"]["name"])
+
+    async def reconcile(self, key: str) -> float | None:
+        if not self.enabled:
+            return None
+        pod = self.ctx.cluster.store("Pod").get(key)
+        if pod is None or not waiting_for_node(pod):
+            self._written.pop(key, None)
+            return None
+        current = nominated_node_name(pod)
+        want = self.desired(key)
+        if want is not None:
+            if current != want:
+                await self._write(pod, key, want)
+            else:
+                self._written[key] = want
+            return None
+        mine = self._written.get(key)
+        if mine is not None and current == mine:
+            await self._write(pod, key, None)
+        else:
+            self._written.pop(key, None)
+        return None
+
+    async def _write(self, pod: Obj, key: str, node: str | None) -> None:
+        meta = pod["metadata"]
+        try:
+            await self.ctx.client.patch(
+                PODS,
+                meta["name"],
+                {"status": {"nominatedNodeName": node}},
+                namespace=meta.get("namespace"),
+                subresource="status",
+            )
+        except NotFoundError:
+            self._written.pop(key, None)
+            return
+        except ApiError as err:
+            if err.status in (403, 405, 422):
+                # the cluster will not take it: plan fidelity falls back to the scheduler's own scoring
+                self.enabled = False
+                log.warning("provisioner.nominations_disabled", pod=key, status=err.status, error=str(err))
+                return
+            raise
+        if node is None:
+            self._written.pop(key, None)
+            NOMINATIONS_WRITTEN.labels(action="cleared").inc()
+        else:
+            self._written[key] = node
+            NOMINATIONS_WRITTEN.labels(action="set").inc()
+        log.debug("provisioner.nominated", pod=key, node=node)
