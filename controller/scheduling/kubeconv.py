@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from api.v1.common import Taint as ApiTaint
 from api.v1.nodepool import NodePool
 from api.v1.validation import InvalidObjectError, validate
 from controller.scheduling.frozen import FrozenLabels
@@ -494,6 +495,10 @@ def daemonset_from_dict(obj: Obj) -> Pod:
 # --- node pools -------------------------------------------------------------------------------
 
 
+def _model_taints(taints: Iterable[ApiTaint]) -> tuple[Taint, ...]:
+    return tuple(Taint(key=t.key, effect=t.effect, value=t.value or "") for t in taints)
+
+
 def nodepool_template(
     pool: NodePool, instance_types: Sequence[InstanceType], *, usage: Resources = EMPTY
 ) -> NodePoolTemplate:
@@ -518,8 +523,8 @@ def nodepool_template(
         weight=pool.spec.weight or 0,
         requirements=requirements,
         labels=FrozenLabels(pool.spec.template.metadata.labels),
-        taints=tuple(Taint(key=t.key, effect=t.effect, value=t.value or "") for t in tspec.taints),
-        startup_taints=tuple(Taint(key=t.key, effect=t.effect, value=t.value or "") for t in tspec.startup_taints),
+        taints=_model_taints(tspec.taints),
+        startup_taints=_model_taints(tspec.startup_taints),
         limits=limits,
         usage=usage,
         node_class=tspec.node_class_ref.name or None,
