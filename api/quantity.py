@@ -17,9 +17,10 @@ A non-zero value finer than a nano-unit rounds away from zero to one nano-unit, 
 
 Departures, all outside anything a cluster holds: ParseQuantity reads a bare sign, dot or suffix
 (``+``, ``.``, ``Gi``) as zero (kubernetes/apimachinery#165), which is rejected here; ParseQuantity
-caps binary-suffixed values at 2^63-1, which is not done here (values stay exact); and a value of
-10^1000 or more, or with more than 1000 significant digits, is rejected instead of being held as
-an arbitrary-precision decimal.
+caps binary-suffixed values at 2^63-1, which is not done here (values stay exact); and
+:func:`parse_nano` refuses a value of 10^1000 or more, one with more than 1000 significant digits,
+or an exponent beyond 64 bits, instead of holding it as an arbitrary-precision decimal (the
+patterns, and so the CRDs, still match such strings: they are refused when read, not validated).
 """
 
 from __future__ import annotations
