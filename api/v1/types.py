@@ -16,6 +16,8 @@ from typing import Annotated, Any, Final
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from api.quantity import NON_NEGATIVE_QUANTITY_PATTERN, QuantityError, is_non_negative_quantity, parse_nano
+
 # --- patterns ---------------------------------------------------------------------------------
 
 DURATION_PATTERN: Final = r"^([0-9]+h([0-9]+m)?([0-9]+s)?|[0-9]+m([0-9]+s)?|[0-9]+s)$"
@@ -31,11 +33,9 @@ CRON_PATTERN: Final = (
     r"|[0-9A-Za-z*?/,-]+([ \t]+[0-9A-Za-z*?/,-]+){4})$"
 )
 """Five cron fields (minute hour day-of-month month day-of-week) or an @-macro."""
-QUANTITY_PATTERN: Final = (
-    r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)"
-    r"([KMGTPE]i|[numkMGTPE]|[eE][+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+))?$"
-)
-"""A non-negative Kubernetes resource quantity: ``500m``, ``16Gi``, ``8``, ``1.5``, ``1e3``."""
+QUANTITY_PATTERN: Final = NON_NEGATIVE_QUANTITY_PATTERN
+"""A non-negative Kubernetes resource quantity: ``500m``, ``16Gi``, ``8``, ``1.5``, ``1e3``
+(the grammar is :mod:`api.quantity`'s, shared with the solver)."""
 QUALIFIED_NAME_PATTERN: Final = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -54,7 +54,6 @@ _NILLABLE_DURATION_RE: Final = re.compile(NILLABLE_DURATION_PATTERN)
 _BUDGET_DURATION_RE: Final = re.compile(BUDGET_DURATION_PATTERN)
 _BUDGET_NODES_RE: Final = re.compile(BUDGET_NODES_PATTERN)
 _CRON_RE: Final = re.compile(CRON_PATTERN)
-_QUANTITY_RE: Final = re.compile(QUANTITY_PATTERN)
 _QUALIFIED_NAME_RE: Final = re.compile(QUALIFIED_NAME_PATTERN)
 _LABEL_VALUE_RE: Final = re.compile(LABEL_VALUE_PATTERN)
 _OBJECT_REF_RE: Final = re.compile(OBJECT_REF_PATTERN)
@@ -109,25 +108,11 @@ def format_duration(value: timedelta | None) -> str:
 
 # --- quantities -------------------------------------------------------------------------------
 
-_BINARY_SUFFIXES: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL_SUFFIXES: Final = {
-    "n": -9,
-    "u": -6,
-    "m": -3,
-    "": 0,
-    "k": 3,
-    "M": 6,
-    "G": 9,
-    "T": 12,
-    "P": 15,
-    "E": 18,
-}
-_QUANTITY_SPLIT_RE: Final = re.compile(r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(.*)$")
-
 
 def parse_quantity(value: str | int) -> Decimal:
     """The exact numeric value of a Kubernetes quantity (``"500m"`` gives ``Decimal("0.5")``).
 
+    As in Kubernetes, a non-zero value finer than a nano-unit rounds up to ``1n``.
     Raises ``ValueError`` for anything that is not a non-negative quantity.
     """
     if isinstance(value, bool) or not isinstance(value, int | str):
@@ -136,16 +121,13 @@ def parse_quantity(value: str | int) -> Decimal:
         if value < 0:
             raise ValueError(f"invalid quantity '{value}': must not be negative")
         return Decimal(value)
-    if _QUANTITY_RE.fullmatch(value) is None:
+    if not is_non_negative_quantity(value):
         raise ValueError(f"invalid quantity '{value}': expected e.g. 500m, 16Gi, 8")
-    split = _QUANTITY_SPLIT_RE.fullmatch(value)
-    assert split is not None  # the quantity pattern is stricter than the split
-    number, suffix = Decimal(split.group(1)), split.group(2)
-    if suffix in _BINARY_SUFFIXES:
-        return number * (Decimal(1024) ** _BINARY_SUFFIXES[suffix])
-    if suffix in _DECIMAL_SUFFIXES:
-        return number.scaleb(_DECIMAL_SUFFIXES[suffix])
-    return number.scaleb(int(suffix[1:]))  # exponent form: e3, E-2
+    try:
+        nano = parse_nano(value)
+    except QuantityError as err:
+        raise ValueError(f"invalid quantity '{value}': {err}") from err
+    return Decimal(f"{nano}e-9")
 
 
 # --- pydantic checks (each raises an error whose message says what is expected) ----------------
@@ -210,7 +192,7 @@ def _check_quantity(value: Any) -> Any:
     elif isinstance(value, int):
         ok = value >= 0
     elif isinstance(value, str):
-        ok = _QUANTITY_RE.fullmatch(value) is not None
+        ok = is_non_negative_quantity(value)
     if not ok:
         raise PydanticCustomError(
             "quantity",

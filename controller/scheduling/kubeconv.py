@@ -6,6 +6,7 @@
 * :func:`nodeclaim_from_dict` -- an in-flight joiner.sh/v1 NodeClaim -> :class:`ExistingNode`
 * :func:`daemonset_from_dict` -- a DaemonSet -> the :class:`Pod` its pods would be
 * :func:`nodepool_from_dict` -- a joiner.sh/v1 NodePool + instance types -> :class:`NodePoolTemplate`
+  (validated by the API model, then read from it by :func:`nodepool_template`)
 * :func:`pool_usage` -- capacity of a pool's nodes, for limits
 
 Malformed input raises :class:`ConversionError` with the field path in the message.
@@ -16,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from api.v1.common import Taint as ApiTaint
+from api.v1.nodepool import NodePool
+from api.v1.validation import InvalidObjectError, validate
 from controller.scheduling.frozen import FrozenLabels
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.labels import (
@@ -491,56 +495,60 @@ def daemonset_from_dict(obj: Obj) -> Pod:
 # --- node pools -------------------------------------------------------------------------------
 
 
-def nodepool_from_dict(
-    obj: Obj, instance_types: Sequence[InstanceType], *, usage: Resources = EMPTY
+def _model_taints(taints: Iterable[ApiTaint]) -> tuple[Taint, ...]:
+    return tuple(Taint(key=t.key, effect=t.effect, value=t.value or "") for t in taints)
+
+
+def nodepool_template(
+    pool: NodePool, instance_types: Sequence[InstanceType], *, usage: Resources = EMPTY
 ) -> NodePoolTemplate:
-    """Convert a joiner.sh/v1 NodePool (Karpenter v1 field names).
+    """A validated NodePool -> the solver's :class:`NodePoolTemplate`.
 
     Karpenter label keys (``karpenter.sh/capacity-type``) are mapped to joiner's.
     """
-    meta = _meta(obj)
-    name = meta.get("name")
+    tspec = pool.spec.template.spec
+    try:
+        requirements = Requirements(
+            Requirement.new(
+                KARPENTER_LABEL_ALIASES.get(req.key, req.key), req.operator, req.values, min_values=req.min_values
+            )
+            for req in tspec.requirements
+        )
+        limits = Resources.parse(pool.spec.limits)
+    except (RequirementError, QuantityError) as err:
+        raise ConversionError(f"NodePool {pool.name}: {err}") from err
+    return NodePoolTemplate(
+        name=pool.name,
+        instance_types=tuple(instance_types),
+        weight=pool.spec.weight or 0,
+        requirements=requirements,
+        labels=FrozenLabels(pool.spec.template.metadata.labels),
+        taints=_model_taints(tspec.taints),
+        startup_taints=_model_taints(tspec.startup_taints),
+        limits=limits,
+        usage=usage,
+        node_class=tspec.node_class_ref.name or None,
+    )
+
+
+def nodepool_from_dict(
+    obj: Obj | NodePool, instance_types: Sequence[InstanceType], *, usage: Resources = EMPTY
+) -> NodePoolTemplate:
+    """Convert a joiner.sh/v1 NodePool (a manifest dict, or the validated model).
+
+    A dict is validated by the API model (the rules the CRD enforces) and read from it; an invalid
+    one raises :class:`ConversionError` naming the pool and every bad field.
+    """
+    if isinstance(obj, NodePool):
+        return nodepool_template(obj, instance_types, usage=usage)
+    name = _meta(obj).get("name")
     if not isinstance(name, str) or not name:
         raise ConversionError("NodePool: metadata.name is required")
     try:
-        spec = obj.get("spec") or {}
-        template = spec.get("template") or {}
-        tspec = template.get("spec") or {}
-        labels = _str_map((template.get("metadata") or {}).get("labels"), "spec.template.metadata.labels")
-        reqs = []
-        for i, expr in enumerate(_list(tspec.get("requirements"), "spec.template.spec.requirements")):
-            where = f"spec.template.spec.requirements[{i}]"
-            if not isinstance(expr, Mapping) or "key" not in expr:
-                raise ConversionError(f"{where}.key: required")
-            key = KARPENTER_LABEL_ALIASES.get(str(expr["key"]), str(expr["key"]))
-            min_values = expr.get("minValues")
-            try:
-                reqs.append(
-                    Requirement.new(
-                        key,
-                        str(expr.get("operator")),
-                        expr.get("values") or (),
-                        min_values=int(min_values) if min_values is not None else None,
-                    )
-                )
-            except RequirementError as err:
-                raise ConversionError(f"{where}: {err}") from err
-        weight = spec.get("weight")
-        node_class = tspec.get("nodeClassRef") or {}
-        return NodePoolTemplate(
-            name=name,
-            instance_types=tuple(instance_types),
-            weight=int(weight) if weight is not None else 0,
-            requirements=Requirements(reqs),
-            labels=FrozenLabels(labels),
-            taints=_taints(tspec.get("taints"), "spec.template.spec.taints"),
-            startup_taints=_taints(tspec.get("startupTaints"), "spec.template.spec.startupTaints"),
-            limits=_resources(spec.get("limits"), "spec.limits"),
-            usage=usage,
-            node_class=str(node_class.get("name")) if node_class.get("name") else None,
-        )
-    except ConversionError as err:
-        raise ConversionError(f"NodePool {name}: {err}") from err
+        pool = validate(NodePool, obj)
+    except InvalidObjectError as err:
+        raise ConversionError(f"NodePool {name}: " + "; ".join(str(e) for e in err.errors)) from err
+    return nodepool_template(pool, instance_types, usage=usage)
 
 
 def pool_usage(pool: str, nodes: Iterable[ExistingNode]) -> Resources:

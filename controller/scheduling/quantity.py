@@ -4,63 +4,50 @@ Every quantity is held as an ``int`` counting **milli-units** (thousandths of th
 every resource alike: ``cpu: "100m"`` is ``100``, ``cpu: 2`` is ``2000``, ``memory: 16Gi`` is
 ``16 * 2**30 * 1000``, ``pods: 110`` is ``110000``, ``nvidia.com/gpu: 1`` is ``1000``. One unit
 for all resources keeps arithmetic uniform and exact (Python integers do not overflow); nothing
-goes through a float. Values finer than a milli-unit (``1u``, ``0.0001``) are rounded up to the
-next milli-unit, like Kubernetes' ``MilliValue()``.
+goes through a float. Values finer than a milli-unit (``1u``, ``0.0001``) are rounded up (away
+from zero) to the next milli-unit, like Kubernetes' ``MilliValue()``. The grammar and the exact
+value come from :mod:`api.quantity`, which the API models validate with too.
 """
 
 from __future__ import annotations
 
-import re
-from fractions import Fraction
 from functools import lru_cache
 from typing import Final
+
+from api.quantity import NANO, QuantityError, parse_nano
+
+__all__ = [
+    "MILLI",
+    "QuantityError",
+    "format_human",
+    "format_quantity",
+    "format_resource",
+    "is_binary_resource",
+    "parse_quantity",
+]
 
 MILLI: Final = 1000
 """Milli-units per base unit: ``parse_quantity("1") == MILLI``."""
 
+_NANO_PER_MILLI: Final = NANO // MILLI
 _BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL: Final = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
-_QUANTITY_RE: Final = re.compile(
-    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?[0-9]+))?$"
-)
 _BINARY_RESOURCES: Final = ("memory", "ephemeral-storage", "storage")
-
-
-class QuantityError(ValueError):
-    """A string is not a Kubernetes quantity."""
-
-
-def _ceil(value: Fraction) -> int:
-    return -((-value.numerator) // value.denominator)
 
 
 def parse_quantity(value: str | int | float) -> int:
     """Parse a Kubernetes quantity into milli-units, exactly.
 
     Accepts what the apiserver accepts (``"100m"``, ``"1.5"``, ``"16Gi"``, ``"2G"``, ``"1e3"``,
-    ``"+1"``) and JSON numbers. Raises :class:`QuantityError` for anything else.
+    ``"+1"``; the grammar is :mod:`api.quantity`'s) and JSON numbers, which read as the text they
+    are written as. Raises :class:`QuantityError` for anything else.
     """
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):
         return value * MILLI
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise QuantityError(f"{value!r} is not a quantity")
         # repr() is the shortest string that round-trips, so 0.1 means one tenth, not 0.1000000000000000055.
-        return _ceil(Fraction(repr(value)) * MILLI)
+        return _parse_text(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
     return _parse_text(value)
@@ -68,22 +55,13 @@ def parse_quantity(value: str | int | float) -> int:
 
 @lru_cache(maxsize=4096)
 def _parse_text(value: str) -> int:
-    """Quantity strings repeat ("500m", "16Gi" on every pod of a deployment): parse each once."""
-    match = _QUANTITY_RE.match(value.strip())
-    if match is None:
-        raise QuantityError(f"{value!r} is not a quantity (expected e.g. 100m, 1.5, 16Gi, 2G, 1e3)")
-    number = Fraction(match.group("number"))
-    suffix = match.group("suffix")
-    exp = match.group("exp")
-    if exp is not None:
-        if abs(int(exp)) > 30:
-            raise QuantityError(f"{value!r}: exponent out of range")
-        scaled = number * Fraction(10) ** int(exp)
-    elif suffix in _BINARY:
-        scaled = number * _BINARY[suffix]
-    else:
-        scaled = number * _DECIMAL[suffix or ""]
-    return _ceil(scaled * MILLI)
+    """Quantity strings repeat ("500m", "16Gi" on every pod of a deployment): parse each once.
+
+    Finer than a milli-unit rounds away from zero, like Kubernetes' ``MilliValue()``.
+    """
+    nano = parse_nano(value)
+    milli = -((-abs(nano)) // _NANO_PER_MILLI)
+    return milli if nano >= 0 else -milli
 
 
 def is_binary_resource(name: str) -> bool:

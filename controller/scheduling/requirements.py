@@ -277,14 +277,21 @@ class Requirements:
         return Requirements(Requirement.in_(key, value) for key, value in labels.items())
 
     @staticmethod
-    def from_expressions(expressions: Iterable[Mapping[str, Any]]) -> Requirements:
-        """From ``[{key, operator, values, minValues}]`` (node selector requirement dicts)."""
+    def from_expressions(
+        expressions: Iterable[Mapping[str, Any]], *, aliases: Mapping[str, str] | None = None
+    ) -> Requirements:
+        """From ``[{key, operator, values, minValues}]`` (node selector requirement dicts).
+
+        ``aliases`` renames keys (e.g. Karpenter's label keys to joiner's). Raises
+        :class:`RequirementError` for a malformed expression.
+        """
         reqs = []
         for expr in expressions:
             min_values = expr.get("minValues")
+            key = str(expr["key"])
             reqs.append(
                 Requirement.new(
-                    str(expr["key"]),
+                    aliases.get(key, key) if aliases else key,
                     str(expr.get("operator", "")),
                     expr.get("values") or (),
                     min_values=int(min_values) if min_values is not None else None,
@@ -361,6 +368,11 @@ class Requirements:
     def without(self, *keys: str) -> Requirements:
         drop = set(keys)
         return Requirements(r for r in self.items if r.key not in drop)
+
+    def only(self, keys: Iterable[str]) -> Requirements:
+        """The requirements on ``keys``; the others are dropped."""
+        keep = set(keys)
+        return Requirements(r for r in self.items if r.key in keep)
 
     # --- output ---------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from api.v1.labels import (
+    KARPENTER_LABEL_ALIASES,
     LABEL_ARCH,
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
@@ -26,38 +27,12 @@ from controller.cloudprovider.types import Offering
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.instancetypes import Offering as CatalogOffering
 from controller.scheduling.quantity import QuantityError
+from controller.scheduling.requirements import RequirementError, Requirements
 from controller.scheduling.resources import Resources
 
 Obj = dict[str, Any]
 DEFAULT_ARCH = "amd64"
 DEFAULT_OS = "linux"
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    def allows(self, value: str | None) -> bool:
-        op = self.operator
-        if op == "In":
-            return value is not None and value in self.values
-        if op == "NotIn":
-            return value is None or value not in self.values
-        if op == "Exists":
-            return value is not None
-        if op == "DoesNotExist":
-            return value is None
-        if op in ("Gt", "Lt"):
-            if value is None or not self.values:
-                return False
-            try:
-                have, bound = int(value), int(self.values[0])
-            except ValueError:
-                return False
-            return have > bound if op == "Gt" else have < bound
-        return True  # unknown operators are the apiserver's to reject
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,20 +59,24 @@ class Choice:
     reasons: tuple[str, ...] = ()
 
 
-def requirements_of(nodeclaim: Obj) -> tuple[Requirement, ...]:
-    out: list[Requirement] = []
-    for raw in (nodeclaim.get("spec") or {}).get("requirements") or []:
-        key = raw.get("key")
-        if not key:
-            continue
-        out.append(
-            Requirement(
-                key=normalize_label_key(str(key)),
-                operator=str(raw.get("operator", "In")),
-                values=tuple(str(v) for v in raw.get("values") or ()),
-            )
-        )
-    return tuple(out)
+def _expressions(nodeclaim: Obj) -> list[Obj]:
+    return [raw for raw in (nodeclaim.get("spec") or {}).get("requirements") or [] if raw.get("key")]
+
+
+def requirements_of(nodeclaim: Obj) -> Requirements:
+    """The NodeClaim's requirements, Karpenter label keys read as joiner's.
+
+    Raises :class:`RequirementError` for a malformed one (which the CRD does not admit).
+    """
+    return Requirements.from_expressions(_expressions(nodeclaim), aliases=KARPENTER_LABEL_ALIASES)
+
+
+def candidate_order(nodeclaim: Obj) -> list[str] | None:
+    """The instance types the NodeClaim names (its first ``In`` on the instance type), in its order."""
+    for raw in _expressions(nodeclaim):
+        if normalize_label_key(str(raw["key"])) == LABEL_INSTANCE_TYPE and raw.get("operator") == "In":
+            return [str(v) for v in raw.get("values") or ()]
+    return None
 
 
 def offering_labels(instance_type: InstanceType, offering: CatalogOffering) -> dict[str, str]:
@@ -124,21 +103,19 @@ def compatible(*, nodeclaim: Obj, catalog: Sequence[InstanceType]) -> list[Candi
     Requirements on keys the catalog does not describe (a team label, say) are the NodeClaim's own
     labels, not properties of the machine, and do not filter offerings.
     """
-    reqs = requirements_of(nodeclaim)
+    try:
+        reqs = requirements_of(nodeclaim)
+    except RequirementError:
+        return []
     known_keys = {LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE, LABEL_ARCH, LABEL_OS}
     for it in catalog:
         known_keys.update(it.labels)
-    reqs = tuple(r for r in reqs if r.key in known_keys)
+    reqs = reqs.only(known_keys)
     requests = requests_of(nodeclaim)
 
     by_name = {it.name: it for it in catalog}
-    order: list[str] | None = None
-    for r in reqs:
-        if r.key == LABEL_INSTANCE_TYPE and r.operator == "In":
-            names = r.values if order is None else order
-            order = [n for n in names if n in by_name and n in r.values]
-    if order is None:
-        order = [it.name for it in catalog]
+    named = candidate_order(nodeclaim)
+    order = [it.name for it in catalog] if named is None else [n for n in named if n in by_name]
 
     out: list[Candidate] = []
     for rank, name in enumerate(dict.fromkeys(order)):
@@ -146,8 +123,7 @@ def compatible(*, nodeclaim: Obj, catalog: Sequence[InstanceType]) -> list[Candi
         if not requests.fits_in(it.allocatable):
             continue
         for offering in it.offerings:
-            labels = offering_labels(it, offering)
-            if all(r.allows(labels.get(r.key)) for r in reqs):
+            if reqs.matches(offering_labels(it, offering)):
                 out.append(Candidate(instance_type=it, offering=offering, rank=rank))
     return out
 

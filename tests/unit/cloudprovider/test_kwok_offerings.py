@@ -112,6 +112,21 @@ def test_requirements_on_keys_the_catalog_does_not_know_do_not_filter() -> None:
     assert pick(claim(extra=[team, gpu_name])) == "gpu-8/zone-a/on-demand"
 
 
+def test_integer_requirements_and_repeated_keys_narrow_the_offerings() -> None:
+    at_least_two = {"key": "joiner.sh/gpu-count", "operator": "Gt", "values": ["1"]}
+    assert pick(claim(extra=[at_least_two])) == "gpu-8/zone-a/on-demand"
+    narrower = {"key": LABEL_INSTANCE_TYPE, "operator": "In", "values": ["gpu-1", "cpu-4"]}
+    assert pick(claim(types=["gpu-8", "gpu-1", "cpu-4"], extra=[narrower])) == "cpu-4/zone-a/spot"
+    not_cpu = {"key": LABEL_INSTANCE_TYPE, "operator": "NotIn", "values": ["cpu-4"]}
+    assert pick(claim(types=["cpu-4", "gpu-1"], extra=[not_cpu])) == "gpu-1/zone-b/spot"
+
+
+def test_a_malformed_requirement_matches_no_offering() -> None:
+    """The CRD does not admit one; should it get here, nothing is launched for it."""
+    near = {"key": LABEL_ZONE, "operator": "Near", "values": ["zone-a"]}
+    assert compatible(nodeclaim=claim(types=["cpu-4"], extra=[near]), catalog=TYPES) == []
+
+
 def test_price_ties_follow_the_nodeclaims_candidate_order() -> None:
     twin: Obj = {
         "instanceTypes": [

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from api.v1 import NodePool
 from controller.scheduling import Requirement, Resources, Taint, solve
 from controller.scheduling.kubeconv import (
     ConversionError,
@@ -14,9 +15,11 @@ from controller.scheduling.kubeconv import (
     gang_of,
     nodeclaim_from_dict,
     nodepool_from_dict,
+    nodepool_template,
     pod_from_dict,
     pool_usage,
 )
+from controller.scheduling.labels import LABEL_INSTANCE_TYPE
 from tests.unit.scheduling.builders import itype
 
 
@@ -242,7 +245,9 @@ def test_nodepool_conversion_and_use() -> None:
     )
     plan = solve(pods=[gpu_pod], node_pools=[pool])
     assert plan.new_nodes[0].choice.capacity_type == "on-demand"
-    bad = {**np_obj, "spec": {"template": {"spec": {"requirements": [{"key": "x", "operator": "Near"}]}}}}
+    node_class_ref = {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}
+    bad_spec = {"nodeClassRef": node_class_ref, "requirements": [{"key": "x", "operator": "Near"}]}
+    bad = {**np_obj, "spec": {"template": {"spec": bad_spec}}}
     with pytest.raises(ConversionError, match=r"NodePool gpu: spec.template.spec.requirements\[0\]"):
         nodepool_from_dict(bad, types)
 
@@ -257,3 +262,60 @@ def test_scheduling_labels_mirror_the_api() -> None:
         assert getattr(ours, name) == getattr(api_labels, name)
     assert ours.KARPENTER_LABEL_ALIASES == api_labels.KARPENTER_LABEL_ALIASES
     assert ours.TAINT_UNREGISTERED == api_labels.TAINT_UNREGISTERED
+
+
+def test_nodepool_template_reads_the_validated_model() -> None:
+    manifest: dict[str, Any] = {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "mixed"},
+        "spec": {
+            "limits": {"cpu": "1000", "memory": "4Ti"},
+            "template": {
+                "metadata": {"labels": {"team": "ml"}},
+                "spec": {
+                    "nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "kwok"},
+                    "requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
+                        {"key": "joiner.sh/gpu-count", "operator": "Gt", "values": ["1"]},
+                        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 2},
+                    ],
+                    "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+                },
+            },
+        },
+    }
+    types = [itype("g.8gpu", cpu=96, mem_gi=768, gpu=8, price=30.0)]
+    model = NodePool.model_validate(manifest)
+    usage = Resources.parse({"cpu": "8"})
+    pool = nodepool_template(model, types, usage=usage)
+    assert pool == nodepool_from_dict(manifest, types, usage=usage)
+    assert pool == nodepool_from_dict(model, types, usage=usage)
+    assert pool.name == "mixed"
+    assert pool.weight == 0  # unset: lowest
+    assert pool.requirements.get("joiner.sh/capacity-type") == Requirement.new(
+        "joiner.sh/capacity-type", "NotIn", ["spot"]
+    )
+    assert pool.requirements.get("joiner.sh/gpu-count") == Requirement.new("joiner.sh/gpu-count", "Gt", ["1"])
+    assert pool.requirements.get(LABEL_INSTANCE_TYPE) == Requirement.new(LABEL_INSTANCE_TYPE, "Exists", min_values=2)
+    assert pool.taints == (Taint(key="nvidia.com/gpu", effect="NoSchedule", value="true"),)
+    assert pool.startup_taints == ()
+    assert pool.limits == Resources.parse({"cpu": 1000, "memory": "4Ti"})
+    assert pool.usage == usage
+    assert pool.node_class == "kwok"
+    assert pool.labels == {"team": "ml"}
+
+
+def test_a_nodepool_the_crd_would_reject_is_not_converted() -> None:
+    base: dict[str, Any] = {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "p"},
+        "spec": {"template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "d"}}}},
+    }
+    with pytest.raises(ConversionError, match=r"NodePool p: spec.weight"):
+        nodepool_from_dict({**base, "spec": {**base["spec"], "weight": 0}}, [])
+    with pytest.raises(ConversionError, match=r"NodePool p: spec.limits.cpu"):
+        nodepool_from_dict({**base, "spec": {**base["spec"], "limits": {"cpu": "1e1.5"}}}, [])
+    with pytest.raises(ConversionError, match=r"metadata\.name is required"):
+        nodepool_from_dict({**base, "metadata": {}}, [])

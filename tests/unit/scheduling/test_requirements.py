@@ -137,3 +137,18 @@ def test_taints_and_tolerations() -> None:
     assert first_untolerated((), [soft]) is None  # preferences never block
     assert first_untolerated((), [soft, dedicated]) == dedicated
     assert str(gpu) == "nvidia.com/gpu=:NoSchedule"
+
+
+def test_expressions_may_rename_keys_and_requirements_may_keep_only_some_keys() -> None:
+    exprs = [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+        {"key": "team", "operator": "In", "values": ["ml"]},
+    ]
+    reqs = Requirements.from_expressions(exprs, aliases={"karpenter.sh/capacity-type": "joiner.sh/capacity-type"})
+    assert reqs.keys() == ("joiner.sh/capacity-type", "team")
+    machine = reqs.only({"joiner.sh/capacity-type", "topology.kubernetes.io/zone"})
+    assert machine.keys() == ("joiner.sh/capacity-type",)
+    assert machine.matches({"joiner.sh/capacity-type": "spot"})
+    assert not reqs.matches({"joiner.sh/capacity-type": "spot"})
+    with pytest.raises(RequirementError):
+        Requirements.from_expressions([{"key": "a", "operator": "Near"}])
