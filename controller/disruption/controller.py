@@ -40,6 +40,7 @@ from controller.disruption import metrics
 from controller.disruption.budgets import REASON_DRIFTED, REASON_EMPTY, REASON_EXPIRED, REASON_UNDERUTILIZED, REASONS
 from controller.disruption.model import Command, Decision, Snapshot
 from controller.disruption.planner import DEFAULT_OPTIONS, Options, plan, validate
+from controller.disruption.quiet import node_signature, offerings_signature, quiet_until
 from controller.disruption.safety import movable_pods
 from controller.disruption.snapshot import Memory, build_snapshot
 from controller.kube.client import ApiError, ConflictError, InvalidError, NotFoundError
@@ -82,6 +83,14 @@ class DisruptionController:
         self.running: set[asyncio.Task[None]] = set()
         self._announced: dict[tuple[str, str], tuple[str, float]] = {}
         ctx.cluster.subscribe("Pod", self._on_pod)  # here, not in run(): a restarted run() must not add a second
+        # passes over a cluster at rest are skipped (controller/disruption/quiet.py): count changes
+        self.changes = 0
+        self._pass_changes = -1  # `changes` when the last pass started
+        self._quiet_until: datetime | None = None
+        self._pass_offerings: frozenset[Any] = frozenset()
+        for kind in ("NodeClaim", "NodePool", "KWOKNodeClass", "DaemonSet", "PodDisruptionBudget"):
+            ctx.cluster.subscribe(kind, self._on_change)
+        ctx.cluster.subscribe("Node", self._on_node)
 
     # --- wiring ------------------------------------------------------------------------------
 
@@ -91,7 +100,10 @@ class DisruptionController:
         try:
             while True:
                 try:
-                    await self.reconcile()
+                    if self.due():
+                        await self.reconcile()
+                    else:
+                        metrics.PASSES_SKIPPED.inc()
                 except asyncio.CancelledError:
                     raise
                 except Exception:
@@ -101,7 +113,24 @@ class DisruptionController:
             for task in list(self.running):
                 task.cancel()
 
+    def _on_change(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        self.changes += 1
+
+    def _on_node(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        if etype != "MODIFIED" or old is None or node_signature(obj) != node_signature(old):
+            self.changes += 1
+
+    def due(self) -> bool:
+        """Whether a pass may find something the last one did not: the cluster changed, a running
+        command holds nodes, an offering's unavailability changed, or a time threshold came."""
+        if self.changes != self._pass_changes or self.running or self._quiet_until is None:
+            return True
+        if offerings_signature(self.ctx.unavailable.current()) != self._pass_offerings:
+            return True
+        return self.ctx.clock.now() >= self._quiet_until
+
     def _on_pod(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        self.changes += 1
         informer = self.ctx.cluster.informers.get("Pod")
         if informer is None or not informer.synced.is_set() or is_daemon_pod(obj):
             return  # the initial list is not news; pods' own times cover it
@@ -140,8 +169,11 @@ class DisruptionController:
     async def reconcile(self) -> Decision:
         """One pass: plan, publish what was found, start the command (if any)."""
         started = self.ctx.clock.monotonic()
+        self._pass_changes = self.changes
+        self._pass_offerings = offerings_signature(self.ctx.unavailable.current())
         snap = await self.snapshot()
         decision = await self._plan(snap)
+        self._quiet_until = quiet_until(snap, decision)
         metrics.PASS_SECONDS.observe(max(0.0, self.ctx.clock.monotonic() - started))
         metrics.SIMULATIONS.inc(decision.simulations)
         self._observe(decision)

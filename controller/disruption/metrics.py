@@ -44,3 +44,7 @@ PASS_SECONDS = histogram(
     "joiner_disruption_evaluation_duration_seconds", "Time one planning pass took, simulations included."
 )
 SIMULATIONS = counter("joiner_disruption_simulations_total", "Solver runs made by the disruption planner.")
+PASSES_SKIPPED = counter(
+    "joiner_disruption_passes_skipped_total",
+    "Planning passes skipped because nothing changed and no time threshold came since the last one.",
+)
