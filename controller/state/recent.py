@@ -21,6 +21,9 @@ class RecentClaims:
     def add(self, claim: Obj, *, now: float) -> None:
         self._items[claim["metadata"]["name"]] = (now, claim)
 
+    def discard(self, name: str) -> None:
+        self._items.pop(name, None)
+
     def get(self, name: str) -> Obj | None:
         item = self._items.get(name)
         return item[1] if item else None
