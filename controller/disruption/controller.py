@@ -9,8 +9,10 @@ held back and why. Each command then runs as its own task (the command queue):
 2. the command is validated again on a fresh snapshot (budgets, stability, safety, simulation);
 3. its NodeClaims get the ``DisruptionReason`` condition and a ``Disrupting`` Event (NodeClaim and
    Node);
-4. replacements are created and must all reach ``Initialized``; if one fails or times out, the
-   command is dropped, the replacements nobody uses are deleted, and nothing is drained;
+4. replacements are created through the one NodeClaim writer, under its lock (held from step 2 on
+   when the command may buy any, so no other decision spends the same NodePool limit room), and
+   must all reach ``Initialized``; if one fails or times out, the command is dropped, the
+   replacements nobody uses are deleted, and nothing is drained;
 5. just before acting, the candidates' pods must still fit on the remaining nodes and the
    replacements;
 6. the candidates are deleted; the termination controller taints, drains (Eviction API, PDBs

@@ -1,8 +1,9 @@
 """NodeClaims this process just created, until the cache shows them.
 
 A decision made right after another must count the machines the first one bought, even before
-their watch events arrive. Entries leave as soon as the cache has the NodeClaim, or after a
-minute (a NodeClaim deleted before the cache ever saw it must not be counted forever).
+their watch events arrive. Entries leave as soon as the cache has the NodeClaim (or its owner,
+the NodeClaim writer, hears of it from the cache, or deletes it), or after a minute (a NodeClaim
+deleted before the cache ever saw it must not be counted forever).
 """
 
 from __future__ import annotations
