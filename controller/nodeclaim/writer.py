@@ -50,7 +50,7 @@ NODECLAIMS_CREATED = metrics.counter(
 )
 PRICE_CREATED = metrics.counter(
     "joiner_provisioner_price_per_hour_created_total",
-    "Sum of the $/hour of the NodeClaims created, by NodePool.",
+    "Sum of the $/hour of the NodeClaims created for pods with nowhere to go (not replacements), by NodePool.",
     ("nodepool",),
 )
 
@@ -136,12 +136,12 @@ class NodeClaimWriter:
             if not named:
                 return self._failed(request, reason=reason, error=str(err))
             # written before (a retry after a crash): it is there, and counted until the cache shows it
-            self._recent.add(manifest, now=self._clock.monotonic())
+            self._remember(manifest)
             log.debug("nodeclaim.exists", nodeclaim=named, reason=reason, nodepool=node.node_pool)
             return Written(request=request, claim=manifest, existed=True)
         except ApiError as err:
             return self._failed(request, reason=reason, error=str(err))
-        self._recent.add(claim, now=self._clock.monotonic())
+        self._remember(claim)
         NODECLAIMS_CREATED.labels(nodepool=node.node_pool, reason=_METRIC_REASON.get(reason, reason)).inc()
         if reason in _PRICED:
             PRICE_CREATED.labels(nodepool=node.node_pool).inc(node.choice.price)
@@ -160,6 +160,11 @@ class NodeClaimWriter:
             **fields,
         )
         return Written(request=request, claim=claim)
+
+    def _remember(self, claim: Obj) -> None:
+        name = claim["metadata"]["name"]
+        if name not in self._cluster.nodeclaims():  # its watch event may have come before the answer
+            self._recent.add(claim, now=self._clock.monotonic())
 
     @staticmethod
     def _failed(request: NewClaim, *, reason: CreateReason, error: str) -> Written:
