@@ -9,8 +9,10 @@ held back and why. Each command then runs as its own task (the command queue):
 2. the command is validated again on a fresh snapshot (budgets, stability, safety, simulation);
 3. its NodeClaims get the ``DisruptionReason`` condition and a ``Disrupting`` Event (NodeClaim and
    Node);
-4. replacements are created and must all reach ``Initialized``; if one fails or times out, the
-   command is dropped, the replacements nobody uses are deleted, and nothing is drained;
+4. replacements are created through the one NodeClaim writer, under its lock (held from step 2 on
+   when the command may buy any, so no other decision spends the same NodePool limit room), and
+   must all reach ``Initialized``; if one fails or times out, the command is dropped, the
+   replacements nobody uses are deleted, and nothing is drained;
 5. just before acting, the candidates' pods must still fit on the remaining nodes and the
    replacements;
 6. the candidates are deleted; the termination controller taints, drains (Eviction API, PDBs
@@ -26,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -43,12 +46,12 @@ from controller.disruption.planner import DEFAULT_OPTIONS, Options, plan, valida
 from controller.disruption.quiet import node_signature, offerings_signature, quiet_until
 from controller.disruption.safety import movable_pods
 from controller.disruption.snapshot import Memory, build_snapshot
-from controller.kube.client import ApiError, ConflictError, InvalidError, NotFoundError
+from controller.kube.client import ConflictError, InvalidError, NotFoundError
 from controller.kube.resources import NODECLAIMS
 from controller.nodeclaim import conditions as c
 from controller.nodeclaim.deletion import delete_nodeclaim, termination_reason
+from controller.nodeclaim.writer import CreateReason, NewClaim
 from controller.provisioning.nodeclaims import nodeclaim_manifest
-from controller.provisioning.provisioner import NODECLAIMS_CREATED
 from controller.state.cluster import is_daemon_pod, is_terminal
 from controller.state.informer import EventType
 
@@ -63,6 +66,14 @@ REPLACEMENT_POLL_SECONDS: Final = 1.0
 REPLACEMENT_GRACE_SECONDS: Final = 60.0
 BLOCKED_EVENT_REPEAT_SECONDS: Final = 300.0
 _FOREVER: Final = timedelta(days=3650)
+
+CREATE_REASONS: Final[Mapping[str, CreateReason]] = {
+    REASON_EMPTY: "consolidation",
+    REASON_UNDERUTILIZED: "consolidation",
+    REASON_DRIFTED: "drift",
+    REASON_EXPIRED: "expiration",
+}
+"""Why the NodeClaim writer creates a command's replacements."""
 
 LOG_EVENTS: Final = {
     REASON_EMPTY: "disruption.emptied",
@@ -319,17 +330,19 @@ class DisruptionController:
             settings = self.ctx.settings
             if command.reason in (REASON_EMPTY, REASON_UNDERUTILIZED):
                 await self.ctx.clock.sleep(settings.disruption_validation_delay_seconds)
-            checked = validate(await self.snapshot(), command, replacements_ready=False, options=self.options)
-            if isinstance(checked, str):
-                await self._abort(command, why=checked, made=made, marked=False)
-                return
-            command = checked
-            for claim in command.candidates:
-                self.active[claim] = command
-            await self._mark(command)
-            marked = True
+            async with self._deciding(command):
+                checked = validate(await self.snapshot(), command, replacements_ready=False, options=self.options)
+                if isinstance(checked, str):
+                    await self._abort(command, why=checked, made=made, marked=False)
+                    return
+                command = checked
+                for claim in command.candidates:
+                    self.active[claim] = command
+                await self._mark(command)
+                marked = True
+                launched = await self._launch(command, made) if command.replacements else None
             if command.replacements:
-                why = await self._launch(command, made)
+                why = launched
                 if why is None:
                     why = await self._await_initialized(made)
                 if why is None:
@@ -353,6 +366,12 @@ class DisruptionController:
                 self.protected[name] = until
             metrics.ACTIVE.set(max(0, len(self.running) - 1))
 
+    def _deciding(self, command: Command) -> AbstractAsyncContextManager[None]:
+        """A command that may buy replacements is validated and its replacements written under the
+        NodeClaim writer's lock (its snapshot counting every NodeClaim just created), so it never spends
+        NodePool limit room that the provisioner or a gang spends at the same time. Emptying only frees room."""
+        return contextlib.nullcontext() if command.reason == REASON_EMPTY else self.ctx.writer.lock
+
     async def _mark(self, command: Command) -> None:
         message = command.describe()
         claims = self.ctx.cluster.nodeclaims()
@@ -363,32 +382,23 @@ class DisruptionController:
             await self._emit_both(claim_name=claim_name, node_name=node_name, reason="Disrupting", message=message)
 
     async def _launch(self, command: Command, made: list[str]) -> str | None:
-        """Create the replacements; None, or why it failed."""
+        """Create the replacements, one after the other, through the NodeClaim writer (whose lock the
+        caller holds since validating); None, or why it failed."""
         for node in command.replacements:
             pool = self.ctx.cluster.nodepools().get(node.node_pool)
             if pool is None:
                 return f"NodePool {node.node_pool} of a replacement is gone"
             manifest = nodeclaim_manifest(node, pool)
             manifest["metadata"]["annotations"][ANNOTATION_REPLACEMENT_FOR] = ",".join(command.candidates)
-            try:
-                claim = await self.ctx.client.create(NODECLAIMS, manifest)
-            except ApiError as err:
-                return f"creating a replacement NodeClaim failed: {err}"
+            [written] = await self.ctx.writer.create(
+                [NewClaim(node, manifest)], reason=CREATE_REASONS[command.reason], replaces=list(command.candidates)
+            )
+            claim = written.claim
+            if claim is None:
+                return f"creating a replacement NodeClaim failed: {written.error}"
             name = claim["metadata"]["name"]
             made.append(name)
             self.protected[name] = self.ctx.clock.now() + _FOREVER
-            NODECLAIMS_CREATED.labels(nodepool=node.node_pool, reason="disruption").inc()
-            log.info(
-                "nodeclaim.created",
-                nodeclaim=name,
-                nodepool=node.node_pool,
-                instance_type=node.choice.instance_type,
-                zone=node.choice.zone,
-                capacity_type=node.choice.capacity_type,
-                price_per_hour=node.choice.price,
-                candidates=len(node.candidates),
-                reason=f"replacement for {', '.join(command.candidates)} ({command.reason})",
-            )
             await self.ctx.events.emit(
                 claim,
                 reason="DisruptionReplacement",

@@ -187,7 +187,10 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
     nodes: list[NodeState] = []
     other: list[ExistingNode] = []
     managed_nodes: set[str] = set()
-    for name, claim in sorted(cluster.nodeclaims().items()):
+    cached = cluster.nodeclaims()
+    # NodeClaims just created (by any decider) that the cache does not show yet are capacity on its way
+    claims = {**{c["metadata"]["name"]: c for c in ctx.writer.in_flight()}, **cached}
+    for name, claim in sorted(claims.items()):
         meta = claim["metadata"]
         labels = meta.get("labels") or {}
         pool_name = str(labels.get(LABEL_NODEPOOL) or "")

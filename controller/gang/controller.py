@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 
 import structlog
 
-from api.v1.labels import LABEL_GANG, LABEL_NODEPOOL
+from api.v1.labels import LABEL_GANG
 from controller.context import Context
 from controller.gang import claims as cl
 from controller.gang import metrics
@@ -79,9 +79,8 @@ from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, 
 from controller.kube.client import ApiError, ConflictError, NotFoundError, PatchType
 from controller.kube.resources import NODECLAIMS, NODES, PODS
 from controller.nodeclaim.deletion import delete_nodeclaim
+from controller.nodeclaim.writer import NewClaim
 from controller.provisioning.capacity import daemon_templates, existing_capacity, valid_pools
-from controller.provisioning.nodeclaims import PLANNED_PRICE
-from controller.provisioning.provisioner import NODECLAIMS_CREATED, PRICE_CREATED
 from controller.scheduling import kubeconv
 from controller.scheduling.model import NodePoolTemplate, OfferingKey
 from controller.state.informer import EventType
@@ -89,7 +88,6 @@ from controller.state.informer import EventType
 log = structlog.get_logger()
 Obj = dict[str, Any]
 
-RECENT_TTL_SECONDS: Final = 60.0
 MAX_GONE: Final = 4096
 WRITE_RECHECK_SECONDS: Final = 5.0
 BLOCKED_RECHECK_SECONDS: Final = 30.0
@@ -130,12 +128,10 @@ class GangController:
         self._overrides: dict[str, tuple[Record, frozenset[str]]] = {}  # what we wrote, until cached
         self._seen: dict[str, set[str]] = {}  # attempt id -> NodeClaims seen to exist (the newest MAX_GONE)
         self._gone: dict[str, Obj] = {}  # last state of gang NodeClaims that were deleted
-        self._recent: dict[str, tuple[float, Obj]] = {}  # NodeClaims created, not in the cache yet
         self._blocked: set[str] = set()
         self._never: dict[str, tuple[Any, ...]] = {}  # gangs that can never fit, and what that depended on
         self._told: dict[str, tuple[str, str]] = {}
         self._states: dict[str, str] = {}
-        self._timers: dict[str, tuple[float, asyncio.Task[None]]] = {}
 
     # --- wiring ------------------------------------------------------------------------------
 
@@ -153,12 +149,7 @@ class GangController:
                 self.queue.add(gang)
         for key in list(self._members):
             self.queue.add(key)
-        try:
-            await self.queue.run(self.reconcile, workers=self._workers)
-        finally:
-            for _, task in self._timers.values():
-                task.cancel()
-            self._timers.clear()
+        await self.queue.run(self.reconcile, workers=self._workers)
 
     def _index(self, pod: Obj, *, deleted: bool = False) -> str | None:
         pkey = _pod_key(pod)
@@ -190,8 +181,6 @@ class GangController:
 
     def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
         name = obj["metadata"]["name"]
-        if etype == "ADDED":
-            self._recent.pop(name, None)
         gang = self._gang_of_claim(obj)
         if etype == "DELETED" and gang is not None:
             # keep its last state: why it went (termination reason) and what it was, for the rollback
@@ -216,33 +205,6 @@ class GangController:
                 self._seen.pop(next(iter(self._seen)))
         return found
 
-    def _recent_claims(self) -> dict[str, Obj]:
-        """NodeClaims created by this process that the cache does not show yet (for a minute at most:
-        the cache either shows them by then, or they are gone)."""
-        now = self.ctx.clock.monotonic()
-        for name in [n for n, (t, _) in self._recent.items() if now - t > RECENT_TTL_SECONDS]:
-            del self._recent[name]
-        return {n: obj for n, (_, obj) in self._recent.items()}
-
-    def _wake(self, key: str, seconds: float | None) -> None:
-        """Queue the gang again after ``seconds`` (an earlier wake-up replaces a later one)."""
-        if seconds is None:
-            return
-        seconds = max(0.0, seconds)
-        due = self.ctx.clock.monotonic() + seconds
-        current = self._timers.get(key)
-        if current is not None and not current[1].done():
-            if current[0] <= due + 1e-3:
-                return
-            current[1].cancel()
-
-        async def later() -> None:
-            await self.ctx.clock.sleep(seconds)
-            self._timers.pop(key, None)
-            self.queue.add(key)
-
-        self._timers[key] = (due, asyncio.create_task(later(), name=f"gang-wake-{key}"))
-
     # --- the view ----------------------------------------------------------------------------
 
     async def _size(self, marker: GangMarker, annotated: int | None) -> int | None:
@@ -266,9 +228,9 @@ class GangController:
         claims: dict[str, Obj] = {
             n: c for n, c in cluster.nodeclaims().items() if (c["metadata"].get("labels") or {}).get(LABEL_GANG) == gid
         }
-        for name, claim in self._recent_claims().items():
+        for claim in self.ctx.writer.in_flight():
             if (claim["metadata"].get("labels") or {}).get(LABEL_GANG) == gid:
-                claims.setdefault(name, claim)
+                claims.setdefault(claim["metadata"]["name"], claim)
         uids = {str(p["metadata"].get("uid", "")) for p in gated}
         records = [record_of(p) for p in gated]
         override = self._overrides.get(key)
@@ -350,7 +312,8 @@ class GangController:
         """Apply one step, then wait for the watch events it causes or for a wake-up."""
         key = view.key
         if isinstance(decision, Wait):
-            self._wake(key, decision.seconds)
+            if decision.seconds is not None:
+                self.queue.add_after(key, decision.seconds)
             return
         if isinstance(decision, SizeUnknown):
             await self._tell(view, "GangSizeUnknown", decision.message, warning=True)
@@ -361,18 +324,18 @@ class GangController:
             return
         if isinstance(decision, DeleteClaims):
             await self._delete_claims(view, decision.names, reason=decision.reason, message=decision.message)
-            self._wake(key, WRITE_RECHECK_SECONDS)
+            self.queue.add_after(key, WRITE_RECHECK_SECONDS)
             return
         if isinstance(decision, DeleteNodes):
             await self._delete_nodes(view, decision.names)
-            self._wake(key, WRITE_RECHECK_SECONDS)
+            self.queue.add_after(key, WRITE_RECHECK_SECONDS)
             return
         if isinstance(decision, Plan):
             await self._plan(view, top_up=decision.top_up)
             return
         if isinstance(decision, Pin):
             await self._pin(view, decision.pods)
-            self._wake(key, WRITE_RECHECK_SECONDS)
+            self.queue.add_after(key, WRITE_RECHECK_SECONDS)
             return
         if isinstance(decision, Rollback):
             await self._rollback(view, decision)
@@ -455,7 +418,8 @@ class GangController:
             log.info("gang.waiting", gang=view.key, reason="MembersMissing", present=d.present, size=d.size)
         else:
             log.debug("gang.waiting", gang=view.key, reason="MembersMissing", present=d.present, size=d.size)
-        self._wake(view.key, d.recheck)
+        if d.recheck is not None:
+            self.queue.add_after(view.key, d.recheck)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -490,7 +454,7 @@ class GangController:
     async def _delete_claims(self, view: GangView, names: Iterable[str], *, reason: str, message: str) -> int:
         async def one(name: str) -> bool:
             claim = view.claims.get(name)
-            self._recent.pop(name, None)
+            self.ctx.writer.forget(name)
             if claim is None or cl.deleting(claim):
                 return False
             return await delete_nodeclaim(self.ctx, claim, reason=reason, message=message)
@@ -532,7 +496,7 @@ class GangController:
                     subresource="status",
                 )
             except (ConflictError, NotFoundError):
-                self._wake(view.key, 0.5)
+                self.queue.add_after(view.key, 0.5)
             except ApiError as err:
                 log.warning("gang.nodeclaim_mark_failed", nodeclaim=name, error=str(err))
 
@@ -557,18 +521,18 @@ class GangController:
     async def _plan(self, view: GangView, *, top_up: bool) -> None:
         key = view.key
         ctx = self.ctx
-        async with ctx.provisioning_lock:
+        async with ctx.writer.lock:
             # the cache may have moved while we waited for the lock: decide again on fresh state
             fresh = await self._view(key)
             current = decide(fresh, now=ctx.clock.now(), knobs=self.knobs)
             if not isinstance(current, Plan):
-                self._wake(key, 0)
+                self.queue.add_after(key, 0)
                 return
             view = fresh
             fingerprint = self._fingerprint(view)
             if self._never.get(key) == fingerprint:
                 # nothing it depends on changed since it was found never to fit: do not solve again
-                self._wake(key, NEVER_FITS_RECHECK_SECONDS)
+                self.queue.add_after(key, NEVER_FITS_RECHECK_SECONDS)
                 return
             self._never.pop(key, None)
             pools = await valid_pools(ctx, component="gang")
@@ -576,10 +540,7 @@ class GangController:
             existing = existing_capacity(
                 ctx.cluster,
                 list(all_types.values()),
-                extra_claims=[
-                    *self._recent_claims().values(),
-                    *ctx.recent_claims.pending(ctx.cluster.nodeclaims(), now=ctx.clock.monotonic()),
-                ],
+                extra_claims=ctx.writer.in_flight(),
             )
             templates: list[NodePoolTemplate] = []
             for name, (pool, its) in pools.items():
@@ -643,14 +604,14 @@ class GangController:
             if fresh:
                 await self._condition(view.gated, status=False, reason="Unschedulable", message=result.reason)
                 log.warning("gang.unschedulable", gang=view.key, reason=result.reason, members=len(view.gated))
-            self._wake(view.key, NEVER_FITS_RECHECK_SECONDS)
+            self.queue.add_after(view.key, NEVER_FITS_RECHECK_SECONDS)
         else:
             await self._tell(view, "GangWaitingForCapacity", result.reason)
             if fresh:
                 log.info(
                     "gang.waiting", gang=view.key, reason="Capacity", detail=result.reason, members=len(view.gated)
                 )
-            self._wake(view.key, BLOCKED_RECHECK_SECONDS)
+            self.queue.add_after(view.key, BLOCKED_RECHECK_SECONDS)
 
     def _fingerprint(self, view: GangView) -> tuple[Any, ...]:
         """What a "can never fit" verdict depends on: the members and the NodePools and node classes."""
@@ -676,20 +637,19 @@ class GangController:
         attempt = (max(r.attempt for r in (view.pending, view.admitted) if r is not None) if base else 0) + 1
         uids = [str(p["metadata"].get("uid", "")) for p in view.gated]
         aid = attempt_id(view.gid, attempt, uids)
-        manifests: list[Obj] = []
+        manifests: list[NewClaim] = []
         for i, node in enumerate(plan.new_nodes):
             name = claim_name(node.node_pool, aid, i)
-            manifests.append(
-                gang_claim_manifest(
-                    node,
-                    pools[node.node_pool],
-                    name=name,
-                    gid=view.gid,
-                    key=view.key,
-                    attempt=aid,
-                    same_zone=result.same_zone,
-                )
+            manifest = gang_claim_manifest(
+                node,
+                pools[node.node_pool],
+                name=name,
+                gid=view.gid,
+                key=view.key,
+                attempt=aid,
+                same_zone=result.same_zone,
             )
+            manifests.append(NewClaim(node, manifest))
         reused: list[str] = []
         for node_name, placed in plan.existing_placements.items():
             if not placed:
@@ -704,26 +664,23 @@ class GangController:
             attempt=attempt,
             id=aid,
             phase=PROVISIONING,
-            nodeclaims=tuple([m["metadata"]["name"] for m in manifests] + sorted(set(reused))),
+            nodeclaims=tuple([m.manifest["metadata"]["name"] for m in manifests] + sorted(set(reused))),
             started=now,
             deadline=now + timedelta(seconds=seconds),
             rollbacks=rollbacks,
             last_failure=view.pending.last_failure if view.pending is not None else "",
             members=len(view.gated),
         )
-        # 1. the record and the pin on every gated member: from here on the attempt is durable
-        # 1. the record and the pin on every gated member, 2. the NodeClaims (counted by later plans at
-        # once, through _recent). Both at the same time: a NodeClaim whose attempt no member records
-        # (a crash in between) belongs to no attempt, and the next reconcile deletes it.
+        # 1. the record and the pin on every gated member, 2. the NodeClaims (through the writer, which
+        # has later plans count them at once). Both at the same time: a NodeClaim whose attempt no member
+        # records (a crash in between) belongs to no attempt, and the next reconcile deletes it.
         self._overrides[view.key] = (record, frozenset(uids))
         for m in manifests:
-            self._recent[m["metadata"]["name"]] = (ctx.clock.monotonic(), m)
-            ctx.recent_claims.add(m, now=ctx.clock.monotonic())  # the provisioner counts them at once, too
-            self._seen_for(aid).add(m["metadata"]["name"])
+            self._seen_for(aid).add(m.manifest["metadata"]["name"])
         started = ctx.clock.monotonic()
-        _, failures = await asyncio.gather(
+        _, written = await asyncio.gather(
             self._patch_pods(view.gated, lambda p: pin_patch(p, view.gid, record)),
-            self._create_claims(manifests),
+            ctx.writer.create(manifests, reason="gang", attempt=aid),
         )
         write_seconds = ctx.clock.monotonic() - started
         what = describe_plan(plan)
@@ -742,9 +699,9 @@ class GangController:
             solve_seconds=round(solve_seconds, 4),
             write_seconds=round(write_seconds, 4),
         )
-        if failures:
+        if any(w.claim is None for w in written):
             # the apiserver refused a NodeClaim: nothing can come of this attempt
-            self._wake(view.key, 0)
+            self.queue.add_after(view.key, 0)
             return
         log.info(
             "gang.provisioning",
@@ -760,7 +717,7 @@ class GangController:
             f"attempt {attempt}: buying {what} for the {len(view.gated)} members of gang {view.key}; "
             f"the pods stay gated until every node is Initialized (deadline {fmt_seconds(seconds)})",
         )
-        self._wake(view.key, seconds)
+        self.queue.add_after(view.key, seconds)
 
     def _claim_named(self, node_name: str) -> str | None:
         cluster = self.ctx.cluster
@@ -769,29 +726,6 @@ class GangController:
         node = cluster.nodes().get(node_name)
         claim = cluster.claim_for_node(node) if node is not None else None
         return None if claim is None else str(claim["metadata"]["name"])
-
-    async def _create_claims(self, manifests: Sequence[Obj]) -> list[str]:
-        async def one(manifest: Obj) -> str | None:
-            name = str(manifest["metadata"]["name"])
-            try:
-                created = await self.ctx.client.create(NODECLAIMS, manifest)
-                pool = str(manifest["metadata"]["labels"].get(LABEL_NODEPOOL, ""))
-                NODECLAIMS_CREATED.labels(nodepool=pool, reason="gang").inc()
-                price = (manifest["metadata"].get("annotations") or {}).get(PLANNED_PRICE)
-                if price:
-                    PRICE_CREATED.labels(nodepool=pool).inc(float(price))
-                if name not in self.ctx.cluster.nodeclaims():
-                    self._recent[name] = (self.ctx.clock.monotonic(), created)
-                return None
-            except ConflictError:
-                return None  # created before (a retry after a crash): fine
-            except ApiError as err:
-                self._recent.pop(name, None)
-                log.error("gang.nodeclaim_create_failed", nodeclaim=name, error=str(err))
-                return name
-
-        results = await asyncio.gather(*(one(m) for m in manifests))
-        return [r for r in results if r is not None]
 
     # --- rollback ----------------------------------------------------------------------------
 
@@ -851,7 +785,7 @@ class GangController:
         )
         await self._tell(view, "GangRolledBack", text, warning=d.backoff, once=False)
         await self._condition(view.gated, status=False, reason="RolledBack", message=text)
-        self._wake(view.key, delay if delay else WRITE_RECHECK_SECONDS)
+        self.queue.add_after(view.key, delay if delay else WRITE_RECHECK_SECONDS)
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -883,7 +817,7 @@ class GangController:
         released = await self._patch_pods(pods, lambda p: ungate_patch(p, record), patch_type="json")
         self._overrides.pop(view.key, None)
         if released == 0:
-            self._wake(view.key, WRITE_RECHECK_SECONDS)
+            self.queue.add_after(view.key, WRITE_RECHECK_SECONDS)
             return
         size = view.size or view.members
         complete = completed_at([*view.gated, *view.released], size)

@@ -19,6 +19,7 @@ from controller.kube.client import ApiError, KubeClient, NotFoundError
 from controller.kube.events import EventRecorder
 from controller.kube.resources import CRDS
 from controller.metrics import REGISTRY
+from controller.nodeclaim.writer import NodeClaimWriter
 from controller.operator.leader import LeaderElector
 from controller.operator.server import Servers
 from controller.settings import Settings
@@ -122,6 +123,7 @@ async def run_operator(
         cloud=cloud,
         unavailable=unavailable,
         settings=settings,
+        writer=NodeClaimWriter(client=client, cluster=cluster, clock=clock),
     )
     elector = LeaderElector(client=client, clock=clock, namespace=leader_namespace) if leader_elect else None
 

@@ -1,8 +1,9 @@
 """Pending pods -> solver -> NodeClaims.
 
 Decide, then write: `decide()` reads one consistent view of the cache and returns the solver's
-Plan (no writes); `apply()` turns the plan's new machines into NodeClaim objects (the durable
-record of intent) and tells each pod that fits nowhere why, with an Event. The lifecycle
+Plan (no writes); `apply()` has the one NodeClaim writer turn the plan's new machines into
+NodeClaim objects (the durable record of intent), under the writer's lock held since `decide()`
+began, and tells each pod that fits nowhere why, with an Event. The lifecycle
 controller launches NodeClaims; kube-scheduler binds the pods. A crash between two writes leaves
 NodeClaims that the next solve counts as in-flight capacity, so nothing is bought twice.
 """
@@ -20,15 +21,15 @@ import structlog
 from controller import metrics
 from controller.clock import parse_time
 from controller.context import Context
-from controller.kube.client import ApiError
-from controller.kube.resources import NODECLAIMS, key_of
+from controller.kube.resources import key_of
+from controller.nodeclaim.writer import NewClaim
 from controller.provisioning.batcher import Batcher
 from controller.provisioning.capacity import daemon_templates, existing_capacity, split_nominated, valid_pools
 from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.provisioning.nominator import Nominator
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
+from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Pod
 from controller.scheduling.solver import solve
 from controller.state.cluster import awaits_scheduler, condition, is_daemon_pod, is_unschedulable
 
@@ -38,7 +39,6 @@ Obj = dict[str, Any]
 # if kube-scheduler has not bound it there by then, it is solved again
 NOMINATION_GRACE_SECONDS = 10.0
 RESYNC_SECONDS = 5.0
-WRITE_CONCURRENCY = 16  # NodeClaims written at once
 # Events on pods written at once: after a large decision there is one per pod, and they must not
 # crowd out the writes that launch the machines
 EVENT_CONCURRENCY = 4
@@ -52,14 +52,6 @@ BATCH_SIZE = metrics.histogram(
     "joiner_provisioner_batch_size",
     "Pending pods per solved batch.",
     buckets=(1, 5, 10, 50, 100, 500, 1000, 5000, 20000),
-)
-NODECLAIMS_CREATED = metrics.counter(
-    "joiner_nodeclaims_created_total", "NodeClaims created, by NodePool and reason.", ("nodepool", "reason")
-)
-PRICE_CREATED = metrics.counter(
-    "joiner_provisioner_price_per_hour_created_total",
-    "Sum of the $/hour of the NodeClaims created, by NodePool.",
-    ("nodepool",),
 )
 
 
@@ -80,8 +72,8 @@ class Provisioner:
             arriving=self._scheduler_has_untried_pods,
         )
         self._nominations: dict[str, str] = {}  # pod key -> NodeClaim the last decision put it on
-        # NodeClaims created here that the cache may not show yet (shared with the gang controller)
-        self._recent = ctx.recent_claims
+        # creates the NodeClaims, and counts the ones just created (by anyone) until the cache shows them
+        self._writer = ctx.writer
         self._event_tasks: set[asyncio.Task[None]] = set()
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
         self.nominator = Nominator(ctx, nominations=lambda: self._nominations, claim=self._claim_obj)
@@ -145,7 +137,7 @@ class Provisioner:
                 self.batcher.trigger()
 
     async def reconcile(self) -> Plan | None:
-        async with self.ctx.provisioning_lock:
+        async with self._writer.lock:
             decision = await self.decide()
             if decision is not None:
                 await self.apply(decision)
@@ -160,16 +152,16 @@ class Provisioner:
     def _existing(self, instance_types: Sequence[InstanceType]) -> list[ExistingNode]:
         """Registered nodes with their pods, and in-flight NodeClaims as the capacity they will bring
         (including the ones this provisioner just created and the cache does not show yet)."""
-        pending = self._recent.pending(self.ctx.cluster.nodeclaims(), now=self.ctx.clock.monotonic())
+        pending = self._writer.in_flight()
         return existing_capacity(self.ctx.cluster, instance_types, extra_claims=pending)
 
     def _claim_obj(self, name: str) -> Obj | None:
-        return self.ctx.cluster.nodeclaims().get(name) or self._recent.get(name)
+        return self.ctx.cluster.nodeclaims().get(name) or self._writer.just_created(name)
 
     def _claim_node_name(self, claim_name: str) -> str | None:
         """The node a nominated NodeClaim stands for in the solver's input, or None if it is gone
         or has been initialized long enough that a pod still pending on it will not land there."""
-        claim = self.ctx.cluster.nodeclaims().get(claim_name) or self._recent.get(claim_name)
+        claim = self.ctx.cluster.nodeclaims().get(claim_name) or self._writer.just_created(claim_name)
         if claim is None or claim["metadata"].get("deletionTimestamp"):
             return None
         initialized = condition(claim, "Initialized")
@@ -222,7 +214,7 @@ class Provisioner:
             str((c.get("status") or {}).get("nodeName") or c["metadata"]["name"]): c["metadata"]["name"]
             for c in [
                 *self.ctx.cluster.nodeclaims().values(),
-                *self._recent.pending(self.ctx.cluster.nodeclaims(), now=self.ctx.clock.monotonic()),
+                *self._writer.in_flight(),
             ]
         }
         for node_name, keys in plan.existing_placements.items():
@@ -292,44 +284,23 @@ class Provisioner:
 
     # --- write -----------------------------------------------------------------------------
     async def apply(self, decision: Decision) -> list[Obj]:
-        """Write the plan's NodeClaims (a few at a time), then tell the pods, off the critical path."""
-        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
-
-        async def create(node: NewNodeClaim) -> Obj | None:
-            async with limit:
-                try:
-                    return await self.ctx.client.create(
-                        NODECLAIMS, nodeclaim_manifest(node, decision.pools[node.node_pool])
-                    )
-                except ApiError as err:
-                    log.error("provisioner.nodeclaim_create_failed", nodepool=node.node_pool, error=str(err))
-                    return None
-
-        results = await asyncio.gather(*(create(node) for node in decision.plan.new_nodes))
+        """Write the plan's NodeClaims (under the writer's lock, held since deciding), then tell the
+        pods, off the critical path."""
+        requests = [
+            NewClaim(node, nodeclaim_manifest(node, decision.pools[node.node_pool])) for node in decision.plan.new_nodes
+        ]
+        written = await self._writer.create(requests, reason="provisioning")
         created: list[Obj] = []
         created_names: dict[str, str] = {}
         events: list[tuple[Obj, str, str, bool]] = []
-        for node, claim in zip(decision.plan.new_nodes, results, strict=True):
+        for outcome in written:
+            claim = outcome.claim
             if claim is None:
                 continue
+            node = outcome.request.node
             name = claim["metadata"]["name"]
             created.append(claim)
-            self._recent.add(claim, now=self.ctx.clock.monotonic())
             created_names[node.name] = name
-            NODECLAIMS_CREATED.labels(nodepool=node.node_pool, reason="provisioning").inc()
-            PRICE_CREATED.labels(nodepool=node.node_pool).inc(node.choice.price)
-            log.info(
-                "nodeclaim.created",
-                nodeclaim=name,
-                nodepool=node.node_pool,
-                instance_type=node.choice.instance_type,
-                zone=node.choice.zone,
-                capacity_type=node.choice.capacity_type,
-                price_per_hour=node.choice.price,
-                candidates=len(node.candidates),
-                pods=len(node.pods),
-                gang=node.gang,
-            )
             message = (
                 f"Pod should schedule on nodeclaim/{name} "
                 f"({node.choice.instance_type}, {node.choice.zone}, {node.choice.capacity_type})"

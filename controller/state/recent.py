@@ -1,8 +1,9 @@
 """NodeClaims this process just created, until the cache shows them.
 
 A decision made right after another must count the machines the first one bought, even before
-their watch events arrive. Entries leave as soon as the cache has the NodeClaim, or after a
-minute (a NodeClaim deleted before the cache ever saw it must not be counted forever).
+their watch events arrive. Entries leave as soon as the cache has the NodeClaim (or its owner,
+the NodeClaim writer, hears of it from the cache, or deletes it), or after a minute (a NodeClaim
+deleted before the cache ever saw it must not be counted forever).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ class RecentClaims:
 
     def add(self, claim: Obj, *, now: float) -> None:
         self._items[claim["metadata"]["name"]] = (now, claim)
+
+    def discard(self, name: str) -> None:
+        self._items.pop(name, None)
 
     def get(self, name: str) -> Obj | None:
         item = self._items.get(name)

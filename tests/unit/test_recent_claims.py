@@ -23,3 +23,13 @@ def test_a_claim_deleted_before_the_cache_saw_it_stops_counting() -> None:
     recent.add(_claim("gone"), now=0)
     assert recent.pending({}, now=TTL_SECONDS - 1)
     assert recent.pending({}, now=TTL_SECONDS + 1) == []
+
+
+def test_a_discarded_claim_stops_counting_at_once() -> None:
+    recent = RecentClaims()
+    recent.add(_claim("a"), now=0)
+    recent.add(_claim("b"), now=0)
+    recent.discard("a")
+    recent.discard("never-added")
+    assert recent.get("a") is None
+    assert [c["metadata"]["name"] for c in recent.pending({}, now=1)] == ["b"]

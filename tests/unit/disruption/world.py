@@ -23,6 +23,7 @@ OWNER = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "
 CAPACITY = {
     "cpu-4": {"cpu": "3900m", "memory": "15Gi", "pods": "58"},
     "gpu-1": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1", "pods": "110"},
+    "gpu-8": {"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "8", "pods": "110"},
 }
 
 

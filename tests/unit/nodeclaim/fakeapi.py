@@ -3,7 +3,8 @@
 It keeps what the controllers rely on: resourceVersions (and merge-patch preconditions on them),
 uids (and delete preconditions), creationTimestamp/deletionTimestamp from the test's clock,
 finalizers (delete marks, the last finalizer's removal deletes), JSON patch with `test`, merge
-patch, the status subresource, watches (with replay from a resourceVersion), and the Eviction API
+patch, the status subresource, watches (with replay from a resourceVersion; `lag()` holds a
+resource's watch events back until `catch_up()`, as a slow watch would), and the Eviction API
 (pods listed in `blocked_evictions` answer 429, as a PodDisruptionBudget would).
 """
 
@@ -119,6 +120,7 @@ class FakeKube(KubeClient):
         self._stopping_pods: set[str] = set()  # deleted with a grace period: the "kubelet" removes them
         self.calls: builtins.list[tuple[str, str, str]] = []
         self.on_call: Callable[[str, str, str], None] | None = None
+        self._held: dict[str, builtins.list[WatchEvent]] = {}  # plural -> events its watchers do not see yet
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -142,8 +144,20 @@ class FakeKube(KubeClient):
         rv = int(obj["metadata"]["resourceVersion"])
         event = WatchEvent(type=etype, object=copy.deepcopy(obj))  # type: ignore[arg-type]
         self._history[res.plural].append((rv, event))
+        if res.plural in self._held:
+            self._held[res.plural].append(event)
+            return
         for queue in self._watchers[res.plural]:
             queue.put_nowait(event)
+
+    def lag(self, res: Resource) -> None:
+        """Writes to ``res`` take effect, but its watchers (the cache) do not hear of them until ``catch_up``."""
+        self._held.setdefault(res.plural, [])
+
+    def catch_up(self, res: Resource) -> None:
+        for event in self._held.pop(res.plural, []):
+            for queue in self._watchers[res.plural]:
+                queue.put_nowait(event)
 
     def _bump(self, obj: Obj) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._rv))

@@ -18,6 +18,7 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.events import EventRecorder
 from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODES, PODS
+from controller.nodeclaim.writer import NodeClaimWriter
 from controller.scheduling.instancetypes import parse_catalog
 from controller.settings import Settings
 from controller.state.cluster import ClusterState
@@ -216,6 +217,7 @@ async def make_harness(settings: Settings | None = None) -> Harness:
         cloud=cloud,
         unavailable=unavailable,
         settings=settings or Settings(),
+        writer=NodeClaimWriter(client=kube, cluster=cluster, clock=clock),
     )
     h = Harness(clock=clock, kube=kube, cluster=cluster, cloud=cloud, ctx=ctx)
     h.start(cluster, cloud)

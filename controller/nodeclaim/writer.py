@@ -1,0 +1,180 @@
+"""The one place NodeClaims are created, for every reason (provisioning, gang, consolidation, drift,
+expiration, interruption, capacity).
+
+A NodeClaim spends room under its NodePool's limits the moment it is written, while the cache
+shows it only when its watch event arrives. So the writer owns what makes two deciders never spend
+the same room: the lock under which a decision and its writes happen (a decider takes it before it
+reads the cluster, and :meth:`NodeClaimWriter.create` refuses to write without it), and the list
+of NodeClaims just created that every decision counts until the cache has shown them. It also owns
+what is said about each creation: the ``joiner_nodeclaims_created_total`` metric, the price bought
+and one ``nodeclaim.created`` log event. Deleting NodeClaims is :mod:`controller.nodeclaim.deletion`;
+launching them is the lifecycle controller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import structlog
+
+from controller import metrics
+from controller.clock import Clock
+from controller.kube.client import ApiError, ConflictError, KubeClient
+from controller.kube.resources import NODECLAIMS
+from controller.scheduling.model import NewNodeClaim
+from controller.state.cluster import ClusterState
+from controller.state.informer import EventType
+from controller.state.recent import RecentClaims
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+
+CreateReason = Literal["provisioning", "gang", "consolidation", "drift", "expiration", "interruption", "capacity"]
+WRITE_CONCURRENCY: Final = 16  # NodeClaims written at once
+
+# The metric's `reason` label keeps the values it had before there was one writer: disruption's
+# replacements (consolidation, drift, expiration) are all `disruption`; the log line has the detail.
+_METRIC_REASON: Final[Mapping[str, str]] = {
+    "consolidation": "disruption",
+    "drift": "disruption",
+    "expiration": "disruption",
+}
+# The price bought is what was bought for pods with nowhere to go, not replacements of running nodes.
+_PRICED: Final = frozenset({"provisioning", "gang", "capacity"})
+
+NODECLAIMS_CREATED = metrics.counter(
+    "joiner_nodeclaims_created_total", "NodeClaims created, by NodePool and reason.", ("nodepool", "reason")
+)
+PRICE_CREATED = metrics.counter(
+    "joiner_provisioner_price_per_hour_created_total",
+    "Sum of the $/hour of the NodeClaims created for pods with nowhere to go (not replacements), by NodePool.",
+    ("nodepool",),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewClaim:
+    """One NodeClaim to write: the machine a decision planned, and the manifest that records it."""
+
+    node: NewNodeClaim
+    manifest: Obj
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What became of one :class:`NewClaim`: the NodeClaim as created (the manifest, when one of that
+    name existed already), or why the apiserver refused it."""
+
+    request: NewClaim
+    claim: Obj | None
+    error: str | None = None
+    existed: bool = False
+
+    @property
+    def name(self) -> str:
+        meta = (self.claim or self.request.manifest)["metadata"]
+        return str(meta.get("name") or meta.get("generateName") or "")
+
+
+class NodeClaimWriter:
+    def __init__(
+        self, *, client: KubeClient, cluster: ClusterState, clock: Clock, concurrency: int = WRITE_CONCURRENCY
+    ) -> None:
+        self._client = client
+        self._cluster = cluster
+        self._clock = clock
+        self._concurrency = concurrency
+        self._recent = RecentClaims()
+        # Held while deciding and writing new NodeClaims (a provisioning batch, a gang's attempt, a
+        # disruption command's replacements), so two decisions never both count the same limit room.
+        self.lock = asyncio.Lock()
+        cluster.subscribe("NodeClaim", self._on_nodeclaim)
+
+    def _on_nodeclaim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        # the cache has shown it: from now on it counts (or, deleted already, does not) through the cache
+        self._recent.discard(obj["metadata"]["name"])
+
+    # --- what a decision counts ------------------------------------------------------------------
+
+    def in_flight(self) -> list[Obj]:
+        """NodeClaims created here that the cache has not shown yet."""
+        return self._recent.pending(self._cluster.nodeclaims(), now=self._clock.monotonic())
+
+    def just_created(self, name: str) -> Obj | None:
+        """A NodeClaim created here lately, by name (it may be in the cache by now, or gone)."""
+        return self._recent.get(name)
+
+    def forget(self, name: str) -> None:
+        """A NodeClaim created here is being deleted: no decision counts it any more."""
+        self._recent.discard(name)
+
+    # --- the write -------------------------------------------------------------------------------
+
+    async def create(self, claims: Sequence[NewClaim], *, reason: CreateReason, **fields: object) -> list[Written]:
+        """Write ``claims`` (a few at a time) under the lock the caller holds since it started deciding;
+        one outcome per claim, in order. ``fields`` go into each ``nodeclaim.created`` log event."""
+        if not self.lock.locked():
+            raise RuntimeError("NodeClaims are created under NodeClaimWriter.lock, taken before deciding")
+        limit = asyncio.Semaphore(self._concurrency)
+
+        async def one(request: NewClaim) -> Written:
+            async with limit:
+                return await self._create_one(request, reason=reason, fields=fields)
+
+        return list(await asyncio.gather(*(one(c) for c in claims)))
+
+    async def _create_one(self, request: NewClaim, *, reason: CreateReason, fields: Mapping[str, object]) -> Written:
+        node = request.node
+        manifest = request.manifest
+        named = manifest["metadata"].get("name")
+        try:
+            claim = await self._client.create(NODECLAIMS, manifest)
+        except ConflictError as err:
+            if not named:
+                return self._failed(request, reason=reason, error=str(err))
+            # written before (a retry after a crash): it is there, and counted until the cache shows it
+            self._remember(manifest)
+            log.debug("nodeclaim.exists", nodeclaim=named, reason=reason, nodepool=node.node_pool)
+            return Written(request=request, claim=manifest, existed=True)
+        except ApiError as err:
+            return self._failed(request, reason=reason, error=str(err))
+        self._remember(claim)
+        NODECLAIMS_CREATED.labels(nodepool=node.node_pool, reason=_METRIC_REASON.get(reason, reason)).inc()
+        if reason in _PRICED:
+            PRICE_CREATED.labels(nodepool=node.node_pool).inc(node.choice.price)
+        log.info(
+            "nodeclaim.created",
+            nodeclaim=claim["metadata"]["name"],
+            reason=reason,
+            nodepool=node.node_pool,
+            instance_type=node.choice.instance_type,
+            zone=node.choice.zone,
+            capacity_type=node.choice.capacity_type,
+            price_per_hour=node.choice.price,
+            candidates=len(node.candidates),
+            pods=len(node.pods),
+            gang=node.gang,
+            **fields,
+        )
+        return Written(request=request, claim=claim)
+
+    def _remember(self, claim: Obj) -> None:
+        name = claim["metadata"]["name"]
+        if name not in self._cluster.nodeclaims():  # its watch event may have come before the answer
+            self._recent.add(claim, now=self._clock.monotonic())
+
+    @staticmethod
+    def _failed(request: NewClaim, *, reason: CreateReason, error: str) -> Written:
+        meta = request.manifest["metadata"]
+        log.error(
+            "nodeclaim.create_failed",
+            nodeclaim=meta.get("name") or meta.get("generateName"),
+            reason=reason,
+            nodepool=request.node.node_pool,
+            instance_type=request.node.choice.instance_type,
+            error=error,
+        )
+        return Written(request=request, claim=None, error=error)

@@ -1,0 +1,200 @@
+"""The one NodeClaim writer: it writes only under its lock, counts what it just created until the
+cache has shown it, says each creation once (metric and log line, with the reason), and reports
+a refused write instead of raising."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from api.v1 import labels as wk
+from controller.cloudprovider.catalog import load_catalog
+from controller.kube.client import InvalidError
+from controller.kube.resources import NODECLAIMS, Resource
+from controller.metrics import REGISTRY
+from controller.nodeclaim.writer import CreateReason, NewClaim, NodeClaimWriter
+from controller.provisioning.nodeclaims import nodeclaim_manifest
+from controller.scheduling import NodePoolTemplate, Pod, Resources, solve
+from tests.unit.nodeclaim.fakeapi import FakeKube
+from tests.unit.nodeclaim.harness import Harness
+
+Obj = dict[str, Any]
+
+
+def _pool(name: str) -> Obj:
+    return {
+        "apiVersion": wk.API_VERSION,
+        "kind": "NodePool",
+        "metadata": {"name": name, "uid": f"u-{name}"},
+        "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}}},
+    }
+
+
+def planned(pool: str, *, count: int = 1, gang: str | None = None) -> list[NewClaim]:
+    """``count`` machines solves bought in NodePool ``pool``, with their manifests."""
+    out: list[NewClaim] = []
+    for i in range(count):
+        pod = Pod(name=f"p{i}", requests=Resources.parse({"cpu": "3"}), gang=gang)
+        [node] = solve(pods=[pod], node_pools=[NodePoolTemplate(name=pool, instance_types=load_catalog())]).new_nodes
+        out.append(NewClaim(node, nodeclaim_manifest(node, _pool(pool))))
+    return out
+
+
+def created_total(pool: str, reason: str) -> float:
+    return REGISTRY.get_sample_value("joiner_nodeclaims_created_total", {"nodepool": pool, "reason": reason}) or 0.0
+
+
+def price_total(pool: str) -> float:
+    return REGISTRY.get_sample_value("joiner_provisioner_price_per_hour_created_total", {"nodepool": pool}) or 0.0
+
+
+async def test_nothing_is_written_without_the_lock(harness: Harness) -> None:
+    with pytest.raises(RuntimeError, match="lock"):
+        await harness.ctx.writer.create(planned("nolock"), reason="provisioning")
+    assert harness.kube.objects(NODECLAIMS) == {}
+
+
+async def test_a_created_nodeclaim_is_counted_logged_and_in_flight_until_the_cache_shows_it(harness: Harness) -> None:
+    h = harness
+    writer = h.ctx.writer
+    [request] = planned("w-prov")
+    h.kube.lag(NODECLAIMS)
+    with capture_logs() as logs:
+        async with writer.lock:
+            [written] = await writer.create([request], reason="provisioning", note="x")
+    assert written.claim is not None
+    assert written.error is None
+    assert not written.existed
+    name = written.name
+    assert name.startswith("w-prov-")
+    assert h.kube.obj(NODECLAIMS, name) is not None
+    assert created_total("w-prov", "provisioning") == 1
+    assert price_total("w-prov") == pytest.approx(request.node.choice.price)
+    [line] = [e for e in logs if e["event"] == "nodeclaim.created"]
+    assert line["reason"] == "provisioning"
+    assert line["nodeclaim"] == name
+    assert line["nodepool"] == "w-prov"
+    assert line["instance_type"] == request.node.choice.instance_type
+    assert line["price_per_hour"] == request.node.choice.price
+    assert line["note"] == "x"
+    # the cache has not seen it yet: every decision counts it through the writer
+    assert name not in h.cluster.nodeclaims()
+    assert [c["metadata"]["name"] for c in writer.in_flight()] == [name]
+    assert writer.just_created(name) is not None
+    h.kube.catch_up(NODECLAIMS)
+    await h.cached("NodeClaim", name)
+    assert writer.in_flight() == []
+
+
+async def test_a_nodeclaim_deleted_before_a_decision_looked_is_not_counted_once_the_cache_saw_it(
+    harness: Harness,
+) -> None:
+    h = harness
+    writer = h.ctx.writer
+    async with writer.lock:
+        [written] = await writer.create(planned("w-gone"), reason="gang")
+    await h.cached("NodeClaim", written.name)
+    await h.kube.delete(NODECLAIMS, written.name)
+    await h.cached("NodeClaim", written.name)  # gone from the cache as well
+    assert writer.in_flight() == []
+
+
+@pytest.mark.parametrize(
+    ("reason", "label", "priced"),
+    [
+        ("gang", "gang", True),
+        ("consolidation", "disruption", False),
+        ("drift", "disruption", False),
+        ("expiration", "disruption", False),
+    ],
+)
+async def test_the_metric_keeps_its_reason_values_and_prices_only_what_was_bought_for_pods(
+    harness: Harness, reason: CreateReason, label: str, priced: bool
+) -> None:
+    pool = f"w-{reason}"
+    requests = planned(pool, gang="ml.train" if reason == "gang" else None)
+    with capture_logs() as logs:
+        async with harness.ctx.writer.lock:
+            await harness.ctx.writer.create(requests, reason=reason)
+    assert created_total(pool, label) == 1
+    assert price_total(pool) == (pytest.approx(requests[0].node.choice.price) if priced else 0.0)
+    [line] = [e for e in logs if e["event"] == "nodeclaim.created"]
+    assert line["reason"] == reason
+    assert line["gang"] == ("ml.train" if reason == "gang" else None)
+
+
+class RefusingKube(FakeKube):
+    """An apiserver that refuses NodeClaims whose spec carries ``bad`` (an admission webhook would)."""
+
+    async def create(self, res: Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
+        if (obj.get("spec") or {}).get("bad"):
+            raise InvalidError(422, "Invalid", "spec.bad: not allowed")
+        return await super().create(res, obj, namespace=namespace)
+
+
+class SlowKube(FakeKube):
+    """An apiserver that takes a few turns of the event loop per create, counting how many overlap."""
+
+    busy = 0
+    most = 0
+
+    async def create(self, res: Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
+        self.busy += 1
+        self.most = max(self.most, self.busy)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        self.busy -= 1
+        return await super().create(res, obj, namespace=namespace)
+
+
+async def test_a_refused_write_is_reported_not_counted_and_not_in_flight(harness: Harness) -> None:
+    kube = RefusingKube(clock=harness.clock)
+    writer = NodeClaimWriter(client=kube, cluster=harness.cluster, clock=harness.clock)
+    refused, accepted = planned("w-refused", count=2)
+    refused.manifest["spec"]["bad"] = True
+    with capture_logs() as logs:
+        async with writer.lock:
+            first, second = await writer.create([refused, accepted], reason="provisioning")
+    assert first.claim is None
+    assert first.error is not None
+    assert "spec.bad" in first.error
+    assert second.claim is not None  # one refusal does not stop the others
+    assert created_total("w-refused", "provisioning") == 1
+    assert [c["metadata"]["name"] for c in writer.in_flight()] == [second.name]
+    [line] = [e for e in logs if e["event"] == "nodeclaim.create_failed"]
+    assert line["reason"] == "provisioning"
+    assert line["nodepool"] == "w-refused"
+
+
+async def test_a_named_nodeclaim_that_exists_already_is_not_created_or_counted_twice(harness: Harness) -> None:
+    h = harness
+    writer = h.ctx.writer
+    [request] = planned("w-again")
+    request.manifest["metadata"]["name"] = "w-again-fixed"
+    async with writer.lock:
+        [first] = await writer.create([request], reason="gang")
+    async with writer.lock:  # a retry after a crash writes the same name again
+        [again] = await writer.create([request], reason="gang")
+    assert first.claim is not None
+    assert not first.existed
+    assert again.existed
+    assert again.claim is not None
+    assert again.error is None
+    assert again.name == "w-again-fixed"
+    assert created_total("w-again", "gang") == 1
+    assert list(h.kube.objects(NODECLAIMS)) == ["w-again-fixed"]
+
+
+async def test_writes_go_sixteen_at_a_time_and_come_back_in_order(harness: Harness) -> None:
+    kube = SlowKube(clock=harness.clock)
+    writer = NodeClaimWriter(client=kube, cluster=harness.cluster, clock=harness.clock)
+    requests = planned("w-many", count=40)
+    async with writer.lock:
+        written = await writer.create(requests, reason="provisioning")
+    assert [w.request for w in written] == requests
+    assert all(w.claim is not None for w in written)
+    assert len(kube.objects(NODECLAIMS)) == 40
+    assert kube.most == 16
