@@ -24,7 +24,7 @@ from api.v1.conditions import GANG_ADMITTED
 from api.v1.labels import ANNOTATION_DO_NOT_DISRUPT, LABEL_GANG
 from controller.scheduling.kubeconv import gang_of
 from controller.scheduling.requirements import RequirementError, Requirements, label_selector
-from controller.termination.drain import is_drainable
+from controller.state.views import PodView
 
 Obj = Mapping[str, Any]
 
@@ -57,7 +57,7 @@ def is_leaving(pod: Obj) -> bool:
 
 def movable_pods(pods: Iterable[Obj]) -> list[Obj]:
     """The pods that disrupting their node would evict (what termination drains), minus those leaving."""
-    return [p for p in pods if is_drainable(p) and not is_leaving(p)]
+    return [p for p in pods if PodView.of(dict(p)).is_drainable and not is_leaving(p)]
 
 
 def _pdb_selector(pdb: Obj) -> Requirements | None:

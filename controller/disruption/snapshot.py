@@ -32,7 +32,6 @@ from controller.disruption.budgets import BudgetError, parse_budgets
 from controller.disruption.model import WHEN_EMPTY_OR_UNDERUTILIZED, NodeState, PoolPolicy, Snapshot
 from controller.disruption.safety import movable_pods, safety_blockers, unowned_pods
 from controller.nodeclaim import conditions as c
-from controller.nodeclaim.nodes import has_taint, node_ready
 from controller.provisioning.capacity import claim_capacity, daemon_templates
 from controller.provisioning.nodeclaims import NODEPOOL_HASH, PLANNED_PRICE, nodepool_hash
 from controller.scheduling import kubeconv
@@ -40,6 +39,7 @@ from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.state.cluster import is_daemon_pod, is_terminal
+from controller.state.views import NodeView
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -245,10 +245,10 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 price=price,
                 created=parse_time(meta.get("creationTimestamp")),
                 initialized=True,
-                ready=node_ready(node),
+                ready=NodeView.of(node).ready,
                 deleting=claim_deleting
                 or bool(node["metadata"].get("deletionTimestamp"))
-                or has_taint(node, TAINT_DISRUPTED),
+                or NodeView.of(node).has_taint(TAINT_DISRUPTED),
                 stable_since=stable,
                 expires_at=expiry_of(claim),
                 drift=drift,

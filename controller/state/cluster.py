@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 from controller.clock import Clock
 from controller.kube import resources as r
@@ -266,19 +266,19 @@ class ClusterState:
         return self.store("PodDisruptionBudget").values()
 
     def pods_on_node(self, node_name: str) -> list[Obj]:
-        return [cast(Obj, p.raw) for p in self.pod_views_on_node(node_name)]
+        return [p.raw for p in self.pod_views_on_node(node_name)]
 
     def node_by_provider_id(self, provider_id: str) -> Obj | None:
         node = self.node_view_by_provider_id(provider_id)
-        return cast(Obj, node.raw) if node is not None else None
+        return node.raw if node is not None else None
 
     def node_for_claim(self, claim: Obj) -> Obj | None:
         node = self.node_view_for_claim(NodeClaimView.of(claim))
-        return cast(Obj, node.raw) if node is not None else None
+        return node.raw if node is not None else None
 
     def claim_for_node(self, node: Obj) -> Obj | None:
         claim = self.claim_view_for_node(NodeView.of(node))
-        return cast(Obj, claim.raw) if claim is not None else None
+        return claim.raw if claim is not None else None
 
     def unschedulable_pods(self) -> list[Obj]:
-        return [cast(Obj, p.raw) for p in self._pods.values() if p.is_unschedulable]
+        return [p.raw for p in self._pods.values() if p.is_unschedulable]

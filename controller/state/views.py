@@ -29,10 +29,14 @@ from api.v1.labels import (
     LABEL_INSTANCE_TYPE,
     LABEL_NODEPOOL,
     LABEL_ZONE,
+    TAINT_DISRUPTED,
+    TAINT_DISRUPTED_EFFECT,
 )
 from controller.clock import parse_time
+from controller.scheduling.taints import Taint, Toleration
 
 Raw = Mapping[str, Any]
+Obj = dict[str, Any]
 
 ANNOTATION_PLANNED_INSTANCE_TYPE: Final = "joiner.sh/planned-instance-type"
 """On a NodeClaim, written when it is created: the instance type the plan chose for it."""
@@ -115,7 +119,7 @@ def find_condition(conditions: tuple[Condition, ...], ctype: str) -> Condition |
     return None
 
 
-class _HasConditions:
+class HasConditions:
     """`condition()` and `is_true()` for views with a ``conditions`` tuple."""
 
     __slots__ = ()
@@ -163,8 +167,8 @@ def _taints(values: Any) -> tuple[TaintRef, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class PodView(_HasConditions):
-    raw: Raw
+class PodView(HasConditions):
+    raw: Obj
     key: str
     namespace: str
     name: str
@@ -176,11 +180,12 @@ class PodView(_HasConditions):
     scheduling_gates: tuple[str, ...]
     owner_kinds: tuple[str, ...]
     priority_class_name: str | None
+    raw_tolerations: tuple[Raw, ...]  # parsed only when asked (`tolerates`): most readers never need them
     deletion_timestamp: str | None
     conditions: tuple[Condition, ...]
 
     @staticmethod
-    def of(obj: Raw) -> PodView:
+    def of(obj: Obj) -> PodView:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
@@ -199,6 +204,7 @@ class PodView(_HasConditions):
             scheduling_gates=tuple(str(g.get("name") or "") for g in spec.get("schedulingGates") or ()),
             owner_kinds=tuple(str(ref.get("kind") or "") for ref in meta.get("ownerReferences") or ()),
             priority_class_name=_opt(spec.get("priorityClassName")),
+            raw_tolerations=tuple(spec.get("tolerations") or ()),
             deletion_timestamp=_opt(meta.get("deletionTimestamp")),
             conditions=conditions_of(obj),
         )
@@ -239,6 +245,19 @@ class PodView(_HasConditions):
             return False
         return not self.is_terminal and self.condition("PodScheduled") is None
 
+    def tolerates(self, *, key: str, effect: str, value: str = "") -> bool:
+        """Whether one of its tolerations matches the taint (the scheduler's matching rules)."""
+        taint = Taint(key=key, effect=effect, value=value)
+        return any(Toleration.from_dict(t).tolerates(taint) for t in self.raw_tolerations if isinstance(t, Mapping))
+
+    @property
+    def is_drainable(self) -> bool:
+        """Whether draining its node evicts it: not a DaemonSet or mirror pod, not finished, and not
+        tolerating the ``joiner.sh/disrupted:NoSchedule`` taint (it would be scheduled right back)."""
+        if self.is_daemon or self.is_mirror or self.is_terminal:
+            return False
+        return not self.tolerates(key=TAINT_DISRUPTED, effect=TAINT_DISRUPTED_EFFECT)
+
     @property
     def bound_at(self) -> datetime | None:
         """When it was bound to its node (PodScheduled=True), or None."""
@@ -250,8 +269,8 @@ class PodView(_HasConditions):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeView(_HasConditions):
-    raw: Raw
+class NodeView(HasConditions):
+    raw: Obj
     name: str
     uid: str | None
     provider_id: str | None
@@ -268,7 +287,7 @@ class NodeView(_HasConditions):
     conditions: tuple[Condition, ...]
 
     @staticmethod
-    def of(obj: Raw) -> NodeView:
+    def of(obj: Obj) -> NodeView:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
@@ -309,8 +328,8 @@ class NodeView(_HasConditions):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeClaimView(_HasConditions):
-    raw: Raw
+class NodeClaimView(HasConditions):
+    raw: Obj
     name: str
     uid: str | None
     labels: Mapping[str, str]
@@ -338,7 +357,7 @@ class NodeClaimView(_HasConditions):
     conditions: tuple[Condition, ...]
 
     @staticmethod
-    def of(obj: Raw) -> NodeClaimView:
+    def of(obj: Obj) -> NodeClaimView:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
