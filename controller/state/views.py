@@ -158,6 +158,10 @@ class TaintRef:
     def ident(self) -> tuple[str, str]:
         return (self.key, self.effect)
 
+    def as_dict(self) -> dict[str, str]:
+        """The JSON shape, without the empty fields."""
+        return {k: v for k, v in (("key", self.key), ("value", self.value), ("effect", self.effect)) if v}
+
 
 def _taints(values: Any) -> tuple[TaintRef, ...]:
     return tuple(TaintRef.of(t) for t in values or () if isinstance(t, Mapping))

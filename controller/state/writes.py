@@ -120,7 +120,7 @@ def taint_patch(node: NodeView, *, add: Iterable[TaintRef] = (), remove: Iterabl
     have = {(t.get("key"), t.get("effect")) for t in new}
     for taint in add:
         if taint.ident not in have:
-            new.append({"key": taint.key, "effect": taint.effect, **({"value": taint.value} if taint.value else {})})
+            new.append(taint.as_dict())
             have.add(taint.ident)
     if new == current:
         return []
