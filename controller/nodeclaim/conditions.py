@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from controller.state.views import Condition, conditions_of, find_condition
+from controller.state.views import Condition, condition_of
 from controller.state.writes import ConditionUpdate, with_conditions
 
 __all__ = ["ConditionUpdate", "find", "is_true", "matches", "transition_time", "with_conditions"]
@@ -19,7 +19,7 @@ Obj = dict[str, Any]
 
 
 def _find(obj: Mapping[str, Any], ctype: str) -> Condition | None:
-    return find_condition(conditions_of(obj), ctype)
+    return condition_of(obj, ctype)
 
 
 def find(obj: Mapping[str, Any], ctype: str) -> Obj | None:

@@ -13,12 +13,15 @@ from controller.kube import resources as r
 from controller.kube.resources import Resource
 from controller.state.informer import EventType, Informer, Source
 from controller.state.views import (
+    DAEMONSET,
     NodeClaimView,
     NodeView,
     PodView,
     StateNode,
-    conditions_of,
-    find_condition,
+    awaiting_scheduler,
+    condition_of,
+    terminal_phase,
+    unschedulable,
 )
 
 Obj = dict[str, Any]
@@ -43,31 +46,47 @@ _VIEWS: dict[str, Callable[[Obj], View]] = {"Pod": PodView.of, "Node": NodeView.
 
 
 def condition(obj: Obj, ctype: str) -> Obj | None:
-    cond = find_condition(conditions_of(obj), ctype)
+    cond = condition_of(obj, ctype)
     return None if cond is None else cond.as_dict()
 
 
 def condition_true(obj: Obj, ctype: str) -> bool:
-    cond = find_condition(conditions_of(obj), ctype)
+    cond = condition_of(obj, ctype)
     return cond is not None and cond.is_true
 
 
+def _meta(pod: Obj) -> Obj:
+    return pod.get("metadata") or {}
+
+
 def is_terminal(pod: Obj) -> bool:
-    return PodView.of(pod).is_terminal
+    return terminal_phase((pod.get("status") or {}).get("phase"))
 
 
 def is_unschedulable(pod: Obj) -> bool:
     """kube-scheduler tried and could not place it: PodScheduled=False/Unschedulable, not bound yet."""
-    return PodView.of(pod).is_unschedulable
+    return unschedulable(
+        bound=bool((pod.get("spec") or {}).get("nodeName")),
+        deleting=bool(_meta(pod).get("deletionTimestamp")),
+        phase=(pod.get("status") or {}).get("phase"),
+        scheduled=condition_of(pod, "PodScheduled"),
+    )
 
 
 def awaits_scheduler(pod: Obj) -> bool:
     """kube-scheduler has not tried it yet: not bound, not gated, no PodScheduled condition."""
-    return PodView.of(pod).awaits_scheduler
+    spec = pod.get("spec") or {}
+    return awaiting_scheduler(
+        bound=bool(spec.get("nodeName")),
+        gated=bool(spec.get("schedulingGates")),
+        deleting=bool(_meta(pod).get("deletionTimestamp")),
+        phase=(pod.get("status") or {}).get("phase"),
+        scheduled=condition_of(pod, "PodScheduled"),
+    )
 
 
 def is_daemon_pod(pod: Obj) -> bool:
-    return PodView.of(pod).is_daemon
+    return any(ref.get("kind") == DAEMONSET for ref in _meta(pod).get("ownerReferences") or [])
 
 
 class ClusterState:
@@ -240,7 +259,8 @@ class ClusterState:
         out.extend(StateNode(node=node) for name, node in self._nodes.items() if name not in owned)
         return out
 
-    # --- dicts (for callers not converted to views yet) -------------------------------------
+    # --- dicts: the kinds without views, and Pods/Nodes/NodeClaims for callers not converted to
+    # views yet (provisioning/, gang/, disruption/controller.py); drop those once they read views.
     def store(self, kind: str) -> dict[str, Obj]:
         return self.informers[kind].store
 
@@ -268,10 +288,6 @@ class ClusterState:
     def pods_on_node(self, node_name: str) -> list[Obj]:
         return [p.raw for p in self.pod_views_on_node(node_name)]
 
-    def node_by_provider_id(self, provider_id: str) -> Obj | None:
-        node = self.node_view_by_provider_id(provider_id)
-        return node.raw if node is not None else None
-
     def node_for_claim(self, claim: Obj) -> Obj | None:
         node = self.node_view_for_claim(NodeClaimView.of(claim))
         return node.raw if node is not None else None
@@ -279,6 +295,3 @@ class ClusterState:
     def claim_for_node(self, node: Obj) -> Obj | None:
         claim = self.claim_view_for_node(NodeView.of(node))
         return claim.raw if claim is not None else None
-
-    def unschedulable_pods(self) -> list[Obj]:
-        return [p.raw for p in self._pods.values() if p.is_unschedulable]

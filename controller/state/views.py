@@ -14,7 +14,7 @@ copies, so making one costs a handful of dict lookups.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
@@ -45,6 +45,7 @@ ANNOTATION_MIRROR: Final = "kubernetes.io/config.mirror"
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _TERMINAL_PHASES: Final = ("Succeeded", "Failed")
+DAEMONSET: Final = "DaemonSet"
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -59,10 +60,14 @@ def _opt(value: Any) -> str | None:
     return str(value) if value else None
 
 
+def _namespace_name(meta: Raw) -> tuple[str, str]:
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
 def pod_key(obj: Raw) -> str:
-    """``namespace/name`` of a pod dict (namespace ``default`` when unset): how joiner names pods."""
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    """``namespace/name`` of a pod dict (namespace ``default`` when unset): how joiner names pods.
+    The same as `PodView.key`, for the kube edge where only the dict is at hand."""
+    return "/".join(_namespace_name(obj.get("metadata") or {}))
 
 
 # --- conditions ------------------------------------------------------------------------------
@@ -107,33 +112,48 @@ class Condition:
         return parse_time(self.last_transition_time)
 
 
-def conditions_of(obj: Raw) -> tuple[Condition, ...]:
-    """The status conditions of an object as the apiserver sends it."""
-    return tuple(Condition.of(c) for c in (obj.get("status") or {}).get("conditions") or () if isinstance(c, Mapping))
+def raw_conditions(obj: Raw) -> tuple[Raw, ...]:
+    return tuple((obj.get("status") or {}).get("conditions") or ())
 
 
-def find_condition(conditions: tuple[Condition, ...], ctype: str) -> Condition | None:
-    for cond in conditions:
-        if cond.type == ctype:
-            return cond
+def find_condition(raw: Iterable[Raw], ctype: str) -> Condition | None:
+    """The condition of type `ctype` among JSON conditions: the one place conditions are read."""
+    for cond in raw:
+        if cond.get("type") == ctype:
+            return Condition.of(cond)
     return None
 
 
+def conditions_of(obj: Raw) -> tuple[Condition, ...]:
+    """All status conditions of an object as the apiserver sends it."""
+    return tuple(Condition.of(c) for c in raw_conditions(obj))
+
+
+def condition_of(obj: Raw, ctype: str) -> Condition | None:
+    """One status condition of an object as the apiserver sends it (for callers without a view)."""
+    return find_condition(raw_conditions(obj), ctype)
+
+
 class HasConditions:
-    """`condition()` and `is_true()` for views with a ``conditions`` tuple."""
+    """`condition()` and `is_true()` for views. Conditions stay JSON until asked for: most events
+    are read for one or two of them, and parsing all of every pod's would be most of a view's cost."""
 
     __slots__ = ()
-    conditions: tuple[Condition, ...]
+    raw_conditions: tuple[Raw, ...]
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        return tuple(Condition.of(c) for c in self.raw_conditions)
 
     def condition(self, ctype: str) -> Condition | None:
-        return find_condition(self.conditions, ctype)
+        return find_condition(self.raw_conditions, ctype)
 
     def is_true(self, ctype: str) -> bool:
-        cond = find_condition(self.conditions, ctype)
+        cond = find_condition(self.raw_conditions, ctype)
         return cond is not None and cond.is_true
 
     def transition_time(self, ctype: str) -> datetime | None:
-        cond = find_condition(self.conditions, ctype)
+        cond = find_condition(self.raw_conditions, ctype)
         return cond.transitioned if cond is not None else None
 
 
@@ -168,6 +188,27 @@ def _taints(values: Any) -> tuple[TaintRef, ...]:
 
 
 # --- pods ------------------------------------------------------------------------------------
+# The scheduling rules, on the few facts they need, so dict readers not converted to views yet
+# (`controller.state.cluster`) apply the same rules without building a whole view.
+
+
+def terminal_phase(phase: Any) -> bool:
+    """Succeeded or Failed: the pod holds no resources any more."""
+    return phase in _TERMINAL_PHASES
+
+
+def unschedulable(*, bound: bool, deleting: bool, phase: Any, scheduled: Condition | None) -> bool:
+    """kube-scheduler tried and could not place it: PodScheduled=False/Unschedulable, not bound yet."""
+    if bound or deleting or terminal_phase(phase):
+        return False
+    return scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable"
+
+
+def awaiting_scheduler(*, bound: bool, gated: bool, deleting: bool, phase: Any, scheduled: Condition | None) -> bool:
+    """kube-scheduler has not tried it yet: not bound, not gated, no PodScheduled condition."""
+    if bound or gated or deleting:
+        return False
+    return not terminal_phase(phase) and scheduled is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,15 +227,14 @@ class PodView(HasConditions):
     priority_class_name: str | None
     raw_tolerations: tuple[Raw, ...]  # parsed only when asked (`tolerates`): most readers never need them
     deletion_timestamp: str | None
-    conditions: tuple[Condition, ...]
+    raw_conditions: tuple[Raw, ...]
 
     @staticmethod
     def of(obj: Obj) -> PodView:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
-        namespace = str(meta.get("namespace") or "default")
-        name = str(meta.get("name") or "")
+        namespace, name = _namespace_name(meta)
         return PodView(
             raw=obj,
             key=f"{namespace}/{name}",
@@ -210,12 +250,12 @@ class PodView(HasConditions):
             priority_class_name=_opt(spec.get("priorityClassName")),
             raw_tolerations=tuple(spec.get("tolerations") or ()),
             deletion_timestamp=_opt(meta.get("deletionTimestamp")),
-            conditions=conditions_of(obj),
+            raw_conditions=raw_conditions(obj),
         )
 
     @property
     def is_daemon(self) -> bool:
-        return "DaemonSet" in self.owner_kinds
+        return DAEMONSET in self.owner_kinds
 
     @property
     def is_mirror(self) -> bool:
@@ -224,7 +264,7 @@ class PodView(HasConditions):
     @property
     def is_terminal(self) -> bool:
         """Succeeded or Failed: it holds no resources any more."""
-        return self.phase in _TERMINAL_PHASES
+        return terminal_phase(self.phase)
 
     @property
     def deleting(self) -> bool:
@@ -236,18 +276,22 @@ class PodView(HasConditions):
 
     @property
     def is_unschedulable(self) -> bool:
-        """kube-scheduler tried and could not place it: PodScheduled=False/Unschedulable, not bound yet."""
-        if self.node_name or self.deleting or self.is_terminal:
-            return False
-        cond = self.condition("PodScheduled")
-        return cond is not None and cond.status == "False" and cond.reason == "Unschedulable"
+        return unschedulable(
+            bound=bool(self.node_name),
+            deleting=self.deleting,
+            phase=self.phase,
+            scheduled=self.condition("PodScheduled"),
+        )
 
     @property
     def awaits_scheduler(self) -> bool:
-        """kube-scheduler has not tried it yet: not bound, not gated, no PodScheduled condition."""
-        if self.node_name or self.scheduling_gates or self.deleting:
-            return False
-        return not self.is_terminal and self.condition("PodScheduled") is None
+        return awaiting_scheduler(
+            bound=bool(self.node_name),
+            gated=bool(self.scheduling_gates),
+            deleting=self.deleting,
+            phase=self.phase,
+            scheduled=self.condition("PodScheduled"),
+        )
 
     def tolerates(self, *, key: str, effect: str, value: str = "") -> bool:
         """Whether one of its tolerations matches the taint (the scheduler's matching rules)."""
@@ -288,7 +332,7 @@ class NodeView(HasConditions):
     owner_uids: tuple[str, ...]
     deletion_timestamp: str | None
     resource_version: str
-    conditions: tuple[Condition, ...]
+    raw_conditions: tuple[Raw, ...]
 
     @staticmethod
     def of(obj: Obj) -> NodeView:
@@ -310,7 +354,7 @@ class NodeView(HasConditions):
             owner_uids=tuple(str(ref.get("uid")) for ref in meta.get("ownerReferences") or () if ref.get("uid")),
             deletion_timestamp=_opt(meta.get("deletionTimestamp")),
             resource_version=str(meta.get("resourceVersion") or ""),
-            conditions=conditions_of(obj),
+            raw_conditions=raw_conditions(obj),
         )
 
     @property
@@ -358,7 +402,7 @@ class NodeClaimView(HasConditions):
     allocatable: Mapping[str, Any]
     capacity: Mapping[str, Any]
     last_pod_event_time: str | None
-    conditions: tuple[Condition, ...]
+    raw_conditions: tuple[Raw, ...]
 
     @staticmethod
     def of(obj: Obj) -> NodeClaimView:
@@ -390,7 +434,7 @@ class NodeClaimView(HasConditions):
             allocatable=_map(status.get("allocatable")),
             capacity=_map(status.get("capacity")),
             last_pod_event_time=_opt(status.get("lastPodEventTime")),
-            conditions=conditions_of(obj),
+            raw_conditions=raw_conditions(obj),
         )
 
     @property

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from controller.clock import FakeClock
+from controller.state import cluster as cluster_module
 from controller.state.cluster import ClusterState
 from controller.state.views import (
     Condition,
@@ -313,3 +314,24 @@ def test_the_cache_indexes_pod_views_by_node_and_passes_views_to_listeners() -> 
     assert seen == [("ADDED", None, None), ("MODIFIED", "n-1", None), ("DELETED", "n-1", "n-1")]
     with pytest.raises(ValueError, match="no view for NodePool"):
         cluster.subscribe_views("NodePool", on_pod)
+
+
+def test_the_dict_readers_apply_the_same_rules_as_the_views() -> None:
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    cases: list[Obj] = [
+        a_pod(),
+        {"metadata": {"name": "bare"}},
+        {"metadata": {"name": "u"}, "status": {"conditions": [scheduled]}},
+        {"metadata": {"name": "g"}, "spec": {"schedulingGates": [{"name": "x"}]}},
+        {"metadata": {"name": "d", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"conditions": [scheduled]}},
+        {"metadata": {"name": "f"}, "status": {"phase": "Failed"}},
+        {"metadata": {"name": "ds", "ownerReferences": [{"kind": "DaemonSet"}]}},
+    ]
+    for raw in cases:
+        view = PodView.of(raw)
+        assert cluster_module.is_unschedulable(raw) == view.is_unschedulable
+        assert cluster_module.awaits_scheduler(raw) == view.awaits_scheduler
+        assert cluster_module.is_terminal(raw) == view.is_terminal
+        assert cluster_module.is_daemon_pod(raw) == view.is_daemon
+    assert cluster_module.condition(cases[2], "PodScheduled") == {**scheduled, "message": ""}
+    assert cluster_module.condition_true(a_pod(), "PodScheduled")
