@@ -9,18 +9,22 @@ NodeClaim, or both) to the solver's :class:`ExistingNode`. Pure.
   allocatable, else the instance type it launched on, else the one its plan chose (so a machine
   created but not launched yet is not bought twice). None when none of these is known.
 
+`cluster_capacity` applies it to the whole cache: what the provisioner and gangs are given about
+the machines that exist or are coming up.
+
 The solver stays pure and knows nothing of views; this module is the state side of that edge.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from api.v1.labels import LABEL_INSTANCE_TYPE
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, Pod
+from controller.state.cluster import ClusterState
 from controller.state.views import NodeClaimView, StateNode
 
 
@@ -61,3 +65,34 @@ def existing_node(
             node.raw, pods=pods, in_flight=True, ignore_taint_keys={*EPHEMERAL_TAINT_KEYS, *startup}
         )
     return kubeconv.node_from_dict(node.raw, pods=pods)
+
+
+def cluster_capacity(
+    cluster: ClusterState, instance_types: Sequence[InstanceType], *, extra_claims: Iterable[NodeClaimView] = ()
+) -> list[ExistingNode]:
+    """Registered Nodes with the (non-terminal) pods bound to them, then NodeClaims without a Node
+    yet (not being deleted) as the capacity they will bring. A registered Node counts as it is,
+    initialized or not.
+
+    ``extra_claims``: NodeClaims the caller just created that the cache may not show yet.
+    Raises :class:`kubeconv.ConversionError` on a malformed Node or pod.
+    """
+    bound: dict[str, list[Pod]] = {}
+    for pod in cluster.pod_views():
+        if pod.node_name and not pod.is_terminal:
+            bound.setdefault(pod.node_name, []).append(kubeconv.pod_from_dict(pod.raw, detect_gang=False))
+    out: list[ExistingNode] = []
+    for node in cluster.node_views().values():
+        machine = StateNode(node=node, claim=cluster.claim_view_for_node(node))
+        converted = existing_node(machine, pods=bound.get(node.name, ()), uninitialized_in_flight=False)
+        assert converted is not None  # a Node always converts (or raises)
+        out.append(converted)
+    cached = cluster.claim_views()
+    extra = {c.name: c for c in extra_claims if c.name not in cached}
+    for claim in [*cached.values(), *extra.values()]:
+        if claim.deleting or cluster.node_view_for_claim(claim) is not None:
+            continue
+        in_flight = existing_node(StateNode(claim=claim), instance_types=instance_types)
+        if in_flight is not None:
+            out.append(in_flight)
+    return out

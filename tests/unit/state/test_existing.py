@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.clock import FakeClock
+from controller.provisioning.capacity import existing_capacity
 from controller.scheduling.instancetypes import parse_catalog
 from controller.scheduling.model import Pod
 from controller.scheduling.resources import Resources
-from controller.state.existing import existing_node
+from controller.state.cluster import ClusterState
+from controller.state.existing import cluster_capacity, existing_node
 from controller.state.views import NodeClaimView, NodeView, StateNode
 from tests.unit.state.test_views import a_claim, a_node
 
@@ -84,3 +87,45 @@ def test_a_claim_with_recorded_allocatable_needs_no_catalog() -> None:
     node = existing_node(StateNode(claim=NodeClaimView.of(raw)))
     assert node is not None
     assert node.allocatable.get("cpu") == 2000
+
+
+def _world() -> ClusterState:
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    registered = a_node("gpu-node")
+    registered["spec"]["taints"].append({"key": "gpu.init", "effect": "NoSchedule"})
+    cluster.informers["Node"]._apply("ADDED", registered)
+    cluster.informers["Node"]._apply("ADDED", a_node("other", pid="aws:///i-1"))
+    cluster.informers["NodeClaim"]._apply("ADDED", a_claim(initialized=False))  # registered to gpu-node
+    cluster.informers["NodeClaim"]._apply("ADDED", a_claim("launching", pid=None))
+    gone = a_claim("going", pid=None)
+    gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    cluster.informers["NodeClaim"]._apply("ADDED", gone)
+    for i, (node, phase) in enumerate([("gpu-node", "Running"), ("gpu-node", "Succeeded"), ("other", "Running")]):
+        pod = {
+            "metadata": {"name": f"p-{i}", "namespace": "ml"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": phase},
+        }
+        cluster.informers["Pod"]._apply("ADDED", pod)
+    return cluster
+
+
+def test_cluster_capacity_counts_nodes_with_their_pods_then_claims_coming_up() -> None:
+    cluster = _world()
+    planned = a_claim("just-made", pid=None)
+    nodes = cluster_capacity(cluster, TYPES, extra_claims=[NodeClaimView.of(planned), NodeClaimView.of(a_claim())])
+    assert [(n.name, n.in_flight, len(n.pods)) for n in nodes] == [
+        ("gpu-node", False, 1),
+        ("other", False, 1),
+        ("launching", True, 0),
+        ("just-made", True, 0),
+    ]
+    assert len(nodes[0].taints) == 2  # registered, not initialized: its startup taint still counts
+
+
+def test_cluster_capacity_is_what_the_provisioner_counts_today() -> None:
+    cluster = _world()
+    planned = a_claim("just-made", pid=None)
+    assert cluster_capacity(cluster, TYPES, extra_claims=[NodeClaimView.of(planned)]) == existing_capacity(
+        cluster, TYPES, extra_claims=[planned]
+    )
