@@ -36,10 +36,9 @@ from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.state.existing import existing_node
-from controller.state.views import NodeClaimView, PodView, StateNode
+from controller.state.views import NodeClaimView, Obj, PodView, StateNode
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 
 
 def pool_policy(pool: Mapping[str, Any]) -> PoolPolicy:

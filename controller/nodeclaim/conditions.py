@@ -10,12 +10,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from controller.state.views import Condition, condition_of
+from controller.state.views import Condition, Obj, condition_of
 from controller.state.writes import ConditionUpdate, with_conditions
 
 __all__ = ["ConditionUpdate", "find", "is_true", "matches", "transition_time", "with_conditions"]
-
-Obj = dict[str, Any]
 
 
 def _find(obj: Mapping[str, Any], ctype: str) -> Condition | None:

@@ -4,18 +4,16 @@ make the view and delegate. Remove once those callers use views."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from controller.state import deletion as _deletion
 from controller.state.deletion import ANNOTATION_TERMINATION_REASON, DEFAULT_TERMINATION_REASON
-from controller.state.views import NodeClaimView
+from controller.state.views import NodeClaimView, Obj
 
 if TYPE_CHECKING:
     from controller.context import Context
 
 __all__ = ["ANNOTATION_TERMINATION_REASON", "DEFAULT_TERMINATION_REASON", "delete_nodeclaim", "termination_reason"]
-
-Obj = dict[str, Any]
 
 
 def termination_reason(claim: Obj) -> str:

@@ -16,6 +16,7 @@ from controller.state.views import (
     DAEMONSET,
     NodeClaimView,
     NodeView,
+    Obj,
     PodView,
     StateNode,
     awaiting_scheduler,
@@ -24,7 +25,6 @@ from controller.state.views import (
     unschedulable,
 )
 
-Obj = dict[str, Any]
 Listener = Callable[[EventType, Obj, Obj | None], None]
 View = PodView | NodeView | NodeClaimView
 ViewListener = Callable[[EventType, Any, Any], None]

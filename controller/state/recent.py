@@ -8,9 +8,9 @@ minute (a NodeClaim deleted before the cache ever saw it must not be counted for
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-Obj = dict[str, Any]
+from controller.state.views import Obj
+
 TTL_SECONDS = 60.0
 
 

@@ -37,6 +37,7 @@ from controller.scheduling.taints import Taint, Toleration
 
 Raw = Mapping[str, Any]
 Obj = dict[str, Any]
+"""A Kubernetes object as JSON, as the apiserver sends it: what views are made from, and what writes send."""
 
 ANNOTATION_PLANNED_INSTANCE_TYPE: Final = "joiner.sh/planned-instance-type"
 """On a NodeClaim, written when it is created: the instance type the plan chose for it."""

@@ -16,9 +16,8 @@ from typing import Any
 
 from api.v1.labels import API_VERSION, FINALIZER_TERMINATION
 from controller.clock import format_time
-from controller.state.views import HasConditions, NodeClaimView, NodeView, TaintRef
+from controller.state.views import HasConditions, NodeClaimView, NodeView, Obj, TaintRef
 
-Obj = dict[str, Any]
 Patch = list[Obj]
 Viewed = NodeView | NodeClaimView
 

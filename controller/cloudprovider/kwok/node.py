@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from api.v1.labels import (
     ANNOTATION_KWOK_NODE,
     API_VERSION,
@@ -21,9 +19,8 @@ from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec
 from controller.cloudprovider.kwok.offerings import offering_labels
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.instancetypes import Offering as CatalogOffering
-from controller.state.views import NodeClaimView, TaintRef
+from controller.state.views import NodeClaimView, Obj, TaintRef
 
-Obj = dict[str, Any]
 PROVIDER_ID_PREFIX = "kwok://"
 
 # Label keys a requirement must never copy onto a Node: they belong to the kubelet or to joiner.

@@ -20,7 +20,6 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import structlog
 
@@ -45,10 +44,9 @@ from controller.scheduling.instancetypes import Offering as CatalogOffering
 from controller.state.cluster import ClusterState
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
-from controller.state.views import NodeClaimView, NodeView
+from controller.state.views import NodeClaimView, NodeView, Obj
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 IMAGE_PREFIX = "kwok://image/"
 CATALOG_KEY = "catalog.json"
 CATALOG_REFRESH_SECONDS = 60.0
