@@ -13,6 +13,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from api.v1.types import format_duration
+
 
 class Clock(Protocol):
     def now(self) -> datetime:
@@ -89,3 +91,8 @@ def parse_time(value: str | None) -> datetime | None:
 
 def format_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration as users write it: ``15m``, ``1h30m``, ``45s`` (for messages and Events)."""
+    return format_duration(timedelta(seconds=max(0, round(seconds))))

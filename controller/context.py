@@ -10,9 +10,9 @@ from controller.cloudprovider.types import CloudProvider
 from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.kube.client import KubeClient
 from controller.kube.events import EventRecorder
-from controller.nodeclaim.writer import NodeClaimWriter
 from controller.settings import Settings
 from controller.state.cluster import ClusterState
+from controller.state.writer import NodeClaimWriter
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,10 +50,10 @@ from controller.kube.client import ConflictError, InvalidError, NotFoundError
 from controller.kube.resources import NODECLAIMS
 from controller.nodeclaim import conditions as c
 from controller.nodeclaim.deletion import delete_nodeclaim, termination_reason
-from controller.nodeclaim.writer import CreateReason, NewClaim
 from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.state.cluster import is_daemon_pod, is_terminal
 from controller.state.informer import EventType
+from controller.state.writer import CreateReason, NewClaim
 
 log = structlog.get_logger()
 Obj = dict[str, Any]

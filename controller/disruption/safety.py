@@ -1,4 +1,4 @@
-"""What makes a node off-limits to voluntary disruption. Pure: plain dicts in, sentences out.
+"""What makes a node off-limits to voluntary disruption. Pure: views in, sentences out.
 
 A node is not disrupted (for any reason: emptiness, consolidation, drift, expiry) while:
 
@@ -24,43 +24,34 @@ from api.v1.conditions import GANG_ADMITTED
 from api.v1.labels import ANNOTATION_DO_NOT_DISRUPT, LABEL_GANG
 from controller.scheduling.kubeconv import gang_of
 from controller.scheduling.requirements import RequirementError, Requirements, label_selector
-from controller.termination.drain import is_drainable
+from controller.state.views import NodeClaimView, NodeView, PodView
 
-Obj = Mapping[str, Any]
+PDB = Mapping[str, Any]  # PodDisruptionBudgets are read here only, straight from the cache's dicts
 
 DO_NOT_DISRUPT_ANNOTATIONS: Final = (ANNOTATION_DO_NOT_DISRUPT, "karpenter.sh/do-not-disrupt")
 
 
-def _meta(obj: Obj) -> Mapping[str, Any]:
-    meta = obj.get("metadata") or {}
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def do_not_disrupt(obj: Obj) -> bool:
+def do_not_disrupt(obj: PodView | NodeView | NodeClaimView) -> bool:
     """Whether a pod, Node or NodeClaim carries ``do-not-disrupt: "true"`` (joiner's or Karpenter's key)."""
-    annotations = _meta(obj).get("annotations") or {}
-    return any(str(annotations.get(key, "")).lower() == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)
+    return any(str(obj.annotations.get(key, "")).lower() == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)
 
 
-def pod_key(pod: Obj) -> str:
-    meta = _meta(pod)
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-
-
-def is_leaving(pod: Obj) -> bool:
+def is_leaving(pod: PodView) -> bool:
     """Being deleted, or finished: it needs no new place."""
-    return bool(_meta(pod).get("deletionTimestamp")) or (pod.get("status") or {}).get("phase") in (
-        "Succeeded",
-        "Failed",
-    )
+    return pod.deleting or pod.is_terminal
 
 
-def movable_pods(pods: Iterable[Obj]) -> list[Obj]:
+def movable(pods: Iterable[PodView]) -> list[PodView]:
     """The pods that disrupting their node would evict (what termination drains), minus those leaving."""
-    return [p for p in pods if is_drainable(p) and not is_leaving(p)]
+    return [p for p in pods if p.is_drainable and not is_leaving(p)]
 
 
-def _pdb_selector(pdb: Obj) -> Requirements | None:
+def movable_pods(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`movable` for callers that still hold pod dicts (disruption/controller.py)."""
+    return [p.raw for p in movable(PodView.of(p) for p in pods)]
+
+
+def _pdb_selector(pdb: PDB) -> Requirements | None:
     """The PDB's selector; None matches no pod (a null selector), an empty one every pod of the namespace."""
     selector = (pdb.get("spec") or {}).get("selector")
     if selector is None:
@@ -71,10 +62,15 @@ def _pdb_selector(pdb: Obj) -> Requirements | None:
         return None
 
 
-def pdb_allowed(pdb: Obj) -> int:
+def _pdb_meta(pdb: PDB) -> Mapping[str, Any]:
+    meta = pdb.get("metadata") or {}
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def pdb_allowed(pdb: PDB) -> int:
     """Disruptions the PDB allows now; 0 while its status is missing or stale."""
     status = pdb.get("status") or {}
-    generation = _meta(pdb).get("generation")
+    generation = _pdb_meta(pdb).get("generation")
     observed = status.get("observedGeneration")
     stale = generation is not None and observed is not None and observed < generation
     if "disruptionsAllowed" not in status or stale:
@@ -85,55 +81,47 @@ def pdb_allowed(pdb: Obj) -> int:
         return 0
 
 
-def blocking_pdbs(pods: Iterable[Obj], pdbs: Iterable[Obj]) -> list[str]:
+def blocking_pdbs(pods: Iterable[PodView], pdbs: Iterable[PDB]) -> list[str]:
     """``pod (by PodDisruptionBudget ns/name)`` for every movable pod whose eviction a PDB forbids now."""
-    by_namespace: dict[str, list[tuple[Obj, Requirements]]] = {}
+    by_namespace: dict[str, list[tuple[PDB, Requirements]]] = {}
     for pdb in pdbs:
         selector = _pdb_selector(pdb)
         if selector is None:
             continue
-        ns = str(_meta(pdb).get("namespace") or "default")
+        ns = str(_pdb_meta(pdb).get("namespace") or "default")
         by_namespace.setdefault(ns, []).append((pdb, selector))
     out: list[str] = []
-    for pod in movable_pods(pods):
-        meta = _meta(pod)
-        ns = str(meta.get("namespace") or "default")
-        labels = meta.get("labels") or {}
-        for pdb, selector in by_namespace.get(ns, ()):
-            if selector.matches(labels) and pdb_allowed(pdb) <= 0:
-                out.append(f"{pod_key(pod)} (PodDisruptionBudget {ns}/{_meta(pdb).get('name')})")
+    for pod in movable(pods):
+        for pdb, selector in by_namespace.get(pod.namespace, ()):
+            if selector.matches(pod.labels) and pdb_allowed(pdb) <= 0:
+                out.append(f"{pod.key} (PodDisruptionBudget {pod.namespace}/{_pdb_meta(pdb).get('name')})")
                 break
     return out
 
 
-def _condition(obj: Obj, ctype: str) -> Mapping[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return None
-
-
-def gang_blocker(*, claim: Obj, node: Obj | None, pods: Iterable[Obj]) -> str | None:
+def gang_blocker(*, claim: NodeClaimView, node: NodeView | None, pods: Iterable[PodView]) -> str | None:
     """Why the node belongs to a gang that must not be taken apart, or None."""
     for pod in pods:
         if is_leaving(pod):
             continue
-        gang = gang_of(pod)
+        gang = gang_of(pod.raw)
         if gang is not None:
-            return f"it runs pod {pod_key(pod)} of gang {gang}; disrupting it would stop the whole gang"
-    gang_label = (_meta(claim).get("labels") or {}).get(LABEL_GANG)
+            return f"it runs pod {pod.key} of gang {gang}; disrupting it would stop the whole gang"
+    gang_label = claim.labels.get(LABEL_GANG)
     if not gang_label and node is not None:
-        gang_label = (_meta(node).get("labels") or {}).get(LABEL_GANG)
+        gang_label = node.labels.get(LABEL_GANG)
     if gang_label:
-        admitted = _condition(claim, GANG_ADMITTED)
+        admitted = claim.condition(GANG_ADMITTED)
         if admitted is None:
             return f"it belongs to gang {gang_label}, which is still being admitted"
-        if admitted.get("status") == "True":
+        if admitted.is_true:
             return f"it belongs to gang {gang_label}, which is running"
     return None  # GangAdmitted=False: the gang finished, the node is an ordinary one now
 
 
-def safety_blockers(*, claim: Obj, node: Obj | None, pods: Iterable[Obj], pdbs: Iterable[Obj]) -> list[str]:
+def safety_blockers(
+    *, claim: NodeClaimView, node: NodeView | None, pods: Iterable[PodView], pdbs: Iterable[PDB]
+) -> list[str]:
     """Every reason the node may not be disrupted voluntarily right now (empty: it may)."""
     pods = list(pods)
     out: list[str] = []
@@ -141,7 +129,7 @@ def safety_blockers(*, claim: Obj, node: Obj | None, pods: Iterable[Obj], pdbs: 
         out.append(f"NodeClaim is annotated {ANNOTATION_DO_NOT_DISRUPT}")
     if node is not None and do_not_disrupt(node):
         out.append(f"Node is annotated {ANNOTATION_DO_NOT_DISRUPT}")
-    protected = [pod_key(p) for p in pods if not is_leaving(p) and do_not_disrupt(p)]
+    protected = [p.key for p in pods if not is_leaving(p) and do_not_disrupt(p)]
     if protected:
         shown = ", ".join(protected[:3]) + (" ..." if len(protected) > 3 else "")
         out.append(f"pod {shown} is annotated {ANNOTATION_DO_NOT_DISRUPT}")
@@ -155,6 +143,6 @@ def safety_blockers(*, claim: Obj, node: Obj | None, pods: Iterable[Obj], pdbs: 
     return out
 
 
-def unowned_pods(pods: Iterable[Obj]) -> list[str]:
+def unowned_pods(pods: Iterable[PodView]) -> list[str]:
     """Movable pods no controller owns: evicting them deletes them for good."""
-    return [pod_key(p) for p in movable_pods(pods) if not _meta(p).get("ownerReferences")]
+    return [p.key for p in movable(pods) if not p.owner_kinds]

@@ -18,7 +18,6 @@ from api.v1.conditions import INITIALIZED
 from api.v1.labels import (
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
-    LABEL_NODEPOOL,
     LABEL_ZONE,
     TAINT_DISRUPTED,
 )
@@ -30,19 +29,16 @@ from controller.cloudprovider.types import CloudProviderError
 from controller.context import Context
 from controller.disruption.budgets import BudgetError, parse_budgets
 from controller.disruption.model import WHEN_EMPTY_OR_UNDERUTILIZED, NodeState, PoolPolicy, Snapshot
-from controller.disruption.safety import movable_pods, safety_blockers, unowned_pods
-from controller.nodeclaim import conditions as c
-from controller.nodeclaim.nodes import has_taint, node_ready
-from controller.provisioning.capacity import claim_capacity, daemon_templates
+from controller.disruption.safety import movable, safety_blockers, unowned_pods
+from controller.provisioning.capacity import daemon_templates
 from controller.provisioning.nodeclaims import NODEPOOL_HASH, PLANNED_PRICE, nodepool_hash
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
-from controller.state.cluster import is_daemon_pod, is_terminal
+from controller.state.existing import existing_node
+from controller.state.views import NodeClaimView, Obj, PodView, StateNode
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 
 
 def pool_policy(pool: Mapping[str, Any]) -> PoolPolicy:
@@ -76,14 +72,14 @@ def offering_price(labels: Mapping[str, str], instance_types: Iterable[InstanceT
     return None
 
 
-def drift_of(claim: Mapping[str, Any], pool: Mapping[str, Any] | None) -> str | None:
+def drift_of(claim: NodeClaimView, pool: Mapping[str, Any] | None) -> str | None:
     """Why the NodeClaim no longer matches its NodePool's template, or None.
 
     NodeClaims made before the hash annotation existed cannot be compared and never drift this way.
     """
     if pool is None:
         return None
-    recorded = ((claim.get("metadata") or {}).get("annotations") or {}).get(NODEPOOL_HASH)
+    recorded = claim.annotations.get(NODEPOOL_HASH)
     if not recorded:
         return None
     current = nodepool_hash(dict(pool))
@@ -95,38 +91,22 @@ def drift_of(claim: Mapping[str, Any], pool: Mapping[str, Any] | None) -> str | 
     return None
 
 
-def expiry_of(claim: Mapping[str, Any]) -> datetime | None:
+def expiry_of(claim: NodeClaimView) -> datetime | None:
     """creationTimestamp + spec.expireAfter (None for ``Never`` or when unreadable)."""
-    created = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
-    raw = (claim.get("spec") or {}).get("expireAfter")
+    created = claim.created
+    raw = claim.expire_after
     if created is None or not raw:
         return None
     try:
-        after = parse_duration(str(raw))
+        after = parse_duration(raw)
     except ValueError:
         return None
     return None if after is None else created + after
 
 
-def bound_at(pod: Mapping[str, Any]) -> datetime | None:
-    """When the pod was bound to its node (PodScheduled=True), or None."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            return parse_time(cond.get("lastTransitionTime"))
-    return None
-
-
-def is_pending(pod: Mapping[str, Any]) -> bool:
+def is_pending(pod: PodView) -> bool:
     """Not bound yet, not finished or going away, not held by a scheduling gate, not a daemon pod."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    return not (
-        spec.get("nodeName")
-        or spec.get("schedulingGates")
-        or meta.get("deletionTimestamp")
-        or is_terminal(dict(pod))
-        or is_daemon_pod(dict(pod))
-    )
+    return not (pod.node_name or pod.scheduling_gates or pod.deleting or pod.is_terminal or pod.is_daemon)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +124,13 @@ def _latest(*times: datetime | None) -> datetime | None:
     return max(present) if present else None
 
 
-def _convert(pods: Iterable[Mapping[str, Any]]) -> list[Pod]:
+def _convert(pods: Iterable[PodView]) -> list[Pod]:
     out = []
     for pod in pods:
         try:
-            out.append(kubeconv.pod_from_dict(pod, detect_gang=False))
+            out.append(kubeconv.pod_from_dict(pod.raw, detect_gang=False))
         except ValueError as err:
-            log.warning("disruption.pod_unreadable", pod=pod["metadata"].get("name"), error=str(err))
+            log.warning("disruption.pod_unreadable", pod=pod.name, error=str(err))
     return out
 
 
@@ -187,52 +167,49 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
     nodes: list[NodeState] = []
     other: list[ExistingNode] = []
     managed_nodes: set[str] = set()
-    cached = cluster.nodeclaims()
     # NodeClaims just created (by any decider) that the cache does not show yet are capacity on its way
-    claims = {**{c["metadata"]["name"]: c for c in ctx.writer.in_flight()}, **cached}
+    claims = {
+        **{v.name: v for v in (NodeClaimView.of(c) for c in ctx.writer.in_flight())},
+        **cluster.claim_views(),
+    }
     for name, claim in sorted(claims.items()):
-        meta = claim["metadata"]
-        labels = meta.get("labels") or {}
-        pool_name = str(labels.get(LABEL_NODEPOOL) or "")
-        node = cluster.node_for_claim(claim)
-        claim_deleting = bool(meta.get("deletionTimestamp"))
-        initialized = c.is_true(claim, INITIALIZED)
-        if node is None or not initialized:
+        pool_name = claim.nodepool
+        node = cluster.node_view_for_claim(claim)
+        if node is None or not claim.initialized:
             if node is not None:
-                managed_nodes.add(node["metadata"]["name"])
-            if claim_deleting:
+                managed_nodes.add(node.name)
+            if claim.deleting:
                 continue
-            bound = [] if node is None else cluster.pods_on_node(node["metadata"]["name"])
-            bound = [p for p in bound if not is_terminal(p)]
+            bound = [] if node is None else cluster.pod_views_on_node(node.name)
             in_flight = _in_flight(
-                claim, node, pods=bound, types=pool_types.get(pool_name) or tuple(all_types.values())
+                StateNode(node=node, claim=claim),
+                pods=[p for p in bound if not p.is_terminal],
+                types=pool_types.get(pool_name) or tuple(all_types.values()),
             )
             if in_flight is not None:
                 other.append(in_flight)
             continue
-        node_name = str(node["metadata"]["name"])
+        node_name = node.name
         managed_nodes.add(node_name)
-        pods = [p for p in cluster.pods_on_node(node_name) if not is_terminal(p)]
-        view = kubeconv.node_from_dict(node, pods=_convert(pods))
-        movable = _convert(movable_pods(pods))
-        node_labels = node["metadata"].get("labels") or {}
-        price = offering_price({**labels, **node_labels}, pool_types.get(pool_name) or all_types.values())
+        pods = [p for p in cluster.pod_views_on_node(node_name) if not p.is_terminal]
+        view = existing_node(StateNode(node=node, claim=claim), pods=_convert(pods))
+        assert view is not None  # a Node always converts (or raises)
+        price = offering_price({**claim.labels, **node.labels}, pool_types.get(pool_name) or all_types.values())
         if price is None:
             try:
-                price = float((meta.get("annotations") or {}).get(PLANNED_PRICE) or 0.0)
+                price = float(claim.annotations.get(PLANNED_PRICE) or 0.0)
             except ValueError:
                 price = 0.0
-        status = claim.get("status") or {}
         stable = _latest(
-            c.transition_time(claim, INITIALIZED),
-            parse_time(status.get("lastPodEventTime")),
+            claim.transition_time(INITIALIZED),
+            parse_time(claim.last_pod_event_time),
             memory.pod_events.get(node_name),
-            *(bound_at(p) for p in pods if not is_daemon_pod(p)),
+            *(p.bound_at for p in pods if not p.is_daemon),
         )
         drift = drift_of(claim, pool_objs.get(pool_name))
-        if drift is None and not claim_deleting:
+        if drift is None and not claim.deleting:
             try:
-                provider_drift = await ctx.cloud.is_drifted(claim)
+                provider_drift = await ctx.cloud.is_drifted(claim.raw)
             except CloudProviderError as err:
                 log.debug("disruption.drift_unknown", nodeclaim=name, error=str(err))
                 provider_drift = None
@@ -244,14 +221,12 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 claim=name,
                 pool=pool_name,
                 view=view,
-                movable=tuple(movable),
+                movable=tuple(_convert(movable(pods))),
                 price=price,
-                created=parse_time(meta.get("creationTimestamp")),
+                created=claim.created,
                 initialized=True,
-                ready=node_ready(node),
-                deleting=claim_deleting
-                or bool(node["metadata"].get("deletionTimestamp"))
-                or has_taint(node, TAINT_DISRUPTED),
+                ready=node.ready,
+                deleting=claim.deleting or node.deleting or node.has_taint(TAINT_DISRUPTED),
                 stable_since=stable,
                 expires_at=expiry_of(claim),
                 drift=drift,
@@ -260,26 +235,28 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                     f"pod {key} has no controller: evicting it would delete it for good" for key in unowned[:3]
                 ),
                 protected_until=memory.protected.get(name),
-                instance_type=str(node_labels.get(LABEL_INSTANCE_TYPE) or labels.get(LABEL_INSTANCE_TYPE) or ""),
+                instance_type=str(node.labels.get(LABEL_INSTANCE_TYPE) or claim.labels.get(LABEL_INSTANCE_TYPE) or ""),
             )
         )
 
-    live_pods = [p for p in cluster.pods() if not is_terminal(p)]
-    unmanaged = {n for n in cluster.nodes() if n not in managed_nodes}
+    live_pods = [p for p in cluster.pod_views() if not p.is_terminal]
+    unmanaged = {n for n in cluster.node_views() if n not in managed_nodes}
     if unmanaged:
-        by_node: dict[str, list[Obj]] = {}
+        by_node: dict[str, list[PodView]] = {}
         for p in live_pods:
-            bound_to = (p.get("spec") or {}).get("nodeName")
-            if bound_to in unmanaged:
-                by_node.setdefault(str(bound_to), []).append(p)
+            if p.node_name in unmanaged:
+                by_node.setdefault(p.node_name, []).append(p)
         for n in sorted(unmanaged):
-            obj = cluster.nodes()[n]
-            if obj["metadata"].get("deletionTimestamp"):
+            unmanaged_node = cluster.node_views()[n]
+            if unmanaged_node.deleting:
                 continue
             try:
-                other.append(kubeconv.node_from_dict(obj, pods=_convert(by_node.get(n, ()))))
+                converted = existing_node(StateNode(node=unmanaged_node), pods=_convert(by_node.get(n, ())))
             except ValueError as err:
                 log.warning("disruption.node_unreadable", node=n, error=str(err))
+                continue
+            assert converted is not None
+            other.append(converted)
 
     templates: list[NodePoolTemplate] = []
     existing_for_usage = [*other, *(n.view for n in nodes)]
@@ -306,17 +283,11 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
     )
 
 
-def _in_flight(
-    claim: Obj, node: Obj | None, *, pods: Iterable[Obj], types: Iterable[InstanceType]
-) -> ExistingNode | None:
+def _in_flight(machine: StateNode, *, pods: Iterable[PodView], types: Iterable[InstanceType]) -> ExistingNode | None:
     """A NodeClaim that is not an initialized node yet, as the capacity it will bring."""
     try:
-        if node is None:
-            return claim_capacity(claim, tuple(types))
-        startup = {str(t.get("key")) for t in (claim.get("spec") or {}).get("startupTaints") or [] if t.get("key")}
-        return kubeconv.node_from_dict(
-            node, pods=_convert(pods), in_flight=True, ignore_taint_keys={*EPHEMERAL_TAINT_KEYS, *startup}
-        )
+        return existing_node(machine, pods=_convert(pods), instance_types=tuple(types))
     except ValueError as err:
-        log.warning("disruption.nodeclaim_unreadable", nodeclaim=claim["metadata"].get("name"), error=str(err))
+        claim = machine.claim
+        log.warning("disruption.nodeclaim_unreadable", nodeclaim=claim.name if claim else None, error=str(err))
         return None

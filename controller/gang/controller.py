@@ -79,11 +79,11 @@ from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, 
 from controller.kube.client import ApiError, ConflictError, NotFoundError, PatchType
 from controller.kube.resources import NODECLAIMS, NODES, PODS
 from controller.nodeclaim.deletion import delete_nodeclaim
-from controller.nodeclaim.writer import NewClaim
 from controller.provisioning.capacity import daemon_templates, existing_capacity, valid_pools
 from controller.scheduling import kubeconv
 from controller.scheduling.model import NodePoolTemplate, OfferingKey
 from controller.state.informer import EventType
+from controller.state.writer import NewClaim
 
 log = structlog.get_logger()
 Obj = dict[str, Any]

@@ -12,17 +12,16 @@ Timeouts end a step that takes too long:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from api.v1.conditions import INITIALIZED, LAUNCHED, READY, REGISTERED
-from api.v1.types import format_duration
-from controller.clock import parse_time
-from controller.nodeclaim import conditions as c
-from controller.nodeclaim.nodes import has_finalizer, initialization_blockers, registration_patch
+from controller.clock import format_seconds as fmt_seconds
+from controller.nodeclaim.nodes import initialization_blockers, registration_patch
 from controller.settings import Settings
+from controller.state.views import NodeClaimView, NodeView
+from controller.state.writes import ConditionUpdate, matches
 
-Obj = dict[str, Any]
 Step = Literal["Launch", "Registration", "Initialization"]
 
 
@@ -41,7 +40,7 @@ class SyncNode:
     """Registration's changes to the Node: labels, finalizer, owner, no unregistered taint."""
 
     node: str
-    patch: tuple[Obj, ...]
+    patch: tuple[dict[str, Any], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,42 +88,35 @@ def _elapsed(since: datetime | None, now: datetime) -> float:
     return 0.0 if since is None else max(0.0, (now - since).total_seconds())
 
 
-def fmt_seconds(seconds: float) -> str:
-    """A duration as users write it: ``15m``, ``1h30m``, ``45s``."""
-    return format_duration(timedelta(seconds=max(0, round(seconds))))
-
-
-def initialized_update(node: str) -> list[c.ConditionUpdate]:
+def initialized_update(node: str) -> list[ConditionUpdate]:
     message = f"Node {node} is Ready with its startup taints gone and requested resources registered"
     return [
-        c.ConditionUpdate(INITIALIZED, "True", "Initialized", message),
-        c.ConditionUpdate(READY, "True", "Ready", message),
+        ConditionUpdate(INITIALIZED, "True", "Initialized", message),
+        ConditionUpdate(READY, "True", "Ready", message),
     ]
 
 
-def not_initialized_update(reason: str, message: str) -> list[c.ConditionUpdate]:
+def not_initialized_update(reason: str, message: str) -> list[ConditionUpdate]:
     return [
-        c.ConditionUpdate(INITIALIZED, "False", reason, message),
-        c.ConditionUpdate(READY, "False", reason, message),
+        ConditionUpdate(INITIALIZED, "False", reason, message),
+        ConditionUpdate(READY, "False", reason, message),
     ]
 
 
-def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -> Decision:
+def decide(*, claim: NodeClaimView, node: NodeView | None, now: datetime, settings: Settings) -> Decision:
     """The next lifecycle step for `claim`, whose Node (found by providerID) is `node`."""
-    meta = claim.get("metadata") or {}
-    status = claim.get("status") or {}
-    if meta.get("deletionTimestamp"):
+    if claim.deleting:
         return Wait(None, "being deleted: the termination controller owns it now")
-    if not has_finalizer(claim):
+    if not claim.has_finalizer():
         return AddFinalizer()
 
     # --- launch ---------------------------------------------------------------------------------
-    if not c.is_true(claim, LAUNCHED) or not status.get("providerID"):
-        elapsed = _elapsed(parse_time(meta.get("creationTimestamp")), now)
+    if not claim.launched or not claim.provider_id:
+        elapsed = _elapsed(claim.created, now)
         limit = settings.launch_timeout_seconds
         if elapsed >= limit:
-            last = c.find(claim, LAUNCHED)
-            why = f" (last error: {last.get('message')})" if last and last.get("message") else ""
+            last = claim.condition(LAUNCHED)
+            why = f" (last error: {last.message})" if last and last.message else ""
             return TimedOut(
                 "Launch",
                 elapsed,
@@ -134,24 +126,22 @@ def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -
         return Launch(remaining=limit - elapsed)
 
     # --- registration ---------------------------------------------------------------------------
-    registered = c.is_true(claim, REGISTERED)
-    if node is not None and not (node.get("metadata") or {}).get("deletionTimestamp"):
-        node_name = str(node["metadata"]["name"])
+    registered = claim.registered
+    if node is not None and not node.deleting:
         patch = registration_patch(claim, node)
         if patch:
-            return SyncNode(node_name, tuple(patch))
-        if not registered or status.get("nodeName") != node_name:
-            return Register(node_name)
+            return SyncNode(node.name, tuple(patch))
+        if not registered or claim.node_name != node.name:
+            return Register(node.name)
     elif not registered:
-        elapsed = _elapsed(c.transition_time(claim, LAUNCHED), now)
+        elapsed = _elapsed(claim.transition_time(LAUNCHED), now)
         limit = settings.registration_timeout_seconds
         if elapsed >= limit:
             return TimedOut(
                 "Registration",
                 elapsed,
                 limit,
-                f"no Node with providerID {status.get('providerID')} joined the cluster within "
-                f"{fmt_seconds(limit)} of launch",
+                f"no Node with providerID {claim.provider_id} joined the cluster within {fmt_seconds(limit)} of launch",
             )
         return Wait(limit - elapsed, "waiting for the Node to register")
     else:
@@ -159,9 +149,9 @@ def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -
 
     # --- initialization -------------------------------------------------------------------------
     assert node is not None
-    node_name = str(node["metadata"]["name"])
-    if c.is_true(claim, INITIALIZED):
-        if not c.is_true(claim, READY):
+    node_name = node.name
+    if claim.initialized:
+        if not claim.is_true(READY):
             return Initialize(node_name)
         return Wait(None, "initialized")
     blockers = initialization_blockers(claim, node)
@@ -169,7 +159,7 @@ def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -
         return Initialize(node_name)
     reason = blockers[0][0]
     message = "; ".join(m for _, m in blockers)
-    elapsed = _elapsed(c.transition_time(claim, REGISTERED), now)
+    elapsed = _elapsed(claim.transition_time(REGISTERED), now)
     limit = settings.initialization_timeout_seconds
     if elapsed >= limit:
         return TimedOut(
@@ -179,6 +169,6 @@ def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -
             f"Node {node_name} registered {fmt_seconds(elapsed)} ago but did not initialize within "
             f"{fmt_seconds(limit)}: {message}",
         )
-    if not all(c.matches(claim, u) for u in not_initialized_update(reason, message)):
+    if not all(matches(claim, u) for u in not_initialized_update(reason, message)):
         return NotInitialized(reason, message)
     return Wait(limit - elapsed, "waiting for the Node to initialize")

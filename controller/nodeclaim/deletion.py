@@ -1,47 +1,26 @@
-"""Deleting a NodeClaim on purpose, with the reason recorded where users and metrics find it.
-
-The reason goes into the annotation ``joiner.sh/termination-reason`` (read by the termination
-controller for ``joiner_nodeclaims_terminated_total{reason}``) and into an Event on the NodeClaim.
-The delete carries a uid precondition, so a NodeClaim re-created under the same name is never hit.
-"""
+"""Compatibility for callers that still hold NodeClaim dicts (gang/, disruption/controller.py):
+`controller.state.deletion` is where deleting a NodeClaim with a reason lives; these wrappers
+make the view and delegate. Remove once those callers use views."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING
 
-import structlog
+from controller.state import deletion as _deletion
+from controller.state.deletion import ANNOTATION_TERMINATION_REASON, DEFAULT_TERMINATION_REASON
+from controller.state.views import NodeClaimView, Obj
 
-from controller.context import Context
-from controller.kube.client import ConflictError, NotFoundError
-from controller.kube.resources import NODECLAIMS
+if TYPE_CHECKING:
+    from controller.context import Context
 
-log = structlog.get_logger()
-Obj = dict[str, Any]
-
-ANNOTATION_TERMINATION_REASON: Final = "joiner.sh/termination-reason"
-"""On a NodeClaim being deleted by joiner: why (``RegistrationTimedOut``, ``InsufficientCapacity``, ...)."""
-DEFAULT_TERMINATION_REASON: Final = "Deleted"
+__all__ = ["ANNOTATION_TERMINATION_REASON", "DEFAULT_TERMINATION_REASON", "delete_nodeclaim", "termination_reason"]
 
 
 def termination_reason(claim: Obj) -> str:
-    annotations = (claim.get("metadata") or {}).get("annotations") or {}
-    return str(annotations.get(ANNOTATION_TERMINATION_REASON) or DEFAULT_TERMINATION_REASON)
+    return _deletion.termination_reason(NodeClaimView.of(claim))
 
 
 async def delete_nodeclaim(ctx: Context, claim: Obj, *, reason: str, message: str, warning: bool = True) -> bool:
-    """Annotate, record an Event, then delete. False when it was already gone or being deleted."""
-    meta = claim["metadata"]
-    name = meta["name"]
-    if meta.get("deletionTimestamp"):
-        return False
-    try:
-        await ctx.client.patch(NODECLAIMS, name, {"metadata": {"annotations": {ANNOTATION_TERMINATION_REASON: reason}}})
-    except NotFoundError:
-        return False
-    await ctx.events.emit(claim, reason=reason, message=message, type="Warning" if warning else "Normal")
-    try:
-        await ctx.client.delete(NODECLAIMS, name, uid=meta.get("uid"))
-    except (NotFoundError, ConflictError):  # gone, or the name now belongs to another object
-        return False
-    log.info("nodeclaim.deleted", nodeclaim=name, reason=reason, message=message)
-    return True
+    return await _deletion.delete_nodeclaim(
+        ctx, NodeClaimView.of(claim), reason=reason, message=message, warning=warning
+    )

@@ -12,61 +12,53 @@ Each must be seen that way for the whole grace period before anything is deleted
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import structlog
 
-from api.v1.conditions import LAUNCHED, REGISTERED
-from api.v1.labels import API_VERSION, LABEL_NODEPOOL
+from api.v1.labels import API_VERSION
 from controller.cloudprovider.types import CloudProviderError, Instance, NodeClaimNotFoundError
 from controller.context import Context
-from controller.nodeclaim import conditions as c
 from controller.nodeclaim import metrics
-from controller.nodeclaim.deletion import delete_nodeclaim
+from controller.state.deletion import delete_nodeclaim
+from controller.state.views import NodeClaimView
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 
 DEFAULT_GRACE_SECONDS = 30.0
 
 
-def orphaned_instances(*, instances: Iterable[Instance], claims: Mapping[str, Obj]) -> list[Instance]:
+def orphaned_instances(*, instances: Iterable[Instance], claims: Mapping[str, NodeClaimView]) -> list[Instance]:
     """Instances no NodeClaim accounts for. Pure.
 
     A NodeClaim accounts for an instance when its status.providerID is the instance's, or when it
     is the NodeClaim the instance was launched for and has not recorded any providerID yet.
     """
-    recorded = {(cl.get("status") or {}).get("providerID") for cl in claims.values()}
+    recorded = {cl.provider_id for cl in claims.values()}
     out = []
     for inst in instances:
         if inst.state == "terminating" or inst.provider_id in recorded:
             continue
         owner = claims.get(inst.nodeclaim)
-        if owner is not None and not (owner.get("status") or {}).get("providerID"):
+        if owner is not None and not owner.provider_id:
             continue
         out.append(inst)
     return out
 
 
-def claims_without_node(*, claims: Mapping[str, Obj], has_node: Mapping[str, bool]) -> list[Obj]:
+def claims_without_node(*, claims: Mapping[str, NodeClaimView], has_node: Mapping[str, bool]) -> list[NodeClaimView]:
     """Registered, not deleting, and their Node is gone. Pure (`has_node` maps claim name -> bool)."""
-    return [
-        cl
-        for name, cl in claims.items()
-        if c.is_true(cl, REGISTERED) and not cl["metadata"].get("deletionTimestamp") and not has_node.get(name, True)
-    ]
+    return [cl for name, cl in claims.items() if cl.registered and not cl.deleting and not has_node.get(name, True)]
 
 
-def claims_without_instance(*, claims: Mapping[str, Obj], instances: Iterable[Instance]) -> list[Obj]:
+def claims_without_instance(
+    *, claims: Mapping[str, NodeClaimView], instances: Iterable[Instance]
+) -> list[NodeClaimView]:
     """Launched, not deleting, and the provider does not list their providerID. Pure."""
     listed = {inst.provider_id for inst in instances}
     return [
         cl
         for cl in claims.values()
-        if c.is_true(cl, LAUNCHED)
-        and not cl["metadata"].get("deletionTimestamp")
-        and (cl.get("status") or {}).get("providerID")
-        and (cl.get("status") or {}).get("providerID") not in listed
+        if cl.launched and not cl.deleting and cl.provider_id and cl.provider_id not in listed
     ]
 
 
@@ -95,18 +87,17 @@ class GarbageCollector:
         """One pass. Deletes only what has been orphaned for at least the grace period."""
         cluster = self.ctx.cluster
         instances = await self.ctx.cloud.list()
-        claims = dict(cluster.nodeclaims())
+        claims = dict(cluster.claim_views())
         seen: set[str] = set()
 
         for inst in orphaned_instances(instances=instances, claims=claims):
             if self._due(f"instance/{inst.provider_id}", seen):
                 await self._delete_instance(inst)
 
-        has_node = {name: cluster.node_for_claim(cl) is not None for name, cl in claims.items()}
+        has_node = {name: cluster.node_view_for_claim(cl) is not None for name, cl in claims.items()}
         for claim in claims_without_node(claims=claims, has_node=has_node):
-            name = claim["metadata"]["name"]
-            if self._due(f"nodeclaim/{name}/node", seen):
-                node = (claim.get("status") or {}).get("nodeName") or "its Node"
+            if self._due(f"nodeclaim/{claim.name}/node", seen):
+                node = claim.node_name or "its Node"
                 await self._delete_claim(
                     claim,
                     reason="NodeVanished",
@@ -114,9 +105,8 @@ class GarbageCollector:
                 )
 
         for claim in claims_without_instance(claims=claims, instances=instances):
-            name = claim["metadata"]["name"]
-            if self._due(f"nodeclaim/{name}/instance", seen):
-                pid = (claim.get("status") or {}).get("providerID")
+            if self._due(f"nodeclaim/{claim.name}/instance", seen):
+                pid = claim.provider_id
                 await self._delete_claim(
                     claim,
                     reason="InstanceGone",
@@ -127,8 +117,8 @@ class GarbageCollector:
             del self._since[key]
 
     async def _delete_instance(self, inst: Instance) -> None:
-        node = self.ctx.cluster.node_by_provider_id(inst.provider_id)
-        stub: Obj = {
+        node = self.ctx.cluster.node_view_by_provider_id(inst.provider_id)
+        stub = {
             "apiVersion": API_VERSION,
             "kind": "NodeClaim",
             "metadata": {"name": inst.nodeclaim},
@@ -146,18 +136,17 @@ class GarbageCollector:
         log.info(
             f"{kind}.garbage_collected",
             provider_id=inst.provider_id,
-            node=node["metadata"]["name"] if node is not None else None,
+            node=node.name if node is not None else None,
             instance_type=inst.instance_type,
             reason=f"no NodeClaim records it after {self.grace_seconds:g}s",
         )
 
-    async def _delete_claim(self, claim: Obj, *, reason: str, message: str) -> None:
+    async def _delete_claim(self, claim: NodeClaimView, *, reason: str, message: str) -> None:
         if await delete_nodeclaim(self.ctx, claim, reason=reason, message=message):
-            nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
             metrics.GARBAGE_COLLECTED.labels("nodeclaim", reason).inc()
             log.info(
                 "nodeclaim.garbage_collected",
-                nodeclaim=claim["metadata"]["name"],
-                nodepool=nodepool,
+                nodeclaim=claim.name,
+                nodepool=claim.nodepool,
                 reason=reason,
             )

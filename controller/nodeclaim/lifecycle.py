@@ -13,8 +13,8 @@ from typing import Any
 import structlog
 
 from api.v1.conditions import INITIALIZED, LAUNCHED, READY, REGISTERED
-from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
-from controller.clock import parse_time
+from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from controller.clock import format_seconds as fmt_seconds
 from controller.cloudprovider.types import (
     CloudProviderError,
     CreateError,
@@ -25,7 +25,6 @@ from controller.cloudprovider.types import (
 from controller.context import Context
 from controller.kube.client import ConflictError, InvalidError, NotFoundError
 from controller.kube.resources import NODECLAIMS, NODES
-from controller.nodeclaim import conditions as c
 from controller.nodeclaim import metrics
 from controller.nodeclaim.decide import (
     AddFinalizer,
@@ -37,17 +36,17 @@ from controller.nodeclaim.decide import (
     TimedOut,
     Wait,
     decide,
-    fmt_seconds,
     initialized_update,
     not_initialized_update,
 )
-from controller.nodeclaim.deletion import delete_nodeclaim
-from controller.nodeclaim.nodes import finalizer_patch, initialization_blockers, label_patch
+from controller.nodeclaim.nodes import initialization_blockers
+from controller.state.deletion import delete_nodeclaim
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
+from controller.state.views import NodeClaimView, NodeView, newer
+from controller.state.writes import ConditionUpdate, finalizer_patch, label_patch, matches, with_conditions
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 
 MAX_STEPS = 12
 CONFLICT_RETRY_SECONDS = 0.5
@@ -56,36 +55,25 @@ LAUNCH_RETRY_MAX_SECONDS = 60.0
 _WELL_KNOWN = (LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE)
 
 
-def newer(a: Obj | None, b: Obj | None) -> Obj | None:
-    """The more recent of two versions of one object (by resourceVersion, which etcd makes numeric)."""
-    if a is None or b is None:
-        return a if b is None else b
-    ra, rb = str(a["metadata"].get("resourceVersion", "")), str(b["metadata"].get("resourceVersion", ""))
-    if ra.isdigit() and rb.isdigit():
-        return a if int(ra) >= int(rb) else b
-    return b
-
-
-def _relevant_node_change(obj: Obj, old: Obj | None) -> bool:
+def _relevant_node_change(node: NodeView, old: NodeView | None) -> bool:
     """Skip heartbeats: only labels, taints, Ready, allocatable, finalizers, owners or deletion matter."""
     if old is None:
         return True
 
-    def view(n: Obj) -> tuple[Any, ...]:
-        meta, spec, status = n.get("metadata") or {}, n.get("spec") or {}, n.get("status") or {}
-        ready = next((x.get("status") for x in status.get("conditions") or [] if x.get("type") == "Ready"), None)
+    def view(n: NodeView) -> tuple[Any, ...]:
+        ready = n.condition("Ready")
         return (
-            meta.get("labels"),
-            meta.get("finalizers"),
-            meta.get("ownerReferences"),
-            meta.get("deletionTimestamp"),
-            spec.get("providerID"),
-            spec.get("taints"),
-            status.get("allocatable"),
-            ready,
+            n.labels,
+            n.finalizers,
+            n.owner_uids,
+            n.deletion_timestamp,
+            n.provider_id,
+            n.taints,
+            n.allocatable,
+            ready.status if ready is not None else None,
         )
 
-    return view(obj) != view(old)
+    return view(node) != view(old)
 
 
 class LifecycleController:
@@ -93,8 +81,8 @@ class LifecycleController:
         self.ctx = ctx
         self.queue = WorkQueue(name="nodeclaim-lifecycle", clock=ctx.clock)
         self._workers = workers
-        self._latest: dict[str, Obj] = {}  # what our own writes returned, until the cache catches up
-        self._latest_nodes: dict[str, Obj] = {}
+        self._latest: dict[str, NodeClaimView] = {}  # what our own writes returned, until the cache catches up
+        self._latest_nodes: dict[str, NodeView] = {}
         self._launch_failures: dict[str, int] = {}
         self._deleted: set[str] = set()  # uids we deleted, until the cache shows the deletion
 
@@ -102,46 +90,42 @@ class LifecycleController:
 
     async def run(self) -> None:
         cluster = self.ctx.cluster
-        cluster.subscribe("NodeClaim", self._on_claim)
-        cluster.subscribe("Node", self._on_node)
+        cluster.subscribe_views("NodeClaim", self._on_claim)
+        cluster.subscribe_views("Node", self._on_node)
         cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
         await cluster.wait_synced()
-        for name in list(cluster.nodeclaims()):
+        for name in list(cluster.claim_views()):
             self.queue.add(name)
         await self.queue.run(self.reconcile, workers=self._workers)
 
-    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
-        name = obj["metadata"]["name"]
+    def _on_claim(self, etype: EventType, claim: NodeClaimView, old: NodeClaimView | None) -> None:
         if etype == "DELETED":
-            self._forget(name, obj["metadata"].get("uid"))
+            self._forget(claim.name, claim.uid)
             return
-        self.queue.add(name)
+        self.queue.add(claim.name)
 
-    def _on_node(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
-        if etype == "MODIFIED" and not _relevant_node_change(obj, old):
+    def _on_node(self, etype: EventType, node: NodeView, old: NodeView | None) -> None:
+        if etype == "MODIFIED" and not _relevant_node_change(node, old):
             return
-        name = obj["metadata"]["name"]
+        name = node.name
         if etype == "DELETED":
             self._latest_nodes.pop(name, None)
-        pid = (obj.get("spec") or {}).get("providerID")
-        claims = self.ctx.cluster.nodeclaims()
-        claim = claims.get(name)
-        if claim is not None and (claim.get("status") or {}).get("providerID") in (None, pid):
+        claim = self.ctx.cluster.claim_views().get(name)
+        if claim is not None and claim.provider_id in (None, node.provider_id):
             self.queue.add(name)
             return
-        if pid:
-            owner = self.ctx.cluster.claim_for_node(obj)
+        if node.provider_id:
+            owner = self.ctx.cluster.claim_view_for_node(node)
             if owner is not None:
-                self.queue.add(owner["metadata"]["name"])
+                self.queue.add(owner.name)
 
-    def _on_nodeclass(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_nodeclass(self, etype: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if etype == "DELETED":
             return
         name = obj["metadata"]["name"]
-        for claim in self.ctx.cluster.nodeclaims().values():
-            ref = (claim.get("spec") or {}).get("nodeClassRef") or {}
-            if ref.get("name") == name and not c.is_true(claim, LAUNCHED):
-                self.queue.add(claim["metadata"]["name"])
+        for claim in self.ctx.cluster.claim_views().values():
+            if claim.node_class == name and not claim.launched:
+                self.queue.add(claim.name)
 
     def _forget(self, name: str, uid: str | None = None) -> None:
         self._latest.pop(name, None)
@@ -151,8 +135,8 @@ class LifecycleController:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def _claim(self, name: str) -> Obj | None:
-        cached = self.ctx.cluster.nodeclaims().get(name)
+    def _claim(self, name: str) -> NodeClaimView | None:
+        cached = self.ctx.cluster.claim_views().get(name)
         if cached is None:
             self._forget(name)
             return None
@@ -162,15 +146,14 @@ class LifecycleController:
             self._latest.pop(name, None)
         return best
 
-    def _node(self, claim: Obj) -> Obj | None:
-        cached = self.ctx.cluster.node_for_claim(claim)
+    def _node(self, claim: NodeClaimView) -> NodeView | None:
+        cached = self.ctx.cluster.node_view_for_claim(claim)
         if cached is None:
-            pid = (claim.get("status") or {}).get("providerID")
-            mine = self._latest_nodes.get(claim["metadata"]["name"])
-            if mine is not None and pid and (mine.get("spec") or {}).get("providerID") == pid:
+            mine = self._latest_nodes.get(claim.name)
+            if mine is not None and claim.provider_id and mine.provider_id == claim.provider_id:
                 return mine
             return None
-        name = cached["metadata"]["name"]
+        name = cached.name
         best = newer(self._latest_nodes.get(name), cached)
         if best is cached:
             self._latest_nodes.pop(name, None)
@@ -193,23 +176,23 @@ class LifecycleController:
     async def _reconcile(self, name: str) -> float | None:
         for _ in range(MAX_STEPS):
             claim = self._claim(name)
-            if claim is None or claim["metadata"].get("uid") in self._deleted:
+            if claim is None or claim.uid in self._deleted:
                 return None  # gone, or deleted by us a moment ago and the cache has not seen it yet
             node = self._node(claim)
             decision = decide(claim=claim, node=node, now=self.ctx.clock.now(), settings=self.ctx.settings)
             if isinstance(decision, Wait):
                 return decision.seconds
             if isinstance(decision, AddFinalizer):
-                self._latest[name] = await self.ctx.client.patch(
-                    NODECLAIMS, name, finalizer_patch(claim, add=True), patch_type="json"
+                self._latest[name] = NodeClaimView.of(
+                    await self.ctx.client.patch(NODECLAIMS, name, finalizer_patch(claim, add=True), patch_type="json")
                 )
             elif isinstance(decision, Launch):
                 retry = await self._launch(claim, decision)
                 if retry is not None:
                     return retry if retry > 0 else None
             elif isinstance(decision, SyncNode):
-                self._latest_nodes[decision.node] = await self.ctx.client.patch(
-                    NODES, decision.node, list(decision.patch), patch_type="json"
+                self._latest_nodes[decision.node] = NodeView.of(
+                    await self.ctx.client.patch(NODES, decision.node, list(decision.patch), patch_type="json")
                 )
             elif isinstance(decision, Register):
                 assert node is not None  # decide() registers only a Node it was given
@@ -231,29 +214,29 @@ class LifecycleController:
 
     # --- steps -------------------------------------------------------------------------------
 
-    async def _write_status(self, claim: Obj, *, updates: list[c.ConditionUpdate], extra: Obj | None = None) -> Obj:
-        name = claim["metadata"]["name"]
+    async def _write_status(
+        self, claim: NodeClaimView, *, updates: list[ConditionUpdate], extra: dict[str, Any] | None = None
+    ) -> NodeClaimView:
         body = {
-            "metadata": {"resourceVersion": claim["metadata"].get("resourceVersion")},
+            "metadata": {"resourceVersion": claim.resource_version or None},
             "status": {
                 **(extra or {}),
-                "conditions": c.with_conditions(claim, updates, now=self.ctx.clock.now()),
+                "conditions": with_conditions(claim.raw, updates, now=self.ctx.clock.now()),
             },
         }
-        obj = await self.ctx.client.patch(NODECLAIMS, name, body, subresource="status")
-        self._latest[name] = obj
-        return obj
+        written = NodeClaimView.of(await self.ctx.client.patch(NODECLAIMS, claim.name, body, subresource="status"))
+        self._latest[claim.name] = written
+        return written
 
-    def _elapsed_since_creation(self, claim: Obj) -> float:
-        created = parse_time(claim["metadata"].get("creationTimestamp"))
+    def _elapsed_since_creation(self, claim: NodeClaimView) -> float:
+        created = claim.created
         return 0.0 if created is None else max(0.0, (self.ctx.clock.now() - created).total_seconds())
 
-    async def _launch(self, claim: Obj, decision: Launch) -> float | None:
+    async def _launch(self, claim: NodeClaimView, decision: Launch) -> float | None:
         """Launch; None to continue with the next step, seconds to retry later, or 0 to stop."""
-        name = claim["metadata"]["name"]
-        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+        name, nodepool = claim.name, claim.nodepool
         try:
-            instance = await self.ctx.cloud.create(claim)
+            instance = await self.ctx.cloud.create(claim.raw)
         except InsufficientCapacityError as err:
             for offering in err.offerings:
                 self.ctx.unavailable.mark(offering)
@@ -271,7 +254,7 @@ class LifecycleController:
                 offerings=[f"{o.instance_type}/{o.zone}/{o.capacity_type}" for o in err.offerings],
             )
             await delete_nodeclaim(self.ctx, claim, reason="InsufficientCapacity", message=message)
-            self._deleted.add(str(claim["metadata"].get("uid")))  # the cache may lag: no second attempt
+            self._deleted.add(str(claim.uid))  # the cache may lag: no second attempt
             return 0
         except NodeClassNotReadyError as err:
             return await self._launch_failed(claim, decision, reason="NodeClassNotReady", message=str(err))
@@ -282,9 +265,8 @@ class LifecycleController:
         await self._launched(claim, instance, nodepool=nodepool)
         return None
 
-    async def _launch_failed(self, claim: Obj, decision: Launch, *, reason: str, message: str) -> float:
-        name = claim["metadata"]["name"]
-        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+    async def _launch_failed(self, claim: NodeClaimView, decision: Launch, *, reason: str, message: str) -> float:
+        name, nodepool = claim.name, claim.nodepool
         failures = self._launch_failures.get(name, 0) + 1
         self._launch_failures[name] = failures
         retry = min(LAUNCH_RETRY_MAX_SECONDS, LAUNCH_RETRY_BASE_SECONDS * 2.0 ** (failures - 1))
@@ -298,17 +280,17 @@ class LifecycleController:
             detail=message,
             retry_in=retry,
         )
-        update = c.ConditionUpdate(LAUNCHED, "False", reason, message)
-        if not c.matches(claim, update):
+        update = ConditionUpdate(LAUNCHED, "False", reason, message)
+        if not matches(claim, update):
             await self._write_status(claim, updates=[update])
-            await self.ctx.events.emit(claim, reason=reason, message=message, type="Warning")
+            await self.ctx.events.emit(claim.raw, reason=reason, message=message, type="Warning")
         return retry
 
-    async def _launched(self, claim: Obj, instance: Instance, *, nodepool: str) -> None:
-        name = claim["metadata"]["name"]
+    async def _launched(self, claim: NodeClaimView, instance: Instance, *, nodepool: str) -> None:
+        name = claim.name
         self._launch_failures.pop(name, None)
         updates = [
-            c.ConditionUpdate(
+            ConditionUpdate(
                 LAUNCHED,
                 "True",
                 "Launched",
@@ -320,9 +302,9 @@ class LifecycleController:
             (INITIALIZED, "AwaitingNode"),
             (READY, "AwaitingNode"),
         ):
-            if c.find(claim, ctype) is None:
-                updates.append(c.ConditionUpdate(ctype, "Unknown", reason, "the Node has not joined yet"))
-        extra: Obj = {
+            if claim.condition(ctype) is None:
+                updates.append(ConditionUpdate(ctype, "Unknown", reason, "the Node has not joined yet"))
+        extra: dict[str, Any] = {
             "providerID": instance.provider_id,
             "imageID": instance.image_id or None,
             "capacity": dict(instance.capacity),
@@ -333,11 +315,10 @@ class LifecycleController:
         labels = dict(instance.labels)
         labels.update({LABEL_INSTANCE_TYPE: instance.instance_type, LABEL_ZONE: instance.zone})
         labels[LABEL_CAPACITY_TYPE] = instance.capacity_type
-        current = claim["metadata"].get("labels") or {}
-        wanted = {k: v for k, v in labels.items() if v and (k in _WELL_KNOWN or k not in current)}
+        wanted = {k: v for k, v in labels.items() if v and (k in _WELL_KNOWN or k not in claim.labels)}
         patch = label_patch(claim, wanted)
         if patch:
-            claim = await self.ctx.client.patch(NODECLAIMS, name, patch, patch_type="json")
+            claim = NodeClaimView.of(await self.ctx.client.patch(NODECLAIMS, name, patch, patch_type="json"))
             self._latest[name] = claim
         claim = await self._write_status(claim, updates=updates, extra={k: v for k, v in extra.items() if v})
         elapsed = self._elapsed_since_creation(claim)
@@ -355,22 +336,20 @@ class LifecycleController:
             reason="cheapest available offering among the NodeClaim's candidate instance types",
         )
 
-    async def _register(self, claim: Obj, node: Obj) -> None:
+    async def _register(self, claim: NodeClaimView, node: NodeView) -> None:
         """Registered=True and nodeName, with the initialization state in the same write."""
-        name = claim["metadata"]["name"]
-        node_name = str(node["metadata"]["name"])
-        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
-        was_registered = c.is_true(claim, REGISTERED)
-        updates = [c.ConditionUpdate(REGISTERED, "True", "Registered", f"Node {node_name} joined the cluster")]
+        name, node_name, nodepool = claim.name, node.name, claim.nodepool
+        was_registered = claim.registered
+        updates = [ConditionUpdate(REGISTERED, "True", "Registered", f"Node {node_name} joined the cluster")]
         blockers = initialization_blockers(claim, node)
-        was_initialized = c.is_true(claim, INITIALIZED)
+        was_initialized = claim.initialized
         if blockers:
             updates += not_initialized_update(blockers[0][0], "; ".join(m for _, m in blockers))
         else:
             updates += initialized_update(node_name)
         claim = await self._write_status(claim, updates=updates, extra={"nodeName": node_name})
         if not was_registered:
-            launched_at = c.transition_time(claim, LAUNCHED)
+            launched_at = claim.transition_time(LAUNCHED)
             since_launch = (self.ctx.clock.now() - launched_at).total_seconds() if launched_at else 0.0
             metrics.REGISTERED.labels(nodepool).inc()
             metrics.STARTUP_SECONDS.labels(nodepool, "Registered").observe(self._elapsed_since_creation(claim))
@@ -385,29 +364,28 @@ class LifecycleController:
         if not blockers and not was_initialized:
             self._record_initialized(claim, node_name)
 
-    async def _initialize(self, claim: Obj, node_name: str) -> None:
-        was_initialized = c.is_true(claim, INITIALIZED)
+    async def _initialize(self, claim: NodeClaimView, node_name: str) -> None:
+        was_initialized = claim.initialized
         claim = await self._write_status(claim, updates=initialized_update(node_name))
         if not was_initialized:
             self._record_initialized(claim, node_name)
 
-    def _record_initialized(self, claim: Obj, node_name: str) -> None:
-        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+    def _record_initialized(self, claim: NodeClaimView, node_name: str) -> None:
+        nodepool = claim.nodepool
         elapsed = self._elapsed_since_creation(claim)
         metrics.INITIALIZED.labels(nodepool).inc()
         metrics.STARTUP_SECONDS.labels(nodepool, "Initialized").observe(elapsed)
         log.info(
             "nodeclaim.initialized",
-            nodeclaim=claim["metadata"]["name"],
+            nodeclaim=claim.name,
             nodepool=nodepool,
             node=node_name,
             seconds_since_creation=round(elapsed, 3),
             reason="Node Ready, startup taints gone, requested resources in allocatable",
         )
 
-    async def _time_out(self, claim: Obj, decision: TimedOut) -> None:
-        name = claim["metadata"]["name"]
-        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+    async def _time_out(self, claim: NodeClaimView, decision: TimedOut) -> None:
+        name, nodepool = claim.name, claim.nodepool
         message = (
             f"{decision.step} timed out after {fmt_seconds(decision.elapsed)} "
             f"(limit {fmt_seconds(decision.limit)}): {decision.message}; deleting the NodeClaim"
@@ -423,4 +401,4 @@ class LifecycleController:
             reason=decision.message,
         )
         await delete_nodeclaim(self.ctx, claim, reason=decision.reason, message=message)
-        self._deleted.add(str(claim["metadata"].get("uid")))  # the cache may lag: no second attempt
+        self._deleted.add(str(claim.uid))  # the cache may lag: no second attempt

@@ -19,11 +19,11 @@ from controller.kube.client import ApiError, KubeClient, NotFoundError
 from controller.kube.events import EventRecorder
 from controller.kube.resources import CRDS
 from controller.metrics import REGISTRY
-from controller.nodeclaim.writer import NodeClaimWriter
 from controller.operator.leader import LeaderElector
 from controller.operator.server import Servers
 from controller.settings import Settings
 from controller.state.cluster import ClusterState
+from controller.state.writer import NodeClaimWriter
 
 log = structlog.get_logger()
 REQUIRED_CRDS = ("nodepools.joiner.sh", "nodeclaims.joiner.sh", "kwoknodeclasses.joiner.sh")

@@ -22,7 +22,6 @@ from controller import metrics
 from controller.clock import parse_time
 from controller.context import Context
 from controller.kube.resources import key_of
-from controller.nodeclaim.writer import NewClaim
 from controller.provisioning.batcher import Batcher
 from controller.provisioning.capacity import daemon_templates, existing_capacity, split_nominated, valid_pools
 from controller.provisioning.nodeclaims import nodeclaim_manifest
@@ -32,6 +31,7 @@ from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Pod
 from controller.scheduling.solver import solve
 from controller.state.cluster import awaits_scheduler, condition, is_daemon_pod, is_unschedulable
+from controller.state.writer import NewClaim
 
 log = structlog.get_logger()
 Obj = dict[str, Any]

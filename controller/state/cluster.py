@@ -5,16 +5,30 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.clock import Clock
 from controller.kube import resources as r
-from controller.kube.resources import Resource, key_of
+from controller.kube.resources import Resource
 from controller.state.informer import EventType, Informer, Source
+from controller.state.views import (
+    DAEMONSET,
+    NodeClaimView,
+    NodeView,
+    Obj,
+    PodView,
+    StateNode,
+    awaiting_scheduler,
+    condition_of,
+    terminal_phase,
+    unschedulable,
+)
 
-Obj = dict[str, Any]
 Listener = Callable[[EventType, Obj, Obj | None], None]
+View = PodView | NodeView | NodeClaimView
+ViewListener = Callable[[EventType, Any, Any], None]
+"""Called with (event, view, previous view or None); the view's class is the kind's."""
 
 WATCHED: tuple[Resource, ...] = (
     r.PODS,
@@ -25,50 +39,69 @@ WATCHED: tuple[Resource, ...] = (
     r.DAEMONSETS,
     r.PDBS,
 )
+_VIEWS: dict[str, Callable[[Obj], View]] = {"Pod": PodView.of, "Node": NodeView.of, "NodeClaim": NodeClaimView.of}
+
+
+# --- dict readers for callers not converted to views yet (provisioning, gang, disruption) -----
 
 
 def condition(obj: Obj, ctype: str) -> Obj | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return None
+    cond = condition_of(obj, ctype)
+    return None if cond is None else cond.as_dict()
 
 
 def condition_true(obj: Obj, ctype: str) -> bool:
-    cond = condition(obj, ctype)
-    return cond is not None and cond.get("status") == "True"
+    cond = condition_of(obj, ctype)
+    return cond is not None and cond.is_true
+
+
+def _meta(pod: Obj) -> Obj:
+    return pod.get("metadata") or {}
 
 
 def is_terminal(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return terminal_phase((pod.get("status") or {}).get("phase"))
 
 
 def is_unschedulable(pod: Obj) -> bool:
     """kube-scheduler tried and could not place it: PodScheduled=False/Unschedulable, not bound yet."""
-    if (pod.get("spec") or {}).get("nodeName") or pod["metadata"].get("deletionTimestamp") or is_terminal(pod):
-        return False
-    cond = condition(pod, "PodScheduled")
-    return cond is not None and cond.get("status") == "False" and cond.get("reason") == "Unschedulable"
+    return unschedulable(
+        bound=bool((pod.get("spec") or {}).get("nodeName")),
+        deleting=bool(_meta(pod).get("deletionTimestamp")),
+        phase=(pod.get("status") or {}).get("phase"),
+        scheduled=condition_of(pod, "PodScheduled"),
+    )
 
 
 def awaits_scheduler(pod: Obj) -> bool:
     """kube-scheduler has not tried it yet: not bound, not gated, no PodScheduled condition."""
     spec = pod.get("spec") or {}
-    if spec.get("nodeName") or spec.get("schedulingGates") or pod["metadata"].get("deletionTimestamp"):
-        return False
-    return not is_terminal(pod) and condition(pod, "PodScheduled") is None
+    return awaiting_scheduler(
+        bound=bool(spec.get("nodeName")),
+        gated=bool(spec.get("schedulingGates")),
+        deleting=bool(_meta(pod).get("deletionTimestamp")),
+        phase=(pod.get("status") or {}).get("phase"),
+        scheduled=condition_of(pod, "PodScheduled"),
+    )
 
 
 def is_daemon_pod(pod: Obj) -> bool:
-    return any(ref.get("kind") == "DaemonSet" for ref in pod["metadata"].get("ownerReferences") or [])
+    return any(ref.get("kind") == DAEMONSET for ref in _meta(pod).get("ownerReferences") or [])
 
 
 class ClusterState:
+    """The informers' stores, their typed views (made once per event) and the indexes on them."""
+
     def __init__(self, *, source: Source, clock: Clock, watched: Iterable[Resource] = WATCHED) -> None:
         self.clock = clock
         self._listeners: dict[str, list[Listener]] = defaultdict(list)
+        self._view_listeners: dict[str, list[ViewListener]] = defaultdict(list)
+        self._pods: dict[str, PodView] = {}
+        self._nodes: dict[str, NodeView] = {}
+        self._claims: dict[str, NodeClaimView] = {}
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._node_by_provider_id: dict[str, str] = {}
+        self._claims_by_provider_id: dict[str, dict[str, None]] = defaultdict(dict)  # ordered set of names
         self.informers: dict[str, Informer] = {}
         for res in watched:
             self.informers[res.kind] = Informer(
@@ -84,35 +117,85 @@ class ClusterState:
         if listener not in self._listeners[kind]:
             self._listeners[kind].append(listener)
 
+    def subscribe_views(self, kind: str, listener: ViewListener) -> None:
+        """Like `subscribe`, with the event's views (Pod, Node, NodeClaim) instead of the dicts."""
+        if kind not in _VIEWS:
+            raise ValueError(f"no view for {kind}")
+        if listener not in self._view_listeners[kind]:
+            self._view_listeners[kind].append(listener)
+
     def _handler_for(self, kind: str) -> Callable[[EventType, Obj, Obj | None], None]:
+        make = _VIEWS.get(kind)
+
         def handle(etype: EventType, obj: Obj, old: Obj | None) -> None:
-            if kind == "Pod":
-                self._index_pod(etype, obj, old)
-            elif kind == "Node":
-                self._index_node(etype, obj, old)
+            view: Any = None
+            old_view: Any = None
+            if make is not None:
+                view = make(obj)
+                if kind == "Pod":
+                    old_view = self._index_pod(etype, view)
+                elif kind == "Node":
+                    old_view = self._index_node(etype, view)
+                else:
+                    old_view = self._index_claim(etype, view)
+                if old_view is None and old is not None:
+                    old_view = make(old)
             for listener in self._listeners.get(kind, ()):
                 listener(etype, obj, old)
+            for view_listener in self._view_listeners.get(kind, ()):
+                view_listener(etype, view, old_view)
 
         return handle
 
-    def _index_pod(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
-        key = key_of(obj)
-        old_node = ((old or {}).get("spec") or {}).get("nodeName")
-        new_node = (obj.get("spec") or {}).get("nodeName") if etype != "DELETED" else None
+    def _index_pod(self, etype: EventType, pod: PodView) -> PodView | None:
+        old = self._pods.get(pod.key)
+        if etype == "DELETED":
+            self._pods.pop(pod.key, None)
+        else:
+            self._pods[pod.key] = pod
+        old_node = old.node_name if old is not None else None
+        new_node = pod.node_name if etype != "DELETED" else None
         if old_node and old_node != new_node:
-            self._pods_by_node[old_node].discard(key)
+            self._pods_by_node[old_node].discard(pod.key)
             if not self._pods_by_node[old_node]:
                 del self._pods_by_node[old_node]
         if new_node:
-            self._pods_by_node[new_node].add(key)
+            self._pods_by_node[new_node].add(pod.key)
+        return old
 
-    def _index_node(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
-        old_pid = ((old or {}).get("spec") or {}).get("providerID")
-        if old_pid:
-            self._node_by_provider_id.pop(old_pid, None)
-        pid = (obj.get("spec") or {}).get("providerID")
-        if pid and etype != "DELETED":
-            self._node_by_provider_id[pid] = obj["metadata"]["name"]
+    def _index_node(self, etype: EventType, node: NodeView) -> NodeView | None:
+        old = self._nodes.get(node.name)
+        if etype == "DELETED":
+            self._nodes.pop(node.name, None)
+        else:
+            self._nodes[node.name] = node
+        if old is not None and old.provider_id:
+            self._node_by_provider_id.pop(old.provider_id, None)
+        if node.provider_id and etype != "DELETED":
+            self._node_by_provider_id[node.provider_id] = node.name
+        return old
+
+    def _index_claim(self, etype: EventType, claim: NodeClaimView) -> NodeClaimView | None:
+        old = self._claims.get(claim.name)
+        if etype == "DELETED":
+            self._claims.pop(claim.name, None)
+        else:
+            self._claims[claim.name] = claim
+        if old is not None and old.provider_id and old.provider_id != claim.provider_id:
+            self._drop_claim_pid(old.provider_id, claim.name)
+        if claim.provider_id:
+            if etype == "DELETED":
+                self._drop_claim_pid(claim.provider_id, claim.name)
+            else:
+                self._claims_by_provider_id[claim.provider_id][claim.name] = None
+        return old
+
+    def _drop_claim_pid(self, provider_id: str, name: str) -> None:
+        names = self._claims_by_provider_id.get(provider_id)
+        if names is not None:
+            names.pop(name, None)
+            if not names:
+                del self._claims_by_provider_id[provider_id]
 
     async def run(self) -> None:
         await asyncio.gather(*(inf.run() for inf in self.informers.values()))
@@ -125,7 +208,59 @@ class ClusterState:
     def synced(self) -> bool:
         return all(inf.synced.is_set() for inf in self.informers.values())
 
-    # --- reads -----------------------------------------------------------------------------
+    # --- views -----------------------------------------------------------------------------
+    def pod_views(self) -> Iterable[PodView]:
+        return self._pods.values()
+
+    def pod_view(self, key: str) -> PodView | None:
+        return self._pods.get(key)
+
+    def node_views(self) -> Mapping[str, NodeView]:
+        return self._nodes
+
+    def claim_views(self) -> Mapping[str, NodeClaimView]:
+        return self._claims
+
+    def pod_views_on_node(self, node_name: str) -> list[PodView]:
+        pods = self._pods
+        return [pods[k] for k in sorted(self._pods_by_node.get(node_name, ())) if k in pods]
+
+    def node_view_by_provider_id(self, provider_id: str) -> NodeView | None:
+        name = self._node_by_provider_id.get(provider_id)
+        return self._nodes.get(name) if name else None
+
+    def node_view_for_claim(self, claim: NodeClaimView) -> NodeView | None:
+        """The NodeClaim's Node: the one with its providerID, else the one its status names."""
+        if claim.provider_id:
+            node = self.node_view_by_provider_id(claim.provider_id)
+            if node is not None:
+                return node
+        return self._nodes.get(claim.node_name) if claim.node_name else None
+
+    def claim_view_for_node(self, node: NodeView) -> NodeClaimView | None:
+        """The NodeClaim whose status.providerID is the Node's, or None."""
+        if not node.provider_id:
+            return None
+        for name in self._claims_by_provider_id.get(node.provider_id, ()):
+            claim = self._claims.get(name)
+            if claim is not None and claim.provider_id == node.provider_id:
+                return claim
+        return None
+
+    def state_nodes(self) -> list[StateNode]:
+        """Every NodeClaim with its Node (if it has one yet), then every Node no NodeClaim owns."""
+        out: list[StateNode] = []
+        owned: set[str] = set()
+        for claim in self._claims.values():
+            node = self.node_view_for_claim(claim)
+            if node is not None:
+                owned.add(node.name)
+            out.append(StateNode(node=node, claim=claim))
+        out.extend(StateNode(node=node) for name, node in self._nodes.items() if name not in owned)
+        return out
+
+    # --- dicts: the kinds without views, and Pods/Nodes/NodeClaims for callers not converted to
+    # views yet (provisioning/, gang/, disruption/controller.py); drop those once they read views.
     def store(self, kind: str) -> dict[str, Obj]:
         return self.informers[kind].store
 
@@ -151,31 +286,12 @@ class ClusterState:
         return self.store("PodDisruptionBudget").values()
 
     def pods_on_node(self, node_name: str) -> list[Obj]:
-        store = self.store("Pod")
-        return [store[k] for k in sorted(self._pods_by_node.get(node_name, ())) if k in store]
-
-    def node_by_provider_id(self, provider_id: str) -> Obj | None:
-        name = self._node_by_provider_id.get(provider_id)
-        return self.nodes().get(name) if name else None
+        return [p.raw for p in self.pod_views_on_node(node_name)]
 
     def node_for_claim(self, claim: Obj) -> Obj | None:
-        status = claim.get("status") or {}
-        pid = status.get("providerID")
-        if pid:
-            node = self.node_by_provider_id(pid)
-            if node is not None:
-                return node
-        name = status.get("nodeName")
-        return self.nodes().get(name) if name else None
+        node = self.node_view_for_claim(NodeClaimView.of(claim))
+        return node.raw if node is not None else None
 
     def claim_for_node(self, node: Obj) -> Obj | None:
-        pid = (node.get("spec") or {}).get("providerID")
-        if not pid:
-            return None
-        for claim in self.nodeclaims().values():
-            if (claim.get("status") or {}).get("providerID") == pid:
-                return claim
-        return None
-
-    def unschedulable_pods(self) -> list[Obj]:
-        return [p for p in self.pods() if is_unschedulable(p)]
+        claim = self.claim_view_for_node(NodeView.of(node))
+        return claim.raw if claim is not None else None

@@ -10,9 +10,9 @@ import structlog
 
 from controller.clock import Clock
 from controller.kube.resources import Resource, key_of
+from controller.state.views import Obj
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Handler = Callable[[EventType, Obj, Obj | None], None]
 

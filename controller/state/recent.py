@@ -9,9 +9,9 @@ deleted before the cache ever saw it must not be counted forever).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-Obj = dict[str, Any]
+from controller.state.views import Obj
+
 TTL_SECONDS = 60.0
 
 

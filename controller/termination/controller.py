@@ -20,36 +20,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Literal
+from typing import Literal
 
 import structlog
 
 from api.v1.conditions import DRAINED
-from api.v1.labels import LABEL_NODEPOOL, TAINT_DISRUPTED, TAINT_DISRUPTED_EFFECT
-from controller.clock import parse_time
+from api.v1.labels import TAINT_DISRUPTED, TAINT_DISRUPTED_EFFECT
+from controller.clock import format_seconds
 from controller.cloudprovider.types import CloudProviderError, NodeClaimNotFoundError
 from controller.context import Context
 from controller.kube.client import ApiError, ConflictError, InvalidError, NotFoundError, TooManyRequestsError
 from controller.kube.resources import NODECLAIMS, NODES, PODS
-from controller.nodeclaim import conditions as c
-from controller.nodeclaim.decide import fmt_seconds
-from controller.nodeclaim.deletion import delete_nodeclaim, termination_reason
-from controller.nodeclaim.lifecycle import newer
-from controller.nodeclaim.nodes import finalizer_patch, has_finalizer, taint_patch
+from controller.state.deletion import delete_nodeclaim, termination_reason
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
+from controller.state.views import NodeClaimView, NodeView, PodView, TaintRef, newer
+from controller.state.writes import ConditionUpdate, finalizer_patch, matches, taint_patch, with_conditions
 from controller.termination import metrics
 from controller.termination.drain import DrainPlan, grace_deadline, plan_drain, seconds_until
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 
 DRAIN_RECHECK_SECONDS = 5.0
 NODE_GONE_RECHECK_SECONDS = 10.0
 CONFLICT_RETRY_SECONDS = 0.5
 EVICTION_CONCURRENCY = 16
 CLAIM, NODE = "nodeclaim/", "node/"
-DISRUPTED_TAINT: Obj = {"key": TAINT_DISRUPTED, "effect": TAINT_DISRUPTED_EFFECT}
+DISRUPTED_TAINT = TaintRef(key=TAINT_DISRUPTED, effect=TAINT_DISRUPTED_EFFECT)
 
 
 class TerminationController:
@@ -57,7 +54,7 @@ class TerminationController:
         self.ctx = ctx
         self.queue = WorkQueue(name="termination", clock=ctx.clock)
         self._workers = workers
-        self._latest: dict[str, Obj] = {}
+        self._latest: dict[str, NodeClaimView] = {}
         self._draining: dict[str, str] = {}  # node name -> NodeClaim name
         self._instance_deleted: set[str] = set()  # NodeClaim uids
         self._announced: set[str] = set()  # NodeClaim uids whose Terminating event went out
@@ -66,42 +63,41 @@ class TerminationController:
 
     async def run(self) -> None:
         cluster = self.ctx.cluster
-        cluster.subscribe("NodeClaim", self._on_claim)
-        cluster.subscribe("Node", self._on_node)
-        cluster.subscribe("Pod", self._on_pod)
+        cluster.subscribe_views("NodeClaim", self._on_claim)
+        cluster.subscribe_views("Node", self._on_node)
+        cluster.subscribe_views("Pod", self._on_pod)
         await cluster.wait_synced()
-        for name, claim in list(cluster.nodeclaims().items()):
-            if claim["metadata"].get("deletionTimestamp"):
+        for name, claim in list(cluster.claim_views().items()):
+            if claim.deleting:
                 self.queue.add(CLAIM + name)
-        for name, node in list(cluster.nodes().items()):
-            if node["metadata"].get("deletionTimestamp"):
+        for name, node in list(cluster.node_views().items()):
+            if node.deleting:
                 self.queue.add(NODE + name)
         await self.queue.run(self.reconcile, workers=self._workers)
 
-    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
-        name = obj["metadata"]["name"]
+    def _on_claim(self, etype: EventType, claim: NodeClaimView, old: NodeClaimView | None) -> None:
         if etype == "DELETED":
-            self._latest.pop(name, None)
-            self._instance_deleted.discard(str(obj["metadata"].get("uid")))
-            self._announced.discard(str(obj["metadata"].get("uid")))
+            self._latest.pop(claim.name, None)
+            self._instance_deleted.discard(str(claim.uid))
+            self._announced.discard(str(claim.uid))
             return
-        if obj["metadata"].get("deletionTimestamp"):
-            self.queue.add(CLAIM + name)
+        if claim.deleting:
+            self.queue.add(CLAIM + claim.name)
 
-    def _on_node(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
-        name = obj["metadata"]["name"]
+    def _on_node(self, etype: EventType, node: NodeView, old: NodeView | None) -> None:
+        name = node.name
         if etype == "DELETED":
             claim = self._draining.pop(name, None)
-            if claim is None and name in self.ctx.cluster.nodeclaims():
+            if claim is None and name in self.ctx.cluster.claim_views():
                 claim = name
             if claim is not None:
                 self.queue.add(CLAIM + claim)
             return
-        if obj["metadata"].get("deletionTimestamp"):
+        if node.deleting:
             self.queue.add(NODE + name)
 
-    def _on_pod(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
-        node = (obj.get("spec") or {}).get("nodeName") or ((old or {}).get("spec") or {}).get("nodeName")
+    def _on_pod(self, etype: EventType, pod: PodView, old: PodView | None) -> None:
+        node = pod.node_name or (old.node_name if old is not None else None)
         if node and node in self._draining:
             self.queue.add(CLAIM + self._draining[node])
 
@@ -119,8 +115,8 @@ class TerminationController:
         except NotFoundError:
             return None
 
-    def _claim(self, name: str) -> Obj | None:
-        cached = self.ctx.cluster.nodeclaims().get(name)
+    def _claim(self, name: str) -> NodeClaimView | None:
+        cached = self.ctx.cluster.claim_views().get(name)
         if cached is None:
             self._latest.pop(name, None)
             return None
@@ -129,53 +125,51 @@ class TerminationController:
             self._latest.pop(name, None)
         return best
 
-    def _node_of(self, claim: Obj) -> Obj | None:
-        node = self.ctx.cluster.node_for_claim(claim)
+    def _node_of(self, claim: NodeClaimView) -> NodeView | None:
+        node = self.ctx.cluster.node_view_for_claim(claim)
         if node is not None:
             return node
-        status = claim.get("status") or {}
-        candidate = self.ctx.cluster.nodes().get(claim["metadata"]["name"])
-        if candidate is not None and (candidate.get("spec") or {}).get("providerID") == status.get("providerID"):
+        candidate = self.ctx.cluster.node_views().get(claim.name)
+        if candidate is not None and candidate.provider_id == claim.provider_id:
             return candidate
         return None
 
-    def _claim_of(self, node: Obj) -> Obj | None:
-        name = node["metadata"]["name"]
-        pid = (node.get("spec") or {}).get("providerID")
-        claim = self.ctx.cluster.nodeclaims().get(name)
-        if claim is not None and (claim.get("status") or {}).get("providerID") in (None, pid):
+    def _claim_of(self, node: NodeView) -> NodeClaimView | None:
+        claim = self.ctx.cluster.claim_views().get(node.name)
+        if claim is not None and claim.provider_id in (None, node.provider_id):
             return claim
-        return self.ctx.cluster.claim_for_node(node)
+        return self.ctx.cluster.claim_view_for_node(node)
 
-    async def _set_drained(self, claim: Obj, *, status: Literal["True", "False"], reason: str, message: str) -> Obj:
-        update = c.ConditionUpdate(DRAINED, status, reason, message)
-        if c.matches(claim, update):
+    async def _set_drained(
+        self, claim: NodeClaimView, *, status: Literal["True", "False"], reason: str, message: str
+    ) -> NodeClaimView:
+        update = ConditionUpdate(DRAINED, status, reason, message)
+        if matches(claim, update):
             return claim
         body = {
-            "metadata": {"resourceVersion": claim["metadata"].get("resourceVersion")},
-            "status": {"conditions": c.with_conditions(claim, [update], now=self.ctx.clock.now())},
+            "metadata": {"resourceVersion": claim.resource_version or None},
+            "status": {"conditions": with_conditions(claim.raw, [update], now=self.ctx.clock.now())},
         }
-        name = claim["metadata"]["name"]
-        obj = await self.ctx.client.patch(NODECLAIMS, name, body, subresource="status")
-        self._latest[name] = obj
-        return obj
+        written = NodeClaimView.of(await self.ctx.client.patch(NODECLAIMS, claim.name, body, subresource="status"))
+        self._latest[claim.name] = written
+        return written
 
     async def _reconcile_claim(self, name: str) -> float | None:
         claim = self._claim(name)
-        if claim is None or not claim["metadata"].get("deletionTimestamp") or not has_finalizer(claim):
+        if claim is None or not claim.deleting or not claim.has_finalizer():
             return None
-        nodepool = (claim["metadata"].get("labels") or {}).get(LABEL_NODEPOOL, "")
+        nodepool = claim.nodepool
         node = self._node_of(claim)
-        node_name = node["metadata"]["name"] if node is not None else None
+        node_name = node.name if node is not None else None
         now = self.ctx.clock.now()
 
-        uid = str(claim["metadata"].get("uid"))
-        if c.find(claim, DRAINED) is None and uid not in self._announced:
+        uid = str(claim.uid)
+        if claim.condition(DRAINED) is None and uid not in self._announced:
             self._announced.add(uid)
             reason = termination_reason(claim)
             target = f"Node {node_name}" if node_name else "no Node"
             await self.ctx.events.emit(
-                claim,
+                claim.raw,
                 reason="Terminating",
                 message=f"Terminating ({reason}): draining {target}, then deleting the instance",
             )
@@ -184,10 +178,10 @@ class TerminationController:
         if node is not None and node_name is not None:
             self._draining[node_name] = name
             patch = taint_patch(node, add=[DISRUPTED_TAINT])
-            if patch and not node["metadata"].get("deletionTimestamp"):
+            if patch and not node.deleting:
                 await self.ctx.client.patch(NODES, node_name, patch, patch_type="json")
             deadline = grace_deadline(claim)
-            plan = plan_drain(pods=self.ctx.cluster.pods_on_node(node_name), now=now, deadline=deadline)
+            plan = plan_drain(pods=self.ctx.cluster.pod_views_on_node(node_name), now=now, deadline=deadline)
             if not plan.done:
                 blocked = await self._act(plan, claim=claim, node_name=node_name, nodepool=nodepool)
                 detail = f"evicting pods from Node {node_name}"
@@ -209,28 +203,28 @@ class TerminationController:
 
         if uid not in self._instance_deleted:
             try:
-                await self.ctx.cloud.delete(claim)
-                log.info("nodeclaim.instance_deleted", nodeclaim=name, provider_id=_pid(claim), node=node_name)
+                await self.ctx.cloud.delete(claim.raw)
+                log.info("nodeclaim.instance_deleted", nodeclaim=name, provider_id=claim.provider_id, node=node_name)
             except NodeClaimNotFoundError:
-                log.debug("nodeclaim.instance_already_gone", nodeclaim=name, provider_id=_pid(claim))
+                log.debug("nodeclaim.instance_already_gone", nodeclaim=name, provider_id=claim.provider_id)
             except CloudProviderError as err:
                 log.warning("nodeclaim.instance_not_deleted", nodeclaim=name, error=str(err))
                 return NODE_GONE_RECHECK_SECONDS
             self._instance_deleted.add(uid)
 
         if node is not None and node_name is not None:
-            fresh: Obj | None = self.ctx.cluster.nodes().get(node_name) or node
+            fresh: NodeView | None = self.ctx.cluster.node_views().get(node_name) or node
             assert fresh is not None
             patch = finalizer_patch(fresh, add=False)
             if patch:
                 try:
-                    fresh = await self.ctx.client.patch(NODES, node_name, patch, patch_type="json")
+                    fresh = NodeView.of(await self.ctx.client.patch(NODES, node_name, patch, patch_type="json"))
                 except NotFoundError:
                     fresh = None
-            if fresh is not None and not fresh["metadata"].get("deletionTimestamp"):
+            if fresh is not None and not fresh.deleting:
                 # the provider did not remove the Node object itself
                 with contextlib.suppress(NotFoundError, ConflictError):
-                    await self.ctx.client.delete(NODES, node_name, uid=fresh["metadata"].get("uid"))
+                    await self.ctx.client.delete(NODES, node_name, uid=fresh.uid)
             return NODE_GONE_RECHECK_SECONDS  # the Node's DELETED event brings us back sooner
 
         patch = finalizer_patch(claim, add=False)
@@ -238,7 +232,7 @@ class TerminationController:
         self._latest.pop(name, None)
         self._instance_deleted.discard(uid)
         reason = termination_reason(claim)
-        deleted_at = parse_time(claim["metadata"].get("deletionTimestamp"))
+        deleted_at = claim.deleted_at
         took = (now - deleted_at).total_seconds() if deleted_at else 0.0
         metrics.TERMINATED.labels(nodepool, reason).inc()
         metrics.TERMINATION_SECONDS.labels(nodepool).observe(max(0.0, took))
@@ -246,24 +240,25 @@ class TerminationController:
             "nodeclaim.terminated",
             nodeclaim=name,
             nodepool=nodepool,
-            provider_id=_pid(claim),
+            provider_id=claim.provider_id,
             reason=reason,
             seconds=round(took, 3),
         )
-        pid = _pid(claim)
+        pid = claim.provider_id
         what = f"Instance {pid} deleted and Node gone" if pid else "No instance was launched; released"
-        await self.ctx.events.emit(claim, reason="Terminated", message=f"{what} {fmt_seconds(took)} after deletion")
+        await self.ctx.events.emit(
+            claim.raw, reason="Terminated", message=f"{what} {format_seconds(took)} after deletion"
+        )
         return None
 
-    async def _act(self, plan: DrainPlan, *, claim: Obj, node_name: str, nodepool: str) -> list[str]:
+    async def _act(self, plan: DrainPlan, *, claim: NodeClaimView, node_name: str, nodepool: str) -> list[str]:
         """Evict or delete what the plan says; the pods whose eviction was refused."""
-        claim_name = claim["metadata"]["name"]
+        claim_name = claim.name
         blocked: list[str] = []
         gate = asyncio.Semaphore(EVICTION_CONCURRENCY)
 
-        async def evict(pod: Obj) -> None:
-            meta = pod["metadata"]
-            ns, pod_name = meta.get("namespace", "default"), meta["name"]
+        async def evict(pod: PodView) -> None:
+            ns, pod_name = pod.namespace, pod.name
             async with gate:
                 try:
                     await self.ctx.client.evict(ns, pod_name)
@@ -272,7 +267,7 @@ class TerminationController:
                     metrics.EVICTIONS_BLOCKED.labels(nodepool).inc()
                     log.info("node.eviction_blocked", node=node_name, pod=f"{ns}/{pod_name}", reason=err.message)
                     await self.ctx.events.emit(
-                        pod,
+                        pod.raw,
                         reason="EvictionBlocked",
                         message=f"Cannot evict from Node {node_name} (NodeClaim {claim_name} terminating): "
                         f"{err.message}",
@@ -287,27 +282,24 @@ class TerminationController:
             metrics.EVICTED_PODS.labels(nodepool, "evict").inc()
             log.info("node.pod_evicted", node=node_name, pod=f"{ns}/{pod_name}", nodeclaim=claim_name)
             await self.ctx.events.emit(
-                pod,
+                pod.raw,
                 reason="Evicted",
                 message=f"Evicted from Node {node_name}: NodeClaim {claim_name} is terminating",
             )
 
-        async def delete(pod: Obj) -> None:
-            meta = pod["metadata"]
-            ns, pod_name = meta.get("namespace", "default"), meta["name"]
-            force = 0 if meta.get("deletionTimestamp") else None
+        async def delete(pod: PodView) -> None:
+            ns, pod_name = pod.namespace, pod.name
+            force = 0 if pod.deleting else None
             async with gate:
                 try:
-                    await self.ctx.client.delete(
-                        PODS, pod_name, namespace=ns, grace_period_seconds=force, uid=meta.get("uid")
-                    )
+                    await self.ctx.client.delete(PODS, pod_name, namespace=ns, grace_period_seconds=force, uid=pod.uid)
                 except (NotFoundError, ConflictError):
                     return
                 except ApiError as err:
                     log.warning("node.pod_delete_failed", node=node_name, pod=f"{ns}/{pod_name}", error=str(err))
                     return
             metrics.EVICTED_PODS.labels(nodepool, "delete").inc()
-            grace = (claim.get("spec") or {}).get("terminationGracePeriod")
+            grace = claim.termination_grace_period
             log.info(
                 "node.pod_deleted",
                 node=node_name,
@@ -315,7 +307,7 @@ class TerminationController:
                 reason=f"terminationGracePeriod {grace} ran out",
             )
             await self.ctx.events.emit(
-                pod,
+                pod.raw,
                 reason="Evicted",
                 message=f"Deleted from Node {node_name}: NodeClaim {claim_name}'s "
                 f"terminationGracePeriod ({grace}) ran out",
@@ -326,8 +318,8 @@ class TerminationController:
         return sorted(blocked)
 
     async def _reconcile_node(self, name: str) -> float | None:
-        node = self.ctx.cluster.nodes().get(name)
-        if node is None or not node["metadata"].get("deletionTimestamp") or not has_finalizer(node):
+        node = self.ctx.cluster.node_views().get(name)
+        if node is None or not node.deleting or not node.has_finalizer():
             return None
         claim = self._claim_of(node)
         if claim is None:
@@ -335,9 +327,9 @@ class TerminationController:
             await self.ctx.client.patch(NODES, name, patch, patch_type="json")
             log.info("node.finalizer_removed", node=name, reason="no NodeClaim owns the Node")
             return None
-        claim_name = claim["metadata"]["name"]
+        claim_name = claim.name
         self._draining[name] = claim_name
-        if not claim["metadata"].get("deletionTimestamp"):
+        if not claim.deleting:
             await delete_nodeclaim(
                 self.ctx,
                 claim,
@@ -348,8 +340,3 @@ class TerminationController:
             log.info("node.deleted_by_user", node=name, nodeclaim=claim_name, reason="terminating its NodeClaim")
         self.queue.add(CLAIM + claim_name)
         return None
-
-
-def _pid(claim: Obj) -> str | None:
-    pid = (claim.get("status") or {}).get("providerID")
-    return str(pid) if pid else None

@@ -13,67 +13,32 @@ the NodeClaim's deletion, every pod left is deleted outright, PDB or not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from api.v1.labels import ANNOTATION_DO_NOT_DISRUPT, TAINT_DISRUPTED, TAINT_DISRUPTED_EFFECT
 from api.v1.types import parse_duration
-from controller.clock import parse_time
+from controller.state.views import NodeClaimView, PodView
 
-Obj = dict[str, Any]
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
-def tolerates(pod: Mapping[str, Any], *, key: str, effect: str, value: str | None = None) -> bool:
-    """Whether one of the pod's tolerations matches the taint (the scheduler's matching rules)."""
-    for tol in (pod.get("spec") or {}).get("tolerations") or []:
-        if tol.get("effect") and tol.get("effect") != effect:
-            continue
-        op = tol.get("operator") or "Equal"
-        if not tol.get("key"):
-            if op == "Exists":
-                return True
-            continue
-        if tol.get("key") != key:
-            continue
-        if op == "Exists" or (tol.get("value") or "") == (value or ""):
-            return True
-    return False
+def is_drainable(pod: PodView) -> bool:
+    return pod.is_drainable
 
 
-def _is_daemon(pod: Mapping[str, Any]) -> bool:
-    return any(ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])
+def is_critical(pod: PodView) -> bool:
+    return pod.priority_class_name in CRITICAL_PRIORITY_CLASSES
 
 
-def is_drainable(pod: Mapping[str, Any]) -> bool:
-    meta = pod.get("metadata") or {}
-    if _is_daemon(pod) or MIRROR_ANNOTATION in (meta.get("annotations") or {}):
-        return False
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return False
-    return not tolerates(pod, key=TAINT_DISRUPTED, effect=TAINT_DISRUPTED_EFFECT)
-
-
-def is_critical(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("spec") or {}).get("priorityClassName") in CRITICAL_PRIORITY_CLASSES
-
-
-def is_do_not_disrupt(pod: Mapping[str, Any]) -> bool:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(ANNOTATION_DO_NOT_DISRUPT) == "true"
-
-
-def grace_deadline(claim: Mapping[str, Any]) -> datetime | None:
+def grace_deadline(claim: NodeClaimView) -> datetime | None:
     """deletionTimestamp + spec.terminationGracePeriod; None when unset (wait for PDBs forever)."""
-    deleted = parse_time((claim.get("metadata") or {}).get("deletionTimestamp"))
-    raw = (claim.get("spec") or {}).get("terminationGracePeriod")
+    deleted = claim.deleted_at
+    raw = claim.termination_grace_period
     if deleted is None or not raw:
         return None
     try:
-        period = parse_duration(str(raw))
+        period = parse_duration(raw)
     except ValueError:
         return None
     return None if period is None else deleted + period
@@ -81,9 +46,9 @@ def grace_deadline(claim: Mapping[str, Any]) -> datetime | None:
 
 @dataclass(frozen=True, slots=True)
 class DrainPlan:
-    evict: tuple[Obj, ...] = ()  # evict now through the Eviction API
-    delete: tuple[Obj, ...] = ()  # delete now: the grace period is over
-    waiting: tuple[Obj, ...] = ()  # still there, nothing to do for them yet
+    evict: tuple[PodView, ...] = ()  # evict now through the Eviction API
+    delete: tuple[PodView, ...] = ()  # delete now: the grace period is over
+    waiting: tuple[PodView, ...] = ()  # still there, nothing to do for them yet
 
     @property
     def done(self) -> bool:
@@ -94,12 +59,12 @@ class DrainPlan:
         return len(self.evict) + len(self.delete) + len(self.waiting)
 
 
-def plan_drain(*, pods: Iterable[Obj], now: datetime, deadline: datetime | None) -> DrainPlan:
+def plan_drain(*, pods: Iterable[PodView], now: datetime, deadline: datetime | None) -> DrainPlan:
     drainable = [p for p in pods if is_drainable(p)]
     if deadline is not None and now >= deadline:
         return DrainPlan(delete=tuple(drainable))
-    waiting = [p for p in drainable if p["metadata"].get("deletionTimestamp") or is_do_not_disrupt(p)]
-    active = [p for p in drainable if not (p["metadata"].get("deletionTimestamp") or is_do_not_disrupt(p))]
+    waiting = [p for p in drainable if p.deleting or p.do_not_disrupt]
+    active = [p for p in drainable if not (p.deleting or p.do_not_disrupt)]
     normal = [p for p in active if not is_critical(p)]
     critical = [p for p in active if is_critical(p)]
     if normal or any(not is_critical(p) for p in waiting):

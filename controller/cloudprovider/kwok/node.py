@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from api.v1.labels import (
     ANNOTATION_KWOK_NODE,
     API_VERSION,
@@ -21,8 +19,8 @@ from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec
 from controller.cloudprovider.kwok.offerings import offering_labels
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.instancetypes import Offering as CatalogOffering
+from controller.state.views import NodeClaimView, Obj, TaintRef
 
-Obj = dict[str, Any]
 PROVIDER_ID_PREFIX = "kwok://"
 
 # Label keys a requirement must never copy onto a Node: they belong to the kubelet or to joiner.
@@ -37,38 +35,35 @@ def is_kwok_provider_id(provider_id: str | None) -> bool:
     return bool(provider_id) and str(provider_id).startswith(PROVIDER_ID_PREFIX)
 
 
-def _taints(nodeclaim: Obj) -> list[Obj]:
-    spec = nodeclaim.get("spec") or {}
+def _taints(nodeclaim: NodeClaimView) -> list[Obj]:
     out: list[Obj] = []
     seen: set[tuple[str, str]] = set()
-    unregistered = {"key": TAINT_UNREGISTERED, "effect": TAINT_UNREGISTERED_EFFECT}
-    for taint in [*(spec.get("taints") or []), *(spec.get("startupTaints") or []), unregistered]:
-        key = (str(taint.get("key")), str(taint.get("effect")))
-        if key in seen:
+    unregistered = TaintRef(key=TAINT_UNREGISTERED, effect=TAINT_UNREGISTERED_EFFECT)
+    for taint in [*nodeclaim.taints, *nodeclaim.startup_taints, unregistered]:
+        if taint.ident in seen:
             continue
-        seen.add(key)
-        out.append({k: v for k, v in taint.items() if k in ("key", "value", "effect") and v is not None})
+        seen.add(taint.ident)
+        out.append(taint.as_dict())
     return out
 
 
-def node_labels(*, nodeclaim: Obj, instance_type: InstanceType, offering: CatalogOffering) -> dict[str, str]:
+def node_labels(*, nodeclaim: NodeClaimView, instance_type: InstanceType, offering: CatalogOffering) -> dict[str, str]:
     """NodeClaim labels, single-valued `In` requirements, then the machine's own labels (which win)."""
-    name = nodeclaim["metadata"]["name"]
     labels: dict[str, str] = {}
-    for req in (nodeclaim.get("spec") or {}).get("requirements") or []:
+    for req in nodeclaim.requirements:
         key = normalize_label_key(str(req.get("key", "")))
         values = req.get("values") or []
         if req.get("operator") == "In" and len(values) == 1 and key not in _NOT_FROM_REQUIREMENTS:
             labels[key] = str(values[0])
-    labels.update(nodeclaim["metadata"].get("labels") or {})
+    labels.update(nodeclaim.labels)
     labels.update(offering_labels(instance_type, offering))
-    labels[LABEL_HOSTNAME] = name
+    labels[LABEL_HOSTNAME] = nodeclaim.name
     return labels
 
 
 def build_node(
     *,
-    nodeclaim: Obj,
+    nodeclaim: NodeClaimView,
     instance_type: InstanceType,
     offering: CatalogOffering,
     nodeclass: KWOKNodeClassSpec,
@@ -78,8 +73,7 @@ def build_node(
     Failure injection: no kwok annotation for `neverReady` types (kwok then never makes it Ready);
     no `nvidia.com/gpu` in allocatable for `hideGPUs` types.
     """
-    meta = nodeclaim["metadata"]
-    name = str(meta["name"])
+    name = nodeclaim.name
     failures = nodeclass.failures
     labels = node_labels(nodeclaim=nodeclaim, instance_type=instance_type, offering=offering)
     annotations: dict[str, str] = {}
@@ -94,13 +88,13 @@ def build_node(
         "annotations": annotations,
         "finalizers": [FINALIZER_TERMINATION],
     }
-    if meta.get("uid"):
+    if nodeclaim.uid:
         metadata["ownerReferences"] = [
             {
                 "apiVersion": API_VERSION,
                 "kind": "NodeClaim",
                 "name": name,
-                "uid": meta["uid"],
+                "uid": nodeclaim.uid,
                 "blockOwnerDeletion": True,
             }
         ]

@@ -20,12 +20,11 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import structlog
 
 from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
-from controller.clock import Clock, parse_time
+from controller.clock import Clock
 from controller.cloudprovider.catalog import parse_catalog_text
 from controller.cloudprovider.kwok.node import build_node, is_kwok_provider_id, provider_id_for
 from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec, parse_nodeclass
@@ -42,12 +41,12 @@ from controller.kube.client import ApiError, ConflictError, KubeClient, NotFound
 from controller.kube.resources import CONFIGMAPS, NODES
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.instancetypes import Offering as CatalogOffering
-from controller.state.cluster import ClusterState, condition, condition_true
+from controller.state.cluster import ClusterState
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
+from controller.state.views import NodeClaimView, NodeView, Obj
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 IMAGE_PREFIX = "kwok://image/"
 CATALOG_KEY = "catalog.json"
 CATALOG_REFRESH_SECONDS = 60.0
@@ -114,11 +113,12 @@ class KWOKCloudProvider:
 
     async def create(self, nodeclaim: Obj) -> Instance:
         self._ensure_running()
-        name = str(nodeclaim["metadata"]["name"])
+        claim = NodeClaimView.of(nodeclaim)
+        name = claim.name
         previous = self._launches.get(name)
         if previous is not None:
             return previous.instance
-        nodeclass = self.nodeclass_for(nodeclaim)
+        nodeclass = self.nodeclass_for(claim)
         catalog = await self._catalog_for(nodeclass)
         candidates = compatible(nodeclaim=nodeclaim, catalog=catalog.types)
         if not candidates:
@@ -153,22 +153,22 @@ class KWOKCloudProvider:
         if it.name in nodeclass.failures.never_register:
             log.info("kwok.node_withheld", nodeclaim=name, reason="the instance type is in failures.neverRegister")
         elif nodeclass.registration_delay_seconds <= 0:
-            await self._create_node(nodeclaim, it, offering, nodeclass)
+            await self._create_node(claim, it, offering, nodeclass)
         else:
             self._queue.add_after(name, nodeclass.registration_delay_seconds)
         return instance
 
     async def delete(self, nodeclaim: Obj) -> None:
-        name = str(nodeclaim["metadata"]["name"])
-        provider_id = (nodeclaim.get("status") or {}).get("providerID") or provider_id_for(name)
+        claim = NodeClaimView.of(nodeclaim)
+        name = claim.name
+        provider_id = claim.provider_id or provider_id_for(name)
         launch = self._launches.pop(name, None)
         node = await self._find_node(name=name, provider_id=provider_id)
         if node is not None:
-            meta = node["metadata"]
-            if not meta.get("deletionTimestamp"):
+            if not node.deleting:
                 with contextlib.suppress(NotFoundError):
-                    await self._client.delete(NODES, meta["name"], uid=meta.get("uid"))
-                log.info("kwok.instance_deleted", nodeclaim=name, node=meta["name"], provider_id=provider_id)
+                    await self._client.delete(NODES, node.name, uid=node.uid)
+                log.info("kwok.instance_deleted", nodeclaim=name, node=node.name, provider_id=provider_id)
             return
         if launch is not None or self._pending_claim(provider_id) is not None:
             log.info("kwok.instance_deleted", nodeclaim=name, provider_id=provider_id, reason="no Node yet")
@@ -176,7 +176,7 @@ class KWOKCloudProvider:
         raise NodeClaimNotFoundError(f"no kwok instance {provider_id} (no Node, no launch record)")
 
     async def get(self, provider_id: str) -> Instance:
-        node = self._cluster.node_by_provider_id(provider_id)
+        node = self._cluster.node_view_by_provider_id(provider_id)
         if node is not None and is_kwok_provider_id(provider_id):
             return self._instance_from_node(node)
         for launch in self._launches.values():
@@ -192,16 +192,15 @@ class KWOKCloudProvider:
     async def list(self) -> list[Instance]:
         self._ensure_running()
         out: dict[str, Instance] = {}
-        for node in self._cluster.nodes().values():
-            pid = (node.get("spec") or {}).get("providerID")
-            if is_kwok_provider_id(pid):
-                out[str(pid)] = self._instance_from_node(node)
-        for claim in self._cluster.nodeclaims().values():
-            pid = (claim.get("status") or {}).get("providerID")
-            if is_kwok_provider_id(pid) and pid not in out:
+        for node in self._cluster.node_views().values():
+            if node.provider_id is not None and is_kwok_provider_id(node.provider_id):
+                out[node.provider_id] = self._instance_from_node(node)
+        for claim in self._cluster.claim_views().values():
+            pid = claim.provider_id
+            if pid is not None and is_kwok_provider_id(pid) and pid not in out:
                 instance = self._instance_from_claim(claim)
                 if instance is not None:
-                    out[str(pid)] = instance
+                    out[pid] = instance
         for launch in self._launches.values():
             out.setdefault(launch.instance.provider_id, launch.instance)
         return list(out.values())
@@ -216,16 +215,15 @@ class KWOKCloudProvider:
         """
         ref = ((((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef")) or {}
         pool = (nodepool.get("metadata") or {}).get("name", "")
-        stub: Obj = {"metadata": {"name": f"(NodePool {pool})"}, "spec": {"nodeClassRef": ref}}
+        stub = NodeClaimView.of({"metadata": {"name": f"(NodePool {pool})"}, "spec": {"nodeClassRef": ref}})
         return (await self._catalog_for(self.nodeclass_for(stub))).types
 
     # --- NodeClass and catalog ---------------------------------------------------------------
 
-    def nodeclass_for(self, nodeclaim: Obj) -> KWOKNodeClassSpec:
+    def nodeclass_for(self, nodeclaim: NodeClaimView) -> KWOKNodeClassSpec:
         """The NodeClaim's KWOKNodeClass from the cache; NodeClassNotReadyError naming it otherwise."""
-        ref = (nodeclaim.get("spec") or {}).get("nodeClassRef") or {}
-        ref_name = ref.get("name")
-        claim_name = nodeclaim["metadata"]["name"]
+        ref_name = nodeclaim.node_class
+        claim_name = nodeclaim.name
         if not ref_name:
             raise NodeClassNotReadyError(f"NodeClaim {claim_name} has no spec.nodeClassRef.name")
         obj = self._cluster.nodeclasses().get(str(ref_name))
@@ -280,9 +278,9 @@ class KWOKCloudProvider:
             self._task = None
             lazy.cancel()
         self._running = True
-        self._cluster.subscribe("NodeClaim", self._on_claim)
+        self._cluster.subscribe_views("NodeClaim", self._on_claim)
         await self._cluster.wait_synced()
-        for name in list(self._cluster.nodeclaims()):
+        for name in list(self._cluster.claim_views()):
             self._queue.add(name)
         await self._queue.run(self.reconcile, workers=self._workers)
 
@@ -292,31 +290,28 @@ class KWOKCloudProvider:
         self._running = True
         self._task = asyncio.get_running_loop().create_task(self.run(), name="kwok-provider")
 
-    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_claim(self, etype: EventType, claim: NodeClaimView, old: NodeClaimView | None) -> None:
         if etype == "DELETED":
-            self._created.pop(obj["metadata"]["name"], None)
+            self._created.pop(claim.name, None)
             return
-        name = obj["metadata"]["name"]
-        if name in self._launches or is_kwok_provider_id((obj.get("status") or {}).get("providerID")):
-            self._queue.add(name)
+        if claim.name in self._launches or is_kwok_provider_id(claim.provider_id):
+            self._queue.add(claim.name)
 
     async def reconcile(self, name: str) -> float | None:
         """One pass for one NodeClaim: create its Node when due. Returns seconds until due, or None."""
-        claim = self._cluster.nodeclaims().get(name)
+        claim = self._cluster.claim_views().get(name)
         launch = self._launches.get(name)
-        if claim is None or claim["metadata"].get("deletionTimestamp"):
+        if claim is None or claim.deleting:
             return None
-        status = claim.get("status") or {}
-        recorded = (claim["metadata"].get("labels") or {}).get(LABEL_INSTANCE_TYPE)
-        if launch is not None and recorded and status.get("providerID") == launch.instance.provider_id:
+        if launch is not None and claim.instance_type and claim.provider_id == launch.instance.provider_id:
             self._launches.pop(name, None)  # the NodeClaim records it now; state is enough
-        provider_id = status.get("providerID") or (launch.instance.provider_id if launch else None)
-        if not is_kwok_provider_id(provider_id) or condition_true(claim, "Registered"):
+        provider_id = claim.provider_id or (launch.instance.provider_id if launch else None)
+        if not is_kwok_provider_id(provider_id) or claim.registered:
             return None
-        if self._cluster.node_by_provider_id(str(provider_id)) is not None or name in self._cluster.nodes():
+        if self._cluster.node_view_by_provider_id(str(provider_id)) is not None or name in self._cluster.node_views():
             self._created.pop(name, None)
             return None
-        if self._created.get(name) == str(claim["metadata"].get("uid")):
+        if self._created.get(name) == str(claim.uid):
             return None  # created a moment ago; the cache has not seen it yet
         try:
             nodeclass = self.nodeclass_for(claim)
@@ -324,10 +319,9 @@ class KWOKCloudProvider:
         except NodeClassNotReadyError as err:
             log.warning("kwok.node_delayed", nodeclaim=name, reason=str(err))
             return 30.0
-        labels = claim["metadata"].get("labels") or {}
-        it_name = labels.get(LABEL_INSTANCE_TYPE) or (launch.instance.instance_type if launch else None)
-        zone = labels.get(LABEL_ZONE) or (launch.instance.zone if launch else None)
-        capacity_type = labels.get(LABEL_CAPACITY_TYPE) or (launch.instance.capacity_type if launch else None)
+        it_name = claim.instance_type or (launch.instance.instance_type if launch else None)
+        zone = claim.zone or (launch.instance.zone if launch else None)
+        capacity_type = claim.capacity_type or (launch.instance.capacity_type if launch else None)
         it = catalog.by_name.get(it_name or "")
         offering = catalog.offering(it_name, zone, capacity_type)
         if it is None or offering is None:
@@ -339,8 +333,7 @@ class KWOKCloudProvider:
             return None
         if it.name in nodeclass.failures.never_register:
             return None
-        launched = condition(claim, "Launched")
-        launched_at = parse_time(launched.get("lastTransitionTime")) if launched else None
+        launched_at = claim.transition_time("Launched")
         if launched_at is None and launch is not None:
             launched_at = launch.launched_at
         if launched_at is None:
@@ -352,11 +345,11 @@ class KWOKCloudProvider:
         return None
 
     async def _create_node(
-        self, nodeclaim: Obj, it: InstanceType, offering: CatalogOffering, nodeclass: KWOKNodeClassSpec
+        self, nodeclaim: NodeClaimView, it: InstanceType, offering: CatalogOffering, nodeclass: KWOKNodeClassSpec
     ) -> None:
         node = build_node(nodeclaim=nodeclaim, instance_type=it, offering=offering, nodeclass=nodeclass)
-        name = node["metadata"]["name"]
-        uid = str(nodeclaim["metadata"].get("uid"))
+        name = nodeclaim.name
+        uid = str(nodeclaim.uid)
         if self._created.get(name) == uid:
             return  # already created, or being created by another worker right now
         self._created[name] = uid
@@ -371,7 +364,7 @@ class KWOKCloudProvider:
         log.info(
             "kwok.node_created",
             node=name,
-            provider_id=node["spec"]["providerID"],
+            provider_id=provider_id_for(name),
             instance_type=it.name,
             never_ready=it.name in nodeclass.failures.never_ready,
             hide_gpus=it.name in nodeclass.failures.hide_gpus,
@@ -379,24 +372,24 @@ class KWOKCloudProvider:
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def _pending_claim(self, provider_id: str) -> Obj | None:
+    def _pending_claim(self, provider_id: str) -> NodeClaimView | None:
         """A live NodeClaim that recorded this kwok providerID (its Node may not exist yet)."""
         if not is_kwok_provider_id(provider_id):
             return None
-        claim = self._cluster.nodeclaims().get(provider_id.removeprefix("kwok://"))
-        if claim is not None and (claim.get("status") or {}).get("providerID") == provider_id:
+        claim = self._cluster.claim_views().get(provider_id.removeprefix("kwok://"))
+        if claim is not None and claim.provider_id == provider_id:
             return claim
         return None
 
-    async def _find_node(self, *, name: str, provider_id: str) -> Obj | None:
-        node = self._cluster.node_by_provider_id(provider_id)
+    async def _find_node(self, *, name: str, provider_id: str) -> NodeView | None:
+        node = self._cluster.node_view_by_provider_id(provider_id)
         if node is not None:
             return node
         try:  # created a moment ago and not in the cache yet?
-            fresh = await self._client.get(NODES, name)
+            fresh = NodeView.of(await self._client.get(NODES, name))
         except NotFoundError:
             return None
-        return fresh if (fresh.get("spec") or {}).get("providerID") == provider_id else None
+        return fresh if fresh.provider_id == provider_id else None
 
     def _instance(
         self, *, name: str, instance_type: InstanceType, offering: CatalogOffering, image_id: str
@@ -415,47 +408,43 @@ class KWOKCloudProvider:
             state="pending",
         )
 
-    def _instance_from_claim(self, claim: Obj) -> Instance | None:
-        labels = claim["metadata"].get("labels") or {}
-        it_name = labels.get(LABEL_INSTANCE_TYPE)
-        offering = self._catalog.offering(it_name, labels.get(LABEL_ZONE), labels.get(LABEL_CAPACITY_TYPE))
-        status = claim.get("status") or {}
+    def _instance_from_claim(self, claim: NodeClaimView) -> Instance | None:
+        it_name = claim.instance_type
+        offering = self._catalog.offering(it_name, claim.zone, claim.capacity_type)
         if it_name is None or offering is None:
             # launched from a NodeClass catalog, or labels not written yet: what the status says
             return Instance(
-                provider_id=str(status.get("providerID")),
-                nodeclaim=str(claim["metadata"]["name"]),
+                provider_id=str(claim.provider_id),
+                nodeclaim=claim.name,
                 instance_type=it_name or "",
-                zone=labels.get(LABEL_ZONE, ""),
-                capacity_type=labels.get(LABEL_CAPACITY_TYPE, ""),
-                image_id=str(status.get("imageID") or ""),
-                capacity=dict(status.get("capacity") or {}),
-                allocatable=dict(status.get("allocatable") or {}),
+                zone=claim.zone or "",
+                capacity_type=claim.capacity_type or "",
+                image_id=claim.image_id or "",
+                capacity=dict(claim.capacity),
+                allocatable=dict(claim.allocatable),
                 state="pending",
             )
         return self._instance(
-            name=claim["metadata"]["name"],
+            name=claim.name,
             instance_type=self._catalog.by_name[it_name],
             offering=offering,
-            image_id=str(status.get("imageID") or ""),
+            image_id=claim.image_id or "",
         )
 
-    def _instance_from_node(self, node: Obj) -> Instance:
-        meta = node["metadata"]
-        labels = meta.get("labels") or {}
-        status = node.get("status") or {}
+    def _instance_from_node(self, node: NodeView) -> Instance:
+        labels = node.labels
         it_name = labels.get(LABEL_INSTANCE_TYPE, "")
         zone, capacity_type = labels.get(LABEL_ZONE, ""), labels.get(LABEL_CAPACITY_TYPE, "")
         offering = self._catalog.offering(it_name, zone, capacity_type)
         return Instance(
-            provider_id=str(node["spec"]["providerID"]),
-            nodeclaim=str(meta["name"]),
+            provider_id=str(node.provider_id),
+            nodeclaim=node.name,
             instance_type=it_name,
             zone=zone,
             capacity_type=capacity_type,
             price=offering.price if offering else 0.0,
-            capacity=dict(status.get("capacity") or {}),
-            allocatable=dict(status.get("allocatable") or {}),
+            capacity=dict(node.capacity),
+            allocatable=dict(node.allocatable),
             labels=dict(labels),
-            state="terminating" if meta.get("deletionTimestamp") else "running",
+            state="terminating" if node.deleting else "running",
         )

@@ -21,6 +21,7 @@ from controller.cloudprovider.kwok.nodeclass import Failures, parse_nodeclass
 from controller.cloudprovider.kwok.offerings import Candidate, choose, compatible
 from controller.cloudprovider.types import Offering
 from controller.scheduling.instancetypes import InstanceType, parse_catalog
+from controller.state.views import NodeClaimView
 from tests.unit.nodeclaim.harness import CATALOG
 
 Obj = dict[str, Any]
@@ -186,7 +187,12 @@ def _node(failures: Obj | None = None, it: str = "gpu-1") -> Obj:
     nodeclass = parse_nodeclass({"metadata": {"name": "default"}, "spec": {"failures": failures or {}}})
     instance_type = next(t for t in TYPES if t.name == it)
     offering = instance_type.offerings[0]
-    return build_node(nodeclaim=claim(types=[it]), instance_type=instance_type, offering=offering, nodeclass=nodeclass)
+    return build_node(
+        nodeclaim=NodeClaimView.of(claim(types=[it])),
+        instance_type=instance_type,
+        offering=offering,
+        nodeclass=nodeclass,
+    )
 
 
 def test_the_node_carries_the_claims_identity_labels_taints_and_resources() -> None:

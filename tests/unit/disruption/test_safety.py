@@ -6,16 +6,43 @@ from typing import Any
 
 import pytest
 
-from controller.disruption.safety import (
-    blocking_pdbs,
-    do_not_disrupt,
-    gang_blocker,
-    movable_pods,
-    safety_blockers,
-    unowned_pods,
-)
+from controller.disruption import safety
+from controller.disruption.safety import movable_pods
+from controller.state.views import NodeClaimView, NodeView, PodView
 
 Obj = dict[str, Any]
+
+
+# the cache hands these views: make them from the test's dicts
+def do_not_disrupt(obj: Obj) -> bool:
+    return safety.do_not_disrupt(PodView.of(obj))
+
+
+def safety_blockers(*, claim: Obj, node: Obj | None, pods: list[Obj], pdbs: list[Obj]) -> list[str]:
+    return safety.safety_blockers(
+        claim=NodeClaimView.of(claim),
+        node=NodeView.of(node) if node is not None else None,
+        pods=[PodView.of(p) for p in pods],
+        pdbs=pdbs,
+    )
+
+
+def blocking_pdbs(pods: list[Obj], pdbs: list[Obj]) -> list[str]:
+    return safety.blocking_pdbs([PodView.of(p) for p in pods], pdbs)
+
+
+def gang_blocker(*, claim: Obj, node: Obj | None, pods: list[Obj]) -> str | None:
+    return safety.gang_blocker(
+        claim=NodeClaimView.of(claim),
+        node=NodeView.of(node) if node is not None else None,
+        pods=[PodView.of(p) for p in pods],
+    )
+
+
+def unowned_pods(pods: list[Obj]) -> list[str]:
+    return safety.unowned_pods([PodView.of(p) for p in pods])
+
+
 OWNER = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "u1", "controller": True}]
 
 

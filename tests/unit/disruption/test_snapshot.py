@@ -5,12 +5,27 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from controller.disruption import snapshot
 from controller.disruption.budgets import Budget
-from controller.disruption.snapshot import drift_of, expiry_of, is_pending, offering_price, pool_policy
+from controller.disruption.snapshot import offering_price, pool_policy
 from controller.provisioning.nodeclaims import NODEPOOL_HASH, nodepool_hash
+from controller.state.views import NodeClaimView, PodView
 from tests.unit.disruption.builders import CATALOG
 
 Obj = dict[str, Any]
+
+
+# the cache hands these views: make them from the test's dicts
+def drift_of(claim: Obj, pool: Obj | None) -> str | None:
+    return snapshot.drift_of(NodeClaimView.of(claim), pool)
+
+
+def expiry_of(claim: Obj) -> datetime | None:
+    return snapshot.expiry_of(NodeClaimView.of(claim))
+
+
+def is_pending(pod: Obj) -> bool:
+    return snapshot.is_pending(PodView.of(pod))
 
 
 def pool(**disruption: Any) -> Obj:

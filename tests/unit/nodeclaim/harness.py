@@ -18,10 +18,10 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.events import EventRecorder
 from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODES, PODS
-from controller.nodeclaim.writer import NodeClaimWriter
 from controller.scheduling.instancetypes import parse_catalog
 from controller.settings import Settings
 from controller.state.cluster import ClusterState
+from controller.state.writer import NodeClaimWriter
 from tests.unit.nodeclaim.fakeapi import FakeKube
 
 Obj = dict[str, Any]

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from api.v1.labels import FINALIZER_TERMINATION, LABEL_NODEPOOL, TAINT_UNREGISTERED
 from controller.clock import format_time
-from controller.nodeclaim import conditions as c
 from controller.nodeclaim.decide import (
     AddFinalizer,
+    Decision,
     Initialize,
     Launch,
     NotInitialized,
@@ -21,12 +21,27 @@ from controller.nodeclaim.decide import (
     SyncNode,
     TimedOut,
     Wait,
-    decide,
 )
-from controller.nodeclaim.nodes import initialization_blockers
+from controller.nodeclaim.decide import decide as decide_on_views
+from controller.nodeclaim.nodes import initialization_blockers as blockers_on_views
 from controller.settings import Settings
+from controller.state import writes as c
+from controller.state.views import NodeClaimView, NodeView
 
 Obj = dict[str, Any]
+
+
+def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -> Decision:
+    """The cache hands the lifecycle views: make them from the test's dicts."""
+    return decide_on_views(
+        claim=NodeClaimView.of(claim), node=NodeView.of(node) if node is not None else None, now=now, settings=settings
+    )
+
+
+def initialization_blockers(claim: Obj, node: Obj) -> list[tuple[str, str]]:
+    return blockers_on_views(NodeClaimView.of(claim), NodeView.of(node))
+
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SETTINGS = Settings()
 

@@ -9,6 +9,7 @@ from controller.cloudprovider.types import Instance
 from controller.kube.resources import NODES
 from controller.nodeclaim.gc import GarbageCollector, claims_without_node, orphaned_instances
 from controller.nodeclaim.lifecycle import LifecycleController
+from controller.state.views import NodeClaimView
 from tests.unit.nodeclaim.harness import Harness
 
 Obj = dict[str, Any]
@@ -37,7 +38,8 @@ def test_an_instance_is_orphaned_only_when_no_claim_accounts_for_it() -> None:
         inst("kwok://x", "x"),
         inst("kwok://y", "y", state="terminating"),
     ]
-    assert [i.provider_id for i in orphaned_instances(instances=instances, claims=claims)] == ["kwok://c", "kwok://x"]
+    views = {name: NodeClaimView.of(claim) for name, claim in claims.items()}
+    assert [i.provider_id for i in orphaned_instances(instances=instances, claims=views)] == ["kwok://c", "kwok://x"]
 
 
 def test_a_registered_claim_without_node_is_a_candidate() -> None:
@@ -47,9 +49,8 @@ def test_a_registered_claim_without_node_is_a_candidate() -> None:
         "b": claim_obj("b", "q", conditions=[reg]),
         "c": claim_obj("c"),
     }
-    assert [c["metadata"]["name"] for c in claims_without_node(claims=claims, has_node={"a": True, "b": False})] == [
-        "b"
-    ]
+    views = {name: NodeClaimView.of(claim) for name, claim in claims.items()}
+    assert [c.name for c in claims_without_node(claims=views, has_node={"a": True, "b": False})] == ["b"]
 
 
 async def _orphan_node(h: Harness, name: str) -> None:

@@ -7,19 +7,28 @@ from typing import Any
 
 from api.v1.labels import ANNOTATION_DO_NOT_DISRUPT
 from controller.clock import format_time
-from controller.termination.drain import grace_deadline, is_drainable, plan_drain, tolerates
+from controller.state.views import NodeClaimView, PodView
+from controller.termination.drain import grace_deadline, is_drainable, plan_drain
 
 Obj = dict[str, Any]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def pod(name: str, **kw: Any) -> Obj:
+def pod(name: str, **kw: Any) -> PodView:
     meta: Obj = {"name": name, "namespace": "default", **kw.pop("metadata", {})}
-    return {"metadata": meta, "spec": kw.pop("spec", {}), "status": kw.pop("status", {"phase": "Running"})}
+    return PodView.of({"metadata": meta, "spec": kw.pop("spec", {}), "status": kw.pop("status", {"phase": "Running"})})
 
 
-def names(pods: tuple[Obj, ...]) -> list[str]:
-    return sorted(p["metadata"]["name"] for p in pods)
+def names(pods: tuple[PodView, ...]) -> list[str]:
+    return sorted(p.name for p in pods)
+
+
+def tolerates(pod: PodView, *, key: str, effect: str, value: str = "") -> bool:
+    return pod.tolerates(key=key, effect=effect, value=value)
+
+
+def grace_deadline_of(claim: Obj) -> datetime | None:
+    return grace_deadline(NodeClaimView.of(claim))
 
 
 def test_daemonset_mirror_finished_and_tolerating_pods_are_not_drained() -> None:
@@ -79,6 +88,6 @@ def test_an_empty_node_is_drained() -> None:
 
 def test_the_grace_deadline_counts_from_deletion() -> None:
     claim = {"metadata": {"deletionTimestamp": format_time(T0)}, "spec": {"terminationGracePeriod": "1h30m"}}
-    assert grace_deadline(claim) == T0 + timedelta(minutes=90)
-    assert grace_deadline({"metadata": {"deletionTimestamp": format_time(T0)}, "spec": {}}) is None
-    assert grace_deadline({"metadata": {}, "spec": {"terminationGracePeriod": "1h"}}) is None
+    assert grace_deadline_of(claim) == T0 + timedelta(minutes=90)
+    assert grace_deadline_of({"metadata": {"deletionTimestamp": format_time(T0)}, "spec": {}}) is None
+    assert grace_deadline_of({"metadata": {}, "spec": {"terminationGracePeriod": "1h"}}) is None

@@ -15,9 +15,9 @@ from controller.cloudprovider.catalog import load_catalog
 from controller.kube.client import InvalidError
 from controller.kube.resources import NODECLAIMS, Resource
 from controller.metrics import REGISTRY
-from controller.nodeclaim.writer import CreateReason, NewClaim, NodeClaimWriter
 from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.scheduling import NodePoolTemplate, Pod, Resources, solve
+from controller.state.writer import CreateReason, NewClaim, NodeClaimWriter
 from tests.unit.nodeclaim.fakeapi import FakeKube
 from tests.unit.nodeclaim.harness import Harness
 

@@ -7,7 +7,7 @@ the same room: the lock under which a decision and its writes happen (a decider 
 reads the cluster, and :meth:`NodeClaimWriter.create` refuses to write without it), and the list
 of NodeClaims just created that every decision counts until the cache has shown them. It also owns
 what is said about each creation: the ``joiner_nodeclaims_created_total`` metric, the price bought
-and one ``nodeclaim.created`` log event. Deleting NodeClaims is :mod:`controller.nodeclaim.deletion`;
+and one ``nodeclaim.created`` log event. Deleting NodeClaims is :mod:`controller.state.deletion`;
 launching them is the lifecycle controller's.
 """
 

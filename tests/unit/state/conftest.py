@@ -1,0 +1,3 @@
+from tests.unit.nodeclaim.harness import harness
+
+__all__ = ["harness"]
