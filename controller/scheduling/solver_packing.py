@@ -30,8 +30,9 @@ class Packer(Explanations):
         """Phase 1 (existing, then in-flight) and phase 2 (new nodes) for these groups."""
         ordered = self._order(groups)
         parts: list[Part] = []
+        planned: dict[tuple[int, str], int] = {}
         for g in ordered:
-            parts.extend(self._make_parts(g, zone))
+            parts.extend(self._make_parts(g, zone, planned))
         for in_flight in (False, True):
             for part in parts:
                 if part.remaining > 0:

@@ -3,6 +3,8 @@ matching-pod counts per node and zone, the caps they put on a node, and zone par
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from controller.scheduling.labels import (
     LABEL_HOSTNAME,
     LABEL_ZONE,
@@ -147,7 +149,21 @@ class TopologyRules(SolverBase):
                 cap = min(cap, term.max_skew + g.host_m.get(id(term), 0))
         return max(cap, 1)
 
-    def _make_parts(self, g: Group, zone: str | None) -> list[Part]:
+    def _make_parts(self, g: Group, zone: str | None, planned: dict[tuple[int, str], int]) -> list[Part]:
+        """Split the group's pods into parts, by zone when it has a zonal spread constraint.
+
+        ``planned`` holds the pods the parts made before in this phase will put in each zone, as
+        (group, zone) -> pods; they count towards every spread whose selector matches their group,
+        so groups that differ only in size share their counts. The new parts are added to it.
+        """
+        out = self._split(g, zone, planned)
+        for part in out:
+            if part.zone is not None and part.quota > 0:
+                key = (g.idx, part.zone)
+                planned[key] = planned.get(key, 0) + part.quota
+        return out
+
+    def _split(self, g: Group, zone: str | None, planned: Mapping[tuple[int, str], int]) -> list[Part]:
         total = sum(1 for _ in g.pods) - self.state.placed_total.get(g.idx, 0)
         variants = g.variants
         if zone is not None:
@@ -157,7 +173,7 @@ class TopologyRules(SolverBase):
         if g.zone_spread is None or total <= 0:
             return [Part(g, zone, total, variants)]
         term = g.zone_spread
-        domains = self._zone_domains(g, term)
+        domains = self._zone_domains(g, term, planned)
         if zone is not None:
             domains = {z: c for z, c in domains.items() if z == zone} or {zone: 0}
         if not domains:
@@ -186,15 +202,23 @@ class TopologyRules(SolverBase):
             out.append(part)
         return out
 
-    def _zone_counts(self, term: Term) -> dict[str, int]:
+    def _zone_counts(self, term: Term, planned: Mapping[tuple[int, str], int] | None = None) -> dict[str, int]:
+        """Pods the term's selector matches per zone, of every group: running on existing nodes,
+        placed so far in this plan, and ``planned`` (pods of parts made but not placed yet)."""
         counts = dict(term.existing_zone)
         for (h, z), c in self.state.placed_zone.items():
             if h in term.matched:
                 counts[z] = counts.get(z, 0) + c
+        if planned:
+            for (h, z), c in planned.items():
+                if h in term.matched:
+                    counts[z] = counts.get(z, 0) + c
         return counts
 
-    def _zone_domains(self, g: Group, term: Term) -> dict[str, int]:
-        """Eligible zones for the group's zonal spread, with current matching-pod counts."""
+    def _zone_domains(
+        self, g: Group, term: Term, planned: Mapping[tuple[int, str], int] | None = None
+    ) -> dict[str, int]:
+        """Eligible zones for the group's zonal spread, with matching-pod counts (see `_zone_counts`)."""
         zones: set[str] = set()
         for n in self.state.existing:
             if n.zone is None or n.cordoned:
@@ -211,7 +235,7 @@ class TopologyRules(SolverBase):
                         zones.update(o.zone for o in self._offerings(variant, slot))
                         break
         zones -= g.blocked_zones
-        counts = self._zone_counts(term)
+        counts = self._zone_counts(term, planned)
         return {z: counts.get(z, 0) for z in sorted(zones)}
 
     def _host_count(self, term: Term, node: Node) -> int:
