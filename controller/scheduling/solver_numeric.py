@@ -42,11 +42,20 @@ def suffix_minima(reqs: Sequence[Vec], dims: int) -> list[Vec]:
     return out
 
 
-def water_fill(counts: Mapping[str, int], n: int, *, caps: Mapping[str, int] | None) -> dict[str, int]:
-    """Spread n pods over zones, always into a zone with the lowest count (ties: zone name).
+def water_fill(
+    counts: Mapping[str, int],
+    n: int,
+    *,
+    caps: Mapping[str, int] | None,
+    load: Mapping[str, float] | None = None,
+    weight: float = 0.0,
+) -> dict[str, int]:
+    """Spread n pods over zones, always into a zone with the lowest count.
 
-    ``caps`` bounds how many each zone may take. Returns pods per zone.
+    ``caps`` bounds how many each zone may take. Ties go to the zone with the least ``load``
+    (each pod placed adds ``weight`` to its zone's), then by zone name. Returns pods per zone.
     """
+    loads = dict(load) if load else None
     current = dict(counts)
     out = dict.fromkeys(counts, 0)
     left = n
@@ -63,6 +72,8 @@ def water_fill(counts: Mapping[str, int], n: int, *, caps: Mapping[str, int] | N
         if caps is not None:
             per_zone = min([per_zone] + [caps.get(z, 0) - out[z] for z in at_low])
         if per_zone <= 0:
+            if loads is not None:
+                at_low.sort(key=lambda z: (loads.get(z, 0.0), z))
             for z in at_low:
                 if left <= 0:
                     break
@@ -71,9 +82,13 @@ def water_fill(counts: Mapping[str, int], n: int, *, caps: Mapping[str, int] | N
                 out[z] += 1
                 current[z] += 1
                 left -= 1
+                if loads is not None:
+                    loads[z] = loads.get(z, 0.0) + weight
             continue
         for z in at_low:
             out[z] += per_zone
             current[z] += per_zone
             left -= per_zone
+            if loads is not None:
+                loads[z] = loads.get(z, 0.0) + weight * per_zone
     return out

@@ -182,7 +182,13 @@ class TopologyRules(SolverBase):
         if term.min_domains is not None and len(domains) < term.min_domains:
             # fewer eligible zones than minDomains: the global minimum counts as zero
             caps = {z: max(0, term.max_skew - c) for z, c in domains.items()}
-        quotas = water_fill(domains, total, caps=caps)
+        # among equally counted zones, the one whose matching pods of this plan are worth least
+        # goes first, so groups of different sizes sharing the selector balance what each zone buys
+        load: dict[str, float] = {}
+        for (h, z), c in planned.items():
+            if h in term.matched:
+                load[z] = load.get(z, 0.0) + c * self.groups[h].w
+        quotas = water_fill(domains, total, caps=caps, load=load, weight=g.w)
         out = []
         leftover = total - sum(quotas.values())
         if leftover > 0:

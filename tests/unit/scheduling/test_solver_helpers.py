@@ -47,3 +47,13 @@ def test_slot_index_finds_the_slots_with_enough_room() -> None:
     assert index.fitting((1, 16)) == 0b110
     assert index.fitting((9, 1)) == 0
     assert index.fitting((0, 0)) == 0b111
+
+
+def test_water_fill_ties_go_to_the_least_loaded_zone() -> None:
+    out = water_fill({"a": 1, "b": 1, "c": 1}, 2, caps=None, load={"a": 6.0, "b": 5.0, "c": 4.0}, weight=3.0)
+    assert out == {"a": 0, "b": 1, "c": 1}
+
+
+def test_water_fill_load_grows_with_the_pods_it_places() -> None:
+    out = water_fill({"a": 0, "b": 0}, 3, caps={"a": 2, "b": 2}, load={"a": 0.0, "b": 1.0}, weight=5.0)
+    assert out == {"a": 2, "b": 1}

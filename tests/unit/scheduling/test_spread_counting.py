@@ -105,6 +105,17 @@ def test_six_pods_of_different_sizes_spread_two_per_zone() -> None:
     assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
 
 
+def test_sizes_sharing_a_spread_balance_what_each_zone_buys() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")])
+    plan = solve(pods=pending, node_pools=[p])
+    cpu = {x.key: x.requests.get("cpu") for x in pending}
+    per_zone_cpu = dict.fromkeys(ZONES, 0)
+    for n in plan.new_nodes:
+        per_zone_cpu[n.choice.zone] += sum(cpu[k] for k in n.pods)
+    assert per_zone_cpu == {"zone-a": 7000, "zone-b": 7000, "zone-c": 7000}
+
+
 def test_two_labels_side_by_side_each_spread_on_its_own() -> None:
     p = pool("default", CPU_TYPES)
     pending = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")]) + sized(
