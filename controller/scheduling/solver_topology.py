@@ -269,14 +269,16 @@ class TopologyRules(SolverBase):
         cap = 1 << 30
         if node.existing is not None and node.idx in g.blocked_nodes:
             return 0
+        if node.existing is not None:
+            # the group's anti-affinity counts the pods already running there, even when no pod of
+            # this solve matches it
+            for term in g.host_anti:
+                if term.existing_node.get(node.idx, 0):
+                    return 0
         if g.conflict_host:
             for h in node.placed:
                 if h in g.conflict_host:
                     return 0
-            if node.existing is not None:
-                for term in g.host_anti:
-                    if term.existing_node.get(node.idx, 0):
-                        return 0
             if g.idx in g.conflict_host:
                 cap = 1
         for term in g.host_spread:

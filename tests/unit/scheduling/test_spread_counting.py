@@ -206,6 +206,17 @@ def test_hostname_anti_affinity_counts_pods_of_every_size() -> None:
     assert len(plan.new_nodes) == 4
 
 
+def test_hostname_anti_affinity_counts_running_pods_no_pending_pod_matches() -> None:
+    p = pool("default", CPU_TYPES)
+    roomy = res(cpu="8", memory="16Gi", pods=110)
+    existing = [node("n1", allocatable=roomy, bound=[pod("db-0", labels={"my-label": "db"})])]
+    pending = sized("web", [1, 2], anti_affinity=[host_anti("db")])
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=[p], existing=existing)
+    assert not plan.existing_placements
+    assert sorted(k for n in plan.new_nodes for k in n.pods) == ["default/web-0", "default/web-1"]
+
+
 def test_zone_anti_affinity_counts_pods_of_every_size() -> None:
     p = pool("default", CPU_TYPES)
     zone_anti = PodAffinityTerm(
@@ -243,11 +254,17 @@ SETTINGS = settings(
 def spread_worlds(
     draw: st.DrawFn,
 ) -> tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode], dict[str, list[str]]]:
-    """Pods of mixed sizes (some with GPUs) sharing one or two zonal spread selectors (maybe with a
-    hostname spread or hostname anti-affinity too), one NodePool whose instance types each host any
-    of the pods, offerings in random zones, maybe existing or in-flight nodes that already run
-    matching pods. Returns (pods, pools, existing nodes, eligible zones per pod)."""
-    rng = random.Random(draw(st.integers(0, 2**32)))
+    """Pods of mixed sizes (some with GPUs), in one or two namespaces, sharing one or two zonal
+    spread selectors (maybe with a hostname spread or hostname anti-affinity too), one NodePool
+    whose instance types each host any of the pods, offerings in random zones, maybe existing or
+    in-flight nodes that already run matching pods. Returns (pods, pools, existing nodes, eligible
+    zones per pod)."""
+    return spread_world(random.Random(draw(st.integers(0, 2**32))))
+
+
+def spread_world(
+    rng: random.Random,
+) -> tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode], dict[str, list[str]]]:
     types = []
     for i, (cpu, mem, gpus, price) in enumerate(
         [(16, 64, 0, 0.6), (32, 128, 0, 1.1), (48, 192, 4, 4.6), (96, 768, 8, 9)]
@@ -265,6 +282,7 @@ def spread_worlds(
     }
     with_anti = rng.random() < 0.25
     host_skew = rng.choice([None, None, 1, 2])
+    namespaces = ["default", "other"][: rng.choice([1, 1, 2])]
     existing: list[ExistingNode] = []
     for i in range(rng.randint(0, 3)):
         bound = [pod(f"old-{i}-{j}", labels={"my-label": rng.choice(values)}) for j in range(rng.randint(0, 3))]
@@ -287,6 +305,7 @@ def spread_worlds(
         pending.append(
             pod(
                 f"p{i}",
+                namespace=rng.choice(namespaces),
                 labels={"my-label": v},
                 requests=requests,
                 tolerations=[TOLERATE_GPU] if gpus else [],
