@@ -78,18 +78,21 @@ class SolverBase:
         for pod in self.pods:
             names.update(pod.requests.names())
         self.u = Universe(names)
-        self.reasons: dict[int, str] = {}
+        # outcome: refused pods and how many pods of each group are accounted for
         self.unschedulable: dict[str, str] = {}
+        self._taken: dict[int, int] = {}
+        # caches of the predicates below
         self._compat_cache: dict[tuple[Requirements, int], bool] = {}
         self._offer_cache: dict[tuple[Requirement | None, Requirement | None, int], tuple[Offering, ...]] = {}
         self._inter_cache: dict[tuple[Requirements, Requirements], Requirements | None] = {}
         self._taint_cache: dict[tuple[tuple[Toleration, ...], tuple[Taint, ...]], Taint | None] = {}
-        self._taken: dict[int, int] = {}
+        # packing (solver_packing) and node choice (solver_choice): fill bounds, rollout journal
         self._suffix_min: list[Vec] = []
         self._min_req: list[tuple[int, int]] = []
         self._journal: dict[int, tuple[Node, Node]] | None = None
         self._rollouts_left = _ROLLOUT_BUDGET
         self._in_rollout = False
+        # candidate lists per finished node (solver_candidates)
         self._cand_cache: dict[object, list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}
         self._info_cache: dict[
