@@ -2,7 +2,7 @@
 
 :class:`Resources` is the value type that crosses the package boundary. It is hashable (so pods
 with identical requests group together) and compares by content. Inside a solve the solver maps
-the few resource names that matter to positions in a tuple (see ``solver._Universe``) so fit
+the few resource names that matter to positions in a tuple (see ``solver_model.Universe``) so fit
 checks are tuple comparisons.
 """
 

@@ -292,3 +292,97 @@ def check_plan(
                     count = sum(1 for o in node_pods[name] if o.namespace == pd.namespace and sc.selects(o.labels))
                     assert count <= sc.max_skew, f"{name}: {count} pods over hostname maxSkew {sc.max_skew}"
     return placed
+
+
+# --- an independent count of matching pods per topology domain ----------------------------------
+
+
+def _pods_by_domain(
+    plan: Plan, *, pending: Sequence[Pod], existing: Sequence[ExistingNode], key: str
+) -> dict[str, list[Pod]]:
+    """Every pod the plan leaves running (bound pods of existing nodes and placed pending pods),
+    by the value of ``key`` on its node; a new node's hostname is its name, its zone its choice."""
+    by_key = {p.key: p for p in pending}
+    out: dict[str, list[Pod]] = {}
+    for e in existing:
+        value = e.labels.get(key, e.name if key == HOSTNAME else None)
+        hosted = list(e.pods) + [by_key[k] for k in plan.existing_placements.get(e.name, ())]
+        if value is not None:
+            out.setdefault(value, []).extend(hosted)
+    for n in plan.new_nodes:
+        value = n.name if key == HOSTNAME else n.choice.zone if key == ZONE else n.labels.get(key)
+        if value is not None:
+            out.setdefault(value, []).extend(by_key[k] for k in n.pods)
+    return out
+
+
+def matching_per_domain(
+    plan: Plan,
+    *,
+    pending: Sequence[Pod],
+    existing: Sequence[ExistingNode] = (),
+    key: str,
+    namespace: str,
+    selector: Requirements | None,
+    domains: Iterable[str] = (),
+) -> dict[str, int]:
+    """How many pods in ``namespace`` that ``selector`` matches run in each domain of ``key``
+    once the plan is carried out (``domains`` are listed even when they hold none)."""
+    counts = dict.fromkeys(domains, 0)
+    for value, hosted in _pods_by_domain(plan, pending=pending, existing=existing, key=key).items():
+        n = sum(1 for p in hosted if p.namespace == namespace and selector is not None and selector.matches(p.labels))
+        if n or value in counts:
+            counts[value] = counts.get(value, 0) + n
+    return counts
+
+
+def spread_violations(
+    plan: Plan,
+    *,
+    pending: Sequence[Pod],
+    existing: Sequence[ExistingNode] = (),
+    zones: Mapping[str, Iterable[str]],
+) -> list[str]:
+    """Every placed pending pod whose topology spread constraint the final plan breaks, counted as
+    kube-scheduler counts it: over all pods of the namespace its selector matches, whatever their size.
+
+    ``zones`` gives, per pod key, the zones eligible for it (its node affinity allows them and a
+    node there can host it). For ``topology.kubernetes.io/zone`` the skew of the pod's zone is its
+    count minus the lowest count over the eligible zones (zero when there are fewer eligible zones
+    than ``minDomains``); for ``kubernetes.io/hostname`` the lowest count is zero (a new node can be
+    made), so a node may hold at most ``maxSkew`` matching pods.
+    """
+    by_key = {p.key: p for p in pending}
+    where: dict[str, dict[str, str]] = {}
+    for key in (ZONE, HOSTNAME):
+        for value, hosted in _pods_by_domain(plan, pending=pending, existing=existing, key=key).items():
+            for p in hosted:
+                if p.key in by_key:
+                    where.setdefault(p.key, {})[key] = value
+    out: list[str] = []
+    for p in pending:
+        if p.key in plan.unschedulable:
+            continue
+        for sc in p.spread:
+            if sc.topology_key not in (ZONE, HOSTNAME):
+                continue
+            eligible = list(zones.get(p.key, ())) if sc.topology_key == ZONE else []
+            counts = matching_per_domain(
+                plan,
+                pending=pending,
+                existing=existing,
+                key=sc.topology_key,
+                namespace=p.namespace,
+                selector=sc.selector,
+                domains=eligible,
+            )
+            low = min((counts[d] for d in eligible), default=0)
+            if sc.min_domains is not None and len(eligible) < sc.min_domains:
+                low = 0
+            mine = where[p.key][sc.topology_key]
+            if counts.get(mine, 0) - low > sc.max_skew:
+                out.append(
+                    f"{p.key} in {mine}: {counts.get(mine, 0)} matching pods, lowest {low}, "
+                    f"maxSkew {sc.max_skew} on {sc.topology_key}"
+                )
+    return out

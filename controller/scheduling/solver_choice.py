@@ -1,0 +1,338 @@
+"""Choosing the next new node: simulates candidate instance types packed with the head part and
+the parts after it, compares price per value, and near the end of a phase completes the
+packing after each of the best candidates (pilot rollouts, journaled and undone)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import le
+from typing import Final
+
+from controller.scheduling.labels import (
+    LABEL_ZONE,
+)
+from controller.scheduling.requirements import Requirements
+from controller.scheduling.resources import PODS
+from controller.scheduling.solver_model import Node, Part, Sim, Slot
+from controller.scheduling.solver_numeric import EPS, Vec, fits
+from controller.scheduling.solver_packing import Packer
+
+_MAX_FILL_MISSES: Final = 48
+"""During a fill simulation, stop scanning later parts after this many did not fit."""
+
+
+_MAX_STREAK: Final = 16
+"""When choosing an instance type, stop after this many simulated candidates did not improve."""
+
+
+_MAX_STREAK_PILOT: Final = 48
+"""The same, near the end of a phase, where pilot rollouts make every good candidate count."""
+
+
+_ROLLOUT_MAX_PODS: Final = 64
+"""Pilot rollouts run when at most this many pods are left to place in the current phase."""
+
+
+_ROLLOUT_CANDIDATES: Final = 4
+"""How many instance types (best price per value first) a pilot step completes and compares."""
+
+
+_ROLLOUT_VARIANTS: Final = 4
+"""How many packings of each of those instance types it completes."""
+
+
+_ROLLOUT_FIRSTS: Final = 4
+"""Fill orders tried per instance type in a pilot step: each of the next parts first."""
+
+
+_MAX_STREAK_ROLLOUT: Final = 6
+"""Candidates without improvement before a choice inside a rollout settles (a quicker greedy)."""
+
+
+_UNPLACED_PENALTY: Final = 1e6
+"""Cost of leaving a pod unplaced in a rollout (dominates any price)."""
+
+
+class NodeChoice(Packer):
+    """Which (NodePool, instance type) and packing pattern the next new node gets."""
+
+    def _choose(self, head: Part, active: list[Part], index: int) -> Sim | None:
+        g = head.group
+        for tier in self.tiers:
+            cands = g.cands.get(tier)
+            if not cands:
+                continue
+            best: Sim | None = None
+            tried: list[Sim] = []
+            # Try candidates in order of their head-only price per value, pruned by the bound
+            # and by a streak of candidates that did not improve on the best.
+            rem = head.remaining
+            w = g.w if g.w > 0 else 1.0
+            kmax = g.kmax
+            ranked = sorted(cands, key=lambda c: (c[1].min_price / (min(kmax[c[1].idx], rem) * w), c[0], c[1].idx))
+            pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(active, index)
+            tail = [(j, active[j]) for j in range(index + 1, len(active)) if active[j].remaining > 0]
+            together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
+            streak = 0
+            max_streak = _MAX_STREAK_PILOT if pilot else _MAX_STREAK_ROLLOUT if self._in_rollout else _MAX_STREAK
+            for lb, slot, _vi in ranked:
+                if best is not None and not together:
+                    if streak >= max_streak:
+                        break
+                    if not pilot and lb >= best.ratio * (1 - 1e-6):
+                        continue
+                if self._limit_room(slot) <= 0:
+                    continue
+                sim = self._simulate(slot, head, tail)
+                if sim is None:
+                    continue
+                tried.append(sim)
+                if pilot:
+                    alt = self._simulate(slot, head, tail, by_density=True)
+                    if alt is not None and alt.pattern != sim.pattern:
+                        tried.append(alt)
+                if best is None or better(sim, best):
+                    best = sim
+                    streak = 0
+                else:
+                    streak += 1
+            if best is not None:
+                if together:
+                    # every replica must share this one node: the cheapest that takes the most
+                    return min(tried, key=lambda sim: (-sim.pattern[0][1], sim.price, sim.slot.it.name))
+                if pilot:
+                    tried.extend(self._fewer_head_variants(tried, head, tail))
+                    if len(tried) > 1:
+                        return self._pilot(tried, head, active, index)
+                return best
+        return None
+
+    def _fewer_head_variants(self, tried: list[Sim], head: Part, tail: list[tuple[int, Part]]) -> list[Sim]:
+        """For the best few slots, the same node with fewer head pods, to leave room for others."""
+        out: list[Sim] = []
+        seen: set[int] = set()
+        for sim in sorted(tried, key=sim_order):
+            if sim.slot.idx in seen:
+                continue
+            seen.add(sim.slot.idx)
+            if len(seen) > _ROLLOUT_CANDIDATES:
+                break
+            k = sim.pattern[0][1]
+            for fewer in sorted({k - 1, k - 2, (2 * k) // 3, k // 2}, reverse=True):
+                if 1 <= fewer < k:
+                    alt = self._simulate(sim.slot, head, tail, by_density=True, head_limit=fewer)
+                    if alt is not None and len(alt.pattern) > 1:
+                        out.append(alt)
+            # the same node filled starting with each of the next few parts it can take
+            patterns = [sim.pattern]
+            firsts = [pos for pos, (_j, p) in enumerate(tail) if sim.slot.idx in p.group.kmax][:_ROLLOUT_FIRSTS]
+            for pos in firsts:
+                alt = self._simulate(sim.slot, head, tail, first=pos)
+                if alt is not None and alt.pattern not in patterns:
+                    patterns.append(alt.pattern)
+                    out.append(alt)
+        return out
+
+    def _tail_small(self, active: list[Part], index: int) -> bool:
+        left = 0
+        for j in range(index, len(active)):
+            left += active[j].remaining
+            if left > _ROLLOUT_MAX_PODS:
+                return False
+        return True
+
+    def _pilot(self, tried: list[Sim], head: Part, active: list[Part], index: int) -> Sim:
+        """Pick among the best candidates by completing the packing greedily after each."""
+        # the best few instance types, each with its best few packings (fill orders, head sizes)
+        by_slot: dict[int, list[Sim]] = {}
+        for sim in sorted(tried, key=sim_order):
+            by_slot.setdefault(sim.slot.idx, []).append(sim)
+        ranked = []
+        for sims in list(by_slot.values())[:_ROLLOUT_CANDIDATES]:
+            ranked.extend(sims[:_ROLLOUT_VARIANTS])
+        # also the nodes that take the most pods for their price: they may finish the job at once
+        for sim in sorted(tried, key=lambda x: (-sum(k for _p, k in x.pattern), x.price, x.slot.it.name))[:2]:
+            if sim not in ranked:
+                ranked.append(sim)
+        best: tuple[float, int] | None = None
+        for i, sim in enumerate(ranked):
+            cost = self._rollout(sim, head, active, index)
+            if best is None or cost < best[0] - EPS:
+                best = (cost, i)
+        assert best is not None
+        return ranked[best[1]]
+
+    def _rollout(self, sim: Sim, head: Part, active: list[Part], index: int) -> float:
+        self._rollouts_left -= 1
+        st = self.state
+        saved_len = len(st.new)
+        saved_open = list(st.open)
+        saved_closed = st.closed
+        saved_splits = st.split_counter
+        saved_usage = [dict(u) for u in st.usage]
+        saved_zone = dict(st.placed_zone)
+        saved_total = dict(st.placed_total)
+        saved_counter = st.node_counter
+        saved_parts = [(p, p.placed, p.remaining, p.quota) for p in active]
+        journal: dict[int, tuple[Node, Node]] = {}
+        self._journal = journal
+        self._in_rollout = True
+        try:
+            self._commit(sim, head)
+            self._open(head, active, index)
+            for j in range(index + 1, len(active)):
+                part = active[j]
+                if part.remaining > 0:
+                    self._fill_new(part)
+                if part.remaining > 0:
+                    self._open(part, active, j)
+            # every candidate starts from the same state: compare what each adds
+            cost = sum(self._node_price(n) * n.mult for n in st.new[saved_len:])
+            for node, saved in journal.values():
+                if node.slot is not None and saved.slot is not None:
+                    cost += self._node_price(node) * node.mult - self._node_price(saved) * saved.mult
+            cost += sum(p.remaining for p in active[index:]) * _UNPLACED_PENALTY
+            return cost
+        finally:
+            self._in_rollout = False
+            self._journal = None
+            for node, saved in journal.values():
+                restore_node(node, saved)
+            del st.new[saved_len:]
+            st.open = saved_open
+            st.closed = saved_closed
+            st.split_counter = saved_splits
+            st.usage = saved_usage
+            st.placed_zone = saved_zone
+            st.placed_total = saved_total
+            st.node_counter = saved_counter
+            for p, placed, remaining, quota in saved_parts:
+                p.placed, p.remaining, p.quota = placed, remaining, quota
+
+    def _simulate(
+        self,
+        slot: Slot,
+        head: Part,
+        tail: list[tuple[int, Part]],
+        *,
+        by_density: bool = False,
+        head_limit: int | None = None,
+        first: int | None = None,
+    ) -> Sim | None:
+        """Pack the head part on a fresh node of the slot, then fill it with the parts after it.
+
+        ``tail`` is (index in the phase, part) for the parts after the head that still have pods.
+        The fill goes in the global (first-fit-decreasing) order, or, ``by_density``, in order
+        of value per share of the room left after the head (a knapsack greedy), or starting
+        with ``tail[first]``.
+        """
+        g = head.group
+        node = self._new_node(slot, slot.pool.base, g.gang)
+        node.idx = -1
+        undo: list[tuple[int, str | None, int]] = []
+        try:
+            limit = head.remaining if head_limit is None else min(head.remaining, head_limit)
+            k, reqs = self._can_add_new(node, head, limit)
+            if k <= 0:
+                return None
+            pattern: list[tuple[Part, int]] = [(head, k)]
+            self._sim_add(node, head, k, reqs, undo)
+            value = k * g.w
+            pods_i = self.u.index[PODS]
+            misses = 0
+            free = node.free
+            suffix: list[Vec] | None = self._suffix_min
+            order: Sequence[tuple[int, Part]] = tail
+            if by_density:
+                order = self._density_order(slot, free, tail)
+                suffix = None
+            elif first is not None:
+                order = [tail[first], *(t for pos, t in enumerate(tail) if pos != first)]
+                suffix = None
+            for j, part in order:
+                if free[pods_i] <= 0 or misses >= _MAX_FILL_MISSES:
+                    break
+                if suffix is not None and j < len(suffix) and not all(map(le, suffix[j], free)):
+                    break
+                if part.remaining <= 0:
+                    continue
+                pg = part.group
+                if pg.gang != g.gang or pg.kmax.get(slot.idx) is None or not fits(pg.req, free):
+                    misses += 1
+                    continue
+                k2, reqs2 = self._can_add_new(node, part, part.remaining)
+                if k2 <= 0:
+                    misses += 1
+                    continue
+                pattern.append((part, k2))
+                self._sim_add(node, part, k2, reqs2, undo)
+                value += k2 * pg.w
+            offers = self._offerings(node.reqs, slot)
+            if not offers:
+                return None
+            return Sim(node, slot, pattern, offers[0].price, value)
+        finally:
+            st = self.state
+            for gi, zone, c in undo:
+                st.placed_total[gi] -= c
+                if zone is not None:
+                    st.placed_zone[(gi, zone)] -= c
+
+    def _density_order(self, slot: Slot, free: Sequence[int], tail: list[tuple[int, Part]]) -> list[tuple[int, Part]]:
+        scored = []
+        for pos, (_j, part) in enumerate(tail):
+            pg = part.group
+            if part.remaining <= 0 or slot.idx not in pg.kmax:
+                continue
+            share = 0.0
+            for r, f in zip(pg.req, free, strict=True):
+                if r:
+                    share = max(share, r / f if f > 0 else float("inf"))
+            if share == float("inf"):
+                continue
+            scored.append((-(pg.w / share) if share > 0 else 0.0, pos))
+        scored.sort()
+        return [tail[pos] for _score, pos in scored]
+
+    def _sim_add(
+        self, node: Node, part: Part, k: int, reqs: Requirements, undo: list[tuple[int, str | None, int]]
+    ) -> None:
+        g = part.group
+        free = node.free
+        for i, r in enumerate(g.req):
+            if r:
+                free[i] -= k * r
+        node.placed[g.idx] = node.placed.get(g.idx, 0) + k
+        node.reqs = reqs
+        zr = reqs.get(LABEL_ZONE)
+        node.zone = zr.single_value() if zr is not None else None
+        st = self.state
+        st.placed_total[g.idx] = st.placed_total.get(g.idx, 0) + k
+        if node.zone is not None:
+            key = (g.idx, node.zone)
+            st.placed_zone[key] = st.placed_zone.get(key, 0) + k
+        undo.append((g.idx, node.zone, k))
+
+
+def sim_order(sim: Sim) -> tuple[float, float, float, str]:
+    return (sim.ratio, -sim.value, sim.price, sim.slot.it.name)
+
+
+def better(a: Sim, b: Sim) -> bool:
+    if a.ratio < b.ratio * (1 - 1e-9):
+        return True
+    if a.ratio > b.ratio * (1 + 1e-9):
+        return False
+    if abs(a.value - b.value) > 1e-12:
+        return a.value > b.value
+    return (a.price, a.slot.it.name) < (b.price, b.slot.it.name)
+
+
+def restore_node(node: Node, saved: Node) -> None:
+    node.closed = saved.closed
+    node.free = saved.free
+    node.placed = saved.placed
+    node.content = saved.content
+    node.reqs = saved.reqs
+    node.zone = saved.zone
+    node.mult = saved.mult

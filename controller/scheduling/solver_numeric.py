@@ -1,0 +1,94 @@
+"""Small numeric helpers of the solver: resource-vector fit, suffix minima, zone water-filling."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from operator import le
+from typing import Final
+
+Vec = tuple[int, ...]
+
+
+EPS: Final = 1e-9
+"""Tolerance when comparing prices."""
+
+
+def fit_count(free: Sequence[int], req: Vec) -> int:
+    """How many copies of ``req`` fit in ``free`` (``req`` always asks for a pod slot)."""
+    best = -1
+    for f, r in zip(free, req, strict=True):
+        if r:
+            if f < r:
+                return 0
+            q = f // r
+            if best < 0 or q < best:
+                best = q
+    return best if best >= 0 else 1 << 30
+
+
+def fits(req: Sequence[int], free: Sequence[int]) -> bool:
+    return all(map(le, req, free))
+
+
+def suffix_minima(reqs: Sequence[Vec], dims: int) -> list[Vec]:
+    """out[j] = per-dimension minimum of reqs[j:] (out[len] = +inf-like): a lower bound on what
+    any later part needs, so a fill can stop once the free space is below it."""
+    big = 1 << 62
+    out: list[Vec] = [tuple([big] * dims)] * (len(reqs) + 1)
+    current = [big] * dims
+    for j in range(len(reqs) - 1, -1, -1):
+        current = [min(c, r) for c, r in zip(current, reqs[j], strict=True)]
+        out[j] = tuple(current)
+    return out
+
+
+def water_fill(
+    counts: Mapping[str, int],
+    n: int,
+    *,
+    caps: Mapping[str, int] | None,
+    load: Mapping[str, float] | None = None,
+    weight: float = 0.0,
+) -> dict[str, int]:
+    """Spread n pods over zones, always into a zone with the lowest count.
+
+    ``caps`` bounds how many each zone may take. Ties go to the zone with the least ``load``
+    (each pod placed adds ``weight`` to its zone's), then by zone name. Returns pods per zone.
+    """
+    loads = dict(load) if load else None
+    current = dict(counts)
+    out = dict.fromkeys(counts, 0)
+    left = n
+    while left > 0:
+        open_zones = [z for z in sorted(current) if caps is None or out[z] < caps.get(z, 0)]
+        if not open_zones:
+            break
+        low = min(current[z] for z in open_zones)
+        at_low = [z for z in open_zones if current[z] == low]
+        higher = [current[z] for z in open_zones if current[z] > low]
+        step = (min(higher) - low) if higher else None
+        # raise every zone at the lowest level by the same amount, as far as possible
+        per_zone = left // len(at_low) if step is None else min(step, left // len(at_low))
+        if caps is not None:
+            per_zone = min([per_zone] + [caps.get(z, 0) - out[z] for z in at_low])
+        if per_zone <= 0:
+            if loads is not None:
+                at_low.sort(key=lambda z: (loads.get(z, 0.0), z))
+            for z in at_low:
+                if left <= 0:
+                    break
+                if caps is not None and out[z] >= caps.get(z, 0):
+                    continue
+                out[z] += 1
+                current[z] += 1
+                left -= 1
+                if loads is not None:
+                    loads[z] = loads.get(z, 0.0) + weight
+            continue
+        for z in at_low:
+            out[z] += per_zone
+            current[z] += per_zone
+            left -= per_zone
+            if loads is not None:
+                loads[z] = loads.get(z, 0.0) + weight * per_zone
+    return out

@@ -1,0 +1,337 @@
+"""Topology spread and pod (anti-)affinity count every pod their selector matches, whatever its size.
+
+kube-scheduler counts a spread constraint over all pods of the namespace that its labelSelector
+matches; pods that differ only in their requests are different groups to the solver, and the
+counts must be shared between them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.scheduling import (
+    ExistingNode,
+    NodePoolTemplate,
+    Plan,
+    PodAffinityTerm,
+    Requirement,
+    Requirements,
+    TopologySpread,
+    label_selector,
+    solve,
+)
+from controller.scheduling.model import Pod
+from tests.unit.scheduling.builders import (
+    HOSTNAME,
+    TOLERATE_GPU,
+    ZONE,
+    ZONES,
+    check_plan,
+    itype,
+    matching_per_domain,
+    node,
+    pod,
+    pool,
+    res,
+    spread_violations,
+)
+
+CPU_TYPES = [
+    itype("c.large", cpu=2, mem_gi=4, price=0.08),
+    itype("c.xlarge", cpu=4, mem_gi=8, price=0.16),
+    itype("c.2xlarge", cpu=8, mem_gi=16, price=0.32),
+    itype("c.4xlarge", cpu=16, mem_gi=32, price=0.64),
+]
+GPU_TYPES = [
+    itype("g.1gpu", cpu=8, mem_gi=32, gpu=1, price=1.0),
+    itype("g.4gpu", cpu=48, mem_gi=192, gpu=4, price=3.8),
+    itype("g.8gpu", cpu=96, mem_gi=768, gpu=8, price=7.2),
+]
+
+
+def zone_spread(value: str, *, max_skew: int = 1, min_domains: int | None = None) -> TopologySpread:
+    return TopologySpread(
+        topology_key=ZONE, max_skew=max_skew, selector=label_selector({"my-label": value}), min_domains=min_domains
+    )
+
+
+def host_anti(value: str) -> PodAffinityTerm:
+    return PodAffinityTerm(
+        topology_key=HOSTNAME, selector=label_selector({"my-label": value}), namespaces=frozenset({"default"})
+    )
+
+
+def sized(value: str, cpus: Sequence[int], **kwargs: object) -> list[Pod]:
+    """One pod per entry of ``cpus``, labelled ``my-label: value``, each with its own request."""
+    return [
+        pod(
+            f"{value}-{i}",
+            labels={"my-label": value},
+            requests=res(cpu=c, memory="1Gi"),
+            **kwargs,  # type: ignore[arg-type]
+        )
+        for i, c in enumerate(cpus)
+    ]
+
+
+def per_zone(plan: Plan, pending: Sequence[Pod], value: str, existing: Sequence[ExistingNode] = ()) -> dict[str, int]:
+    return matching_per_domain(
+        plan,
+        pending=pending,
+        existing=existing,
+        key=ZONE,
+        namespace="default",
+        selector=label_selector({"my-label": value}),
+        domains=ZONES,
+    )
+
+
+def all_zones(pending: Sequence[Pod], zones: Sequence[str] = ZONES) -> dict[str, Sequence[str]]:
+    return {p.key: zones for p in pending}
+
+
+def test_six_pods_of_different_sizes_spread_two_per_zone() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert per_zone(plan, pending, "a") == {"zone-a": 2, "zone-b": 2, "zone-c": 2}
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+
+
+def test_sizes_sharing_a_spread_balance_what_each_zone_buys() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")])
+    plan = solve(pods=pending, node_pools=[p])
+    cpu = {x.key: x.requests.get("cpu") for x in pending}
+    per_zone_cpu = dict.fromkeys(ZONES, 0)
+    for n in plan.new_nodes:
+        per_zone_cpu[n.choice.zone] += sum(cpu[k] for k in n.pods)
+    assert per_zone_cpu == {"zone-a": 7000, "zone-b": 7000, "zone-c": 7000}
+
+
+def test_two_labels_side_by_side_each_spread_on_its_own() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")]) + sized(
+        "b", [6, 5, 4, 3, 2, 1], spread=[zone_spread("b")]
+    )
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert per_zone(plan, pending, "a") == {"zone-a": 2, "zone-b": 2, "zone-c": 2}
+    assert per_zone(plan, pending, "b") == {"zone-a": 2, "zone-b": 2, "zone-c": 2}
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+
+
+def test_spread_with_hostname_anti_affinity_over_different_sizes() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")], anti_affinity=[host_anti("a")])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert per_zone(plan, pending, "a") == {"zone-a": 2, "zone-b": 2, "zone-c": 2}
+    assert all(len(n.pods) == 1 for n in plan.new_nodes)
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+
+
+def test_gpu_pods_of_mixed_gpu_counts_spread_across_zones() -> None:
+    p = pool("gpu", GPU_TYPES)
+    pending = [
+        pod(
+            f"g-{i}",
+            labels={"my-label": "a"},
+            requests=res(cpu="2", memory="8Gi", gpu=gpus),
+            tolerations=[TOLERATE_GPU],
+            spread=[zone_spread("a")],
+        )
+        for i, gpus in enumerate([1, 2, 4, 1, 2, 4])
+    ]
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert per_zone(plan, pending, "a") == {"zone-a": 2, "zone-b": 2, "zone-c": 2}
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+
+
+def test_max_skew_two_over_the_two_zones_the_pods_allow() -> None:
+    p = pool("default", CPU_TYPES)
+    two = Requirements((Requirement.in_(ZONE, "zone-a", "zone-b"),))
+    pending = sized("a", [1, 2, 3, 4, 5, 6, 7], spread=[zone_spread("a", max_skew=2)], terms=[two])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    counts = per_zone(plan, pending, "a")
+    assert counts["zone-c"] == 0
+    assert abs(counts["zone-a"] - counts["zone-b"]) <= 2
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending, ("zone-a", "zone-b"))) == []
+
+
+def test_existing_nodes_already_holding_matching_pods_count() -> None:
+    p = pool("default", CPU_TYPES)
+    full = res(cpu="1", memory="1Gi", pods=110)
+    existing = [
+        node("n1", zone="zone-a", allocatable=full, bound=[pod(f"old-{i}", labels={"my-label": "a"}) for i in (1, 2)]),
+        node("n2", zone="zone-b", allocatable=full, bound=[pod("old-3", labels={"my-label": "a"})]),
+    ]
+    pending = sized("a", [1, 2, 3], spread=[zone_spread("a")])
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=[p], existing=existing)
+    assert not plan.unschedulable
+    assert per_zone(plan, pending, "a", existing) == {"zone-a": 2, "zone-b": 2, "zone-c": 2}
+    assert spread_violations(plan, pending=pending, existing=existing, zones=all_zones(pending)) == []
+
+
+def test_min_domains_above_the_zone_count_caps_every_zone_across_sizes() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = sized("a", [1, 2, 3, 4, 5, 6, 7, 8], spread=[zone_spread("a", min_domains=5)])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert per_zone(plan, pending, "a") == {"zone-a": 1, "zone-b": 1, "zone-c": 1}
+    assert len(plan.unschedulable) == 5
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+
+
+def test_hostname_anti_affinity_counts_pods_of_every_size() -> None:
+    p = pool("default", CPU_TYPES)
+    pending = sized("db", [1, 1, 2, 3], anti_affinity=[host_anti("db")])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert len(plan.new_nodes) == 4
+
+
+def test_hostname_anti_affinity_counts_running_pods_no_pending_pod_matches() -> None:
+    p = pool("default", CPU_TYPES)
+    roomy = res(cpu="8", memory="16Gi", pods=110)
+    existing = [node("n1", allocatable=roomy, bound=[pod("db-0", labels={"my-label": "db"})])]
+    pending = sized("web", [1, 2], anti_affinity=[host_anti("db")])
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=[p], existing=existing)
+    assert not plan.existing_placements
+    assert sorted(k for n in plan.new_nodes for k in n.pods) == ["default/web-0", "default/web-1"]
+
+
+def test_zone_anti_affinity_counts_pods_of_every_size() -> None:
+    p = pool("default", CPU_TYPES)
+    zone_anti = PodAffinityTerm(
+        topology_key=ZONE, selector=label_selector({"my-label": "zk"}), namespaces=frozenset({"default"})
+    )
+    pending = sized("zk", [1, 2, 3, 4], anti_affinity=[zone_anti])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert len(plan.unschedulable) == 1
+    assert sorted(n.choice.zone for n in plan.new_nodes) == list(ZONES)
+
+
+def test_zone_affinity_follows_a_target_of_another_size() -> None:
+    p = pool("default", CPU_TYPES)
+    near = PodAffinityTerm(
+        topology_key=ZONE, selector=label_selector({"my-label": "cache"}), namespaces=frozenset({"default"})
+    )
+    pending = sized("cache", [4], selector={ZONE: "zone-b"}) + sized("api", [1, 2, 3], affinity=[near])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert {n.choice.zone for n in plan.new_nodes} == {"zone-b"}
+
+
+# --- property: the final plan never breaks maxSkew, whatever the mix of sizes -----------------------
+
+SETTINGS = settings(
+    max_examples=int(os.environ.get("SOLVER_PROPERTY_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@st.composite
+def spread_worlds(
+    draw: st.DrawFn,
+) -> tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode], dict[str, list[str]]]:
+    """Pods of mixed sizes (some with GPUs), in one or two namespaces, sharing one or two zonal
+    spread selectors (maybe with a hostname spread or hostname anti-affinity too), one NodePool
+    whose instance types each host any of the pods, offerings in random zones, maybe existing or
+    in-flight nodes that already run matching pods. Returns (pods, pools, existing nodes, eligible
+    zones per pod)."""
+    return spread_world(random.Random(draw(st.integers(0, 2**32))))
+
+
+def spread_world(
+    rng: random.Random,
+) -> tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode], dict[str, list[str]]]:
+    types = []
+    for i, (cpu, mem, gpus, price) in enumerate(
+        [(16, 64, 0, 0.6), (32, 128, 0, 1.1), (48, 192, 4, 4.6), (96, 768, 8, 9)]
+    ):
+        zones = tuple(sorted(rng.sample(ZONES, rng.randint(1, 3))))
+        types.append(itype(f"t{i}", cpu=cpu, mem_gi=mem, gpu=gpus, price=price, zones=zones))
+    gpu_only = rng.random() < 0.4
+    if gpu_only:
+        types = [t for t in types if "nvidia.com/gpu" in t.capacity] or types[2:]
+    pools = [pool("general", types)]
+    offered = sorted({o.zone for t in types for o in t.offerings})
+    values = ["a", "b"][: rng.randint(1, 2)]
+    constraint = {
+        v: zone_spread(v, max_skew=rng.choice([1, 1, 2]), min_domains=rng.choice([None, None, 2, 4])) for v in values
+    }
+    with_anti = rng.random() < 0.25
+    host_skew = rng.choice([None, None, 1, 2])
+    namespaces = ["default", "other"][: rng.choice([1, 1, 2])]
+    existing: list[ExistingNode] = []
+    for i in range(rng.randint(0, 3)):
+        bound = [pod(f"old-{i}-{j}", labels={"my-label": rng.choice(values)}) for j in range(rng.randint(0, 3))]
+        existing.append(
+            node(
+                f"n{i}",
+                zone=rng.choice(offered),
+                allocatable=res(cpu=rng.choice([1, 4]), memory="8Gi", pods=110),
+                bound=bound,
+                in_flight=rng.random() < 0.3,
+            )
+        )
+    pending: list[Pod] = []
+    for i in range(rng.randint(1, 14)):
+        v = rng.choice(values)
+        requests = res(cpu=rng.choice([1, 2, 3, 4, 6]), memory=f"{rng.choice([1, 2, 4])}Gi")
+        gpus = rng.choice([1, 2, 4]) if gpu_only else 0
+        if gpus:
+            requests = requests + res(gpu=gpus)
+        pending.append(
+            pod(
+                f"p{i}",
+                namespace=rng.choice(namespaces),
+                labels={"my-label": v},
+                requests=requests,
+                tolerations=[TOLERATE_GPU] if gpus else [],
+                spread=[constraint[v]]
+                + (
+                    [
+                        TopologySpread(
+                            topology_key=HOSTNAME, max_skew=host_skew, selector=label_selector({"my-label": v})
+                        )
+                    ]
+                    if host_skew is not None
+                    else []
+                ),
+                anti_affinity=[host_anti(v)] if with_anti else [],
+            )
+        )
+    eligible = sorted(set(offered) | {e.labels[ZONE] for e in existing})
+    return pending, pools, existing, {p.key: eligible for p in pending}
+
+
+@SETTINGS
+@given(spread_worlds())
+def test_spread_over_pods_of_mixed_sizes_never_breaks_max_skew(
+    world: tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode], dict[str, list[str]]],
+) -> None:
+    pending, pools, existing, zones = world
+    plan = solve(pods=pending, node_pools=pools, existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=pools, existing=existing)
+    assert spread_violations(plan, pending=pending, existing=existing, zones=zones) == []
