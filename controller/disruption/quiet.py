@@ -20,6 +20,7 @@ from croniter import croniter
 
 from controller.disruption.budgets import Budget
 from controller.disruption.model import Decision, Snapshot
+from controller.state.views import Obj, condition_of
 
 MAX_QUIET: Final = timedelta(minutes=5)
 
@@ -66,14 +67,12 @@ def quiet_until(snap: Snapshot, decision: Decision) -> datetime | None:
 # --- what counts as a change -------------------------------------------------------------------
 
 
-def _ready(node: dict[str, Any]) -> Any:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status")
-    return None
+def _ready(node: Obj) -> str | None:
+    cond = condition_of(node, "Ready")
+    return None if cond is None else cond.status
 
 
-def node_signature(node: dict[str, Any]) -> tuple[Any, ...]:
+def node_signature(node: Obj) -> tuple[Any, ...]:
     """What of a Node disruption reads: not its heartbeats, which change every few seconds at rest."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     return (
