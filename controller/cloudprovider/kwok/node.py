@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from api.v1.labels import (
     ANNOTATION_KWOK_NODE,
     API_VERSION,
@@ -19,9 +21,13 @@ from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec
 from controller.cloudprovider.kwok.offerings import offering_labels
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.instancetypes import Offering as CatalogOffering
-from controller.state.views import NodeClaimView, Obj, TaintRef
+from controller.state.views import NodeClaimView, NodeView, Obj, TaintRef
 
 PROVIDER_ID_PREFIX = "kwok://"
+# On every Node this provider creates: its instances are these Nodes, and garbage collection must
+# never take a Node someone else made with a kwok:// providerID (kwok's own tooling, a test, a user).
+ANNOTATION_LAUNCHED_BY: Final = "joiner.sh/launched-by"
+LAUNCHED_BY_KWOK: Final = "kwok-provider"
 
 # Label keys a requirement must never copy onto a Node: they belong to the kubelet or to joiner.
 _NOT_FROM_REQUIREMENTS = frozenset({LABEL_HOSTNAME})
@@ -29,6 +35,11 @@ _NOT_FROM_REQUIREMENTS = frozenset({LABEL_HOSTNAME})
 
 def provider_id_for(nodeclaim_name: str) -> str:
     return f"{PROVIDER_ID_PREFIX}{nodeclaim_name}"
+
+
+def launched_here(node: NodeView) -> bool:
+    """Whether this provider made the Node: a kwok:// providerID and the provider's own mark."""
+    return is_kwok_provider_id(node.provider_id) and node.annotations.get(ANNOTATION_LAUNCHED_BY) == LAUNCHED_BY_KWOK
 
 
 def is_kwok_provider_id(provider_id: str | None) -> bool:
@@ -76,7 +87,7 @@ def build_node(
     name = nodeclaim.name
     failures = nodeclass.failures
     labels = node_labels(nodeclaim=nodeclaim, instance_type=instance_type, offering=offering)
-    annotations: dict[str, str] = {}
+    annotations: dict[str, str] = {ANNOTATION_LAUNCHED_BY: LAUNCHED_BY_KWOK}
     if instance_type.name not in failures.never_ready:
         annotations[ANNOTATION_KWOK_NODE] = KWOK_NODE_FAKE
     allocatable = instance_type.allocatable.to_quantities()

@@ -26,7 +26,7 @@ import structlog
 from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
 from controller.clock import Clock
 from controller.cloudprovider.catalog import parse_catalog_text
-from controller.cloudprovider.kwok.node import build_node, is_kwok_provider_id, provider_id_for
+from controller.cloudprovider.kwok.node import build_node, is_kwok_provider_id, launched_here, provider_id_for
 from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec, parse_nodeclass
 from controller.cloudprovider.kwok.offerings import choose, compatible, offering_labels
 from controller.cloudprovider.types import (
@@ -193,7 +193,7 @@ class KWOKCloudProvider:
         self._ensure_running()
         out: dict[str, Instance] = {}
         for node in self._cluster.node_views().values():
-            if node.provider_id is not None and is_kwok_provider_id(node.provider_id):
+            if node.provider_id is not None and launched_here(node):
                 out[node.provider_id] = self._instance_from_node(node)
         for claim in self._cluster.claim_views().values():
             pid = claim.provider_id

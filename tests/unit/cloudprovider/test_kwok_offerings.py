@@ -16,7 +16,7 @@ from api.v1.labels import (
     LABEL_ZONE,
     TAINT_UNREGISTERED,
 )
-from controller.cloudprovider.kwok.node import build_node
+from controller.cloudprovider.kwok.node import ANNOTATION_LAUNCHED_BY, LAUNCHED_BY_KWOK, build_node
 from controller.cloudprovider.kwok.nodeclass import Failures, parse_nodeclass
 from controller.cloudprovider.kwok.offerings import Candidate, choose, compatible
 from controller.cloudprovider.types import Offering
@@ -200,7 +200,7 @@ def test_the_node_carries_the_claims_identity_labels_taints_and_resources() -> N
     meta = node["metadata"]
     assert meta["name"] == "nc-1"
     assert node["spec"]["providerID"] == "kwok://nc-1"
-    assert meta["annotations"] == {ANNOTATION_KWOK_NODE: "fake"}
+    assert meta["annotations"] == {ANNOTATION_KWOK_NODE: "fake", ANNOTATION_LAUNCHED_BY: LAUNCHED_BY_KWOK}
     assert meta["finalizers"] == [FINALIZER_TERMINATION]
     assert meta["ownerReferences"][0]["uid"] == "u1"
     labels = meta["labels"]

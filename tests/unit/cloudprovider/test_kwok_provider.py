@@ -195,3 +195,21 @@ async def test_without_an_explicit_run_the_provider_starts_its_own_loop(harness:
     await lonely.create(await harness.create_claim("nc-2", instance_types=["cpu-4"]))
     await harness.advance(10)
     await harness.eventually(lambda: harness.node("nc-2") is not None, "Node created by the explicit loop")
+
+
+async def test_a_kwok_node_joiner_did_not_make_is_not_its_instance(harness: Harness) -> None:
+    """Garbage collection deletes listed instances nobody claims: a Node someone else made with a
+    kwok:// providerID (kwok's own tooling, a test, a person) must never be listed."""
+    await harness.create_nodeclass()
+    await harness.cloud.create(await harness.create_claim("mine", instance_types=["cpu-4"]))
+    await harness.kube.create(
+        NODES,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "theirs", "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "spec": {"providerID": "kwok://theirs"},
+        },
+    )
+    await harness.eventually(lambda: len(harness.cluster.nodes()) == 2, "both Nodes cached")
+    assert [i.provider_id for i in await harness.cloud.list()] == ["kwok://mine"]

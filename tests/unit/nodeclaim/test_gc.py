@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.v1.labels import ANNOTATION_KWOK_NODE, LABEL_INSTANCE_TYPE
+from controller.cloudprovider.kwok.node import ANNOTATION_LAUNCHED_BY, LAUNCHED_BY_KWOK
 from controller.cloudprovider.types import Instance
 from controller.kube.resources import NODES
 from controller.nodeclaim.gc import GarbageCollector, claims_without_node, orphaned_instances
@@ -53,14 +54,18 @@ def test_a_registered_claim_without_node_is_a_candidate() -> None:
     assert [c.name for c in claims_without_node(claims=views, has_node={"a": True, "b": False})] == ["b"]
 
 
-async def _orphan_node(h: Harness, name: str) -> None:
+async def _orphan_node(h: Harness, name: str, *, ours: bool = True) -> None:
+    """A Node the kwok provider launched (`ours`) whose NodeClaim is gone, or one someone else made."""
+    annotations = {ANNOTATION_KWOK_NODE: "fake"}
+    if ours:
+        annotations[ANNOTATION_LAUNCHED_BY] = LAUNCHED_BY_KWOK
     await h.kube.create(
         NODES,
         {
             "metadata": {
                 "name": name,
                 "labels": {LABEL_INSTANCE_TYPE: "cpu-4"},
-                "annotations": {ANNOTATION_KWOK_NODE: "fake"},
+                "annotations": annotations,
                 "finalizers": ["joiner.sh/termination"],
             },
             "spec": {"providerID": f"kwok://{name}"},
@@ -84,6 +89,18 @@ async def test_a_kwok_node_without_a_claim_is_collected_after_the_grace_period(h
     node = h.node("stray")
     assert node is not None
     assert node["metadata"].get("deletionTimestamp")
+
+
+async def test_a_kwok_node_joiner_did_not_launch_is_never_collected(harness: Harness) -> None:
+    h = harness
+    gc = GarbageCollector(h.ctx, grace_seconds=30)
+    await _orphan_node(h, "someone-elses", ours=False)
+    await gc.collect()
+    await h.advance(120)
+    await gc.collect()
+    node = h.node("someone-elses")
+    assert node is not None
+    assert not node["metadata"].get("deletionTimestamp")
 
 
 async def test_an_orphan_that_gets_its_claim_back_is_spared(harness: Harness) -> None:
