@@ -72,6 +72,10 @@ test: $(STAMP) binaries ## the whole suite: unit, e2e, lint and type checks
 	@$(BIN)/pytest tests -q
 	@$(MAKE) --no-print-directory lint
 
+.PHONY: chaos
+chaos: $(STAMP) binaries ## the fault suite on the local KWOK cluster (5 seeded runs; SEED=, RUNS=, KILLS=)
+	@$(BIN)/python -m hack.chaos --seed $${SEED:-1} --runs $${RUNS:-5} --kills $${KILLS:-4}
+
 .PHONY: demo
 demo: $(STAMP) binaries ## the main job: cluster, CRDs, NodePools, controller, GPU workloads
 	@bash hack/demo.sh

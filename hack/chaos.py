@@ -1,0 +1,406 @@
+"""The fault suite: the real controller on the local KWOK cluster, killed and starved on purpose.
+
+    .venv/bin/python -m hack.chaos [--seed 1] [--runs 5] [--kills 4]      # make chaos
+
+Each run submits a mixed GPU workload — 24 CPU web pods, 6 one-GPU L4 inference pods spread over
+three zones, and a 4-member gang of 8-GPU H100 pods (gated, all or nothing) — while faults are
+injected at seeded moments:
+
+* the controller is killed with SIGKILL ``--kills`` times in the first seconds (while it batches,
+  solves, writes NodeClaims, launches, admits the gang) and restarted after a seeded pause;
+* every other run, kube-apiserver is killed with SIGKILL and restarted with the same command line
+  (every watch breaks; the informers must relist and carry on);
+* the cheapest offerings are out of capacity (KWOKNodeClass ``failures.insufficientCapacity``:
+  L4 spot in one zone, the H100 reserved offering), so launches fail and fall back.
+
+When every pod runs (or the run's deadline passes), the run is judged by what a user would check:
+
+* every pod is Running;
+* every NodeClaim is Initialized with its Node, every joiner Node has its NodeClaim, and no node
+  is left empty (nothing bought without a purpose);
+* nothing was bought twice: no more NodeClaims than one offline plan (``joiner plan``) of the pods;
+* the gang never started partially: no member was bound before every NodeClaim it runs on was
+  Initialized, and all members were bound within a few seconds of each other.
+
+It prints one line per run and a table of the faults and what held; the exit status is 1 if any
+invariant broke. ``tests/e2e/test_chaos.py`` runs one short seeded run in the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.harness import CLUSTER_DIR, JOINER_KINDS, ROOT, Cluster, clean_cluster
+from tests.e2e.joiner import Joiner
+
+Obj = dict[str, Any]
+GPU = "nvidia.com/gpu"
+GANG_GATE = "joiner.sh/gang"
+GANG_SIZE = 4
+RUN_TIMEOUT = 240.0
+GANG_BIND_SPREAD = 5.0  # seconds between the first and last member bound
+NODEPOOL_LABEL = "joiner.sh/nodepool"
+
+
+# --- the cluster and what runs on it -----------------------------------------------------------
+
+
+def cluster_up() -> Cluster:
+    subprocess.run(["bash", str(ROOT / "hack" / "cluster.sh"), "up"], check=True, cwd=ROOT)
+    handle = Cluster(kubeconfig=CLUSTER_DIR / "kubeconfig", bin_dir=Path((CLUSTER_DIR / "bindir").read_text().strip()))
+    handle.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "deploy" / "crds"))
+    for crd in JOINER_KINDS:
+        handle.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    return handle
+
+
+def _ref() -> Obj:
+    return {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}
+
+
+def _pool(name: str, requirements: list[Obj], *, taint: bool) -> Obj:
+    spec: Obj = {"nodeClassRef": _ref(), "requirements": requirements}
+    if taint:
+        spec["taints"] = [{"key": GPU, "effect": "NoSchedule"}]
+    return {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": spec}},
+    }
+
+
+def setup_objects() -> list[Obj]:
+    nodeclass = {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "KWOKNodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "registrationDelay": "1s",
+            "failures": {
+                "insufficientCapacity": [
+                    {"instanceType": "g6.xlarge", "zone": "us-east-1a", "capacityType": "spot"},
+                    {"instanceType": "p5.48xlarge", "capacityType": "reserved"},
+                ]
+            },
+        },
+    }
+    gpu_count = "joiner.sh/gpu-count"
+    return [
+        nodeclass,
+        _pool("cpu", [{"key": gpu_count, "operator": "DoesNotExist"}], taint=False),
+        _pool("l4", [{"key": "joiner.sh/gpu-name", "operator": "In", "values": ["L4"]}], taint=True),
+        _pool("h100", [{"key": "joiner.sh/gpu-name", "operator": "In", "values": ["H100"]}], taint=True),
+    ]
+
+
+def _container(cpu: str, memory: str, gpus: int = 0) -> Obj:
+    requests = {"cpu": cpu, "memory": memory}
+    limits: dict[str, str] = {}
+    if gpus:
+        requests[GPU] = limits[GPU] = str(gpus)
+    return {"name": "main", "image": "example.com/app:1", "resources": {"requests": requests, "limits": limits}}
+
+
+def _deployment(name: str, ns: str, replicas: int, spec: Obj) -> Obj:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"terminationGracePeriodSeconds": 0, **spec}},
+        },
+    }
+
+
+def workloads(ns: str) -> list[Obj]:
+    toleration = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    web = _deployment("web", ns, 24, {"containers": [_container("500m", "1Gi")]})
+    infer = _deployment(
+        "infer",
+        ns,
+        6,
+        {
+            "containers": [_container("3", "12Gi", 1)],
+            "nodeSelector": {"joiner.sh/gpu-name": "L4"},
+            "tolerations": toleration,
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "infer"}},
+                }
+            ],
+        },
+    )
+    gang = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"trainer-{i}",
+                "namespace": ns,
+                "labels": {GANG_GATE: "trainer", "app": "trainer"},
+                "annotations": {"joiner.sh/gang-size": str(GANG_SIZE)},
+            },
+            "spec": {
+                "schedulingGates": [{"name": GANG_GATE}],
+                "nodeSelector": {"joiner.sh/gpu-name": "H100"},
+                "tolerations": toleration,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [_container("8", "64Gi", 8)],
+            },
+        }
+        for i in range(GANG_SIZE)
+    ]
+    return [web, infer, *gang]
+
+
+def expected_pods() -> int:
+    return 24 + 6 + GANG_SIZE
+
+
+def offline_nodeclaims(setup: list[Obj], work: list[Obj]) -> int:
+    """How many NodeClaims one offline plan of these pods buys (`joiner plan`)."""
+    docs = [d for d in setup if d["kind"] != "KWOKNodeClass"]
+    for w in work:
+        if w["kind"] == "Deployment":
+            template = w["spec"]["template"]
+            for i in range(w["spec"]["replicas"]):
+                meta = {
+                    "name": f"{w['metadata']['name']}-{i}",
+                    "namespace": w["metadata"]["namespace"],
+                    "labels": template["metadata"]["labels"],
+                }
+                docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]})
+        else:
+            docs.append(w)
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "joiner"), "plan", "-f", "-", "-o", "json"],
+        input="\n---\n".join(json.dumps(d) for d in docs),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return len(json.loads(out.stdout)["nodeClaims"])
+
+
+# --- faults ------------------------------------------------------------------------------------
+
+
+def restart_apiserver() -> None:
+    """SIGKILL kube-apiserver and start it again with the same command line (state is in etcd)."""
+    pid_file = CLUSTER_DIR / "pids" / "kube-apiserver"
+    pid = int(pid_file.read_text().strip())
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = (CLUSTER_DIR / "logs" / "kube-apiserver.log").open("ab")
+    proc = subprocess.Popen([a.decode() for a in argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    pid_file.write_text(f"{proc.pid}\n")
+
+
+def apiserver_ready(cluster: Cluster) -> bool:
+    done = cluster.kubectl("get", "--raw", "/readyz", check=False)
+    return done.returncode == 0
+
+
+# --- a run -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    seed: int
+    kills: list[float]
+    pauses: list[float]
+    apiserver_at: float | None
+    seconds: float | None = None
+    bought: int = 0
+    planned: int = 0
+    checks: dict[str, str] = field(default_factory=dict)  # invariant -> "" when it held, else why not
+
+    @property
+    def held(self) -> bool:
+        return all(not why for why in self.checks.values())
+
+
+def plan_run(seed: int, *, kills: int, apiserver: bool) -> Run:
+    rnd = random.Random(seed)
+    times = sorted(rnd.uniform(0.3, 10.0) for _ in range(kills))
+    pauses = [rnd.uniform(0.0, 1.5) for _ in range(kills)]
+    at = rnd.uniform(1.0, 8.0) if apiserver else None
+    return Run(seed=seed, kills=times, pauses=pauses, apiserver_at=at)
+
+
+def _stamp(value: str | None) -> float | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+
+def _condition(obj: Obj, ctype: str) -> Obj | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return dict(cond)
+    return None
+
+
+def _all_running(cluster: Cluster, ns: str) -> bool:
+    pods = cluster.items("pods", namespace=ns)
+    return len(pods) == expected_pods() and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+
+def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
+    clean_cluster(cluster)
+    setup = setup_objects()
+    cluster.apply(setup)
+    joiner = Joiner(
+        cluster=cluster, log_path=logs / f"joiner-{run.seed}.log", flags={"registration-timeout": "20"}
+    ).start()
+    ns = cluster.create_namespace(f"chaos-{run.seed}-{int(time.time()) % 100000}")
+    work = workloads(ns)
+    started = time.monotonic()
+    cluster.apply(work)
+    events = sorted(
+        [(t, "kill", i) for i, t in enumerate(run.kills)]
+        + ([(run.apiserver_at, "apiserver", 0)] if run.apiserver_at else [])
+    )
+    try:
+        for at, what, i in events:
+            time.sleep(max(0.0, started + at - time.monotonic()))
+            if what == "kill":
+                joiner.stop(kill=True)
+                time.sleep(run.pauses[i])
+                joiner.start()
+            else:
+                restart_apiserver()
+                deadline = time.monotonic() + 60
+                while not apiserver_ready(cluster) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+        deadline = started + RUN_TIMEOUT
+        while time.monotonic() < deadline:
+            if _all_running(cluster, ns):
+                run.seconds = time.monotonic() - started
+                break
+            time.sleep(1.0)
+        time.sleep(3.0)  # let the lifecycle and GC finish what the last restart left
+        judge(cluster, run, ns=ns, setup=setup, work=work)
+    finally:
+        joiner.stop()
+    return run
+
+
+def judge(cluster: Cluster, run: Run, *, ns: str, setup: list[Obj], work: list[Obj]) -> None:
+    pods = cluster.items("pods", namespace=ns)
+    claims = cluster.items("nodeclaims.joiner.sh")
+    nodes = {n["metadata"]["name"]: n for n in cluster.items("nodes")}
+    not_running = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") != "Running"]
+    run.checks["every pod Running"] = (
+        "" if len(pods) == expected_pods() and not not_running else f"{len(not_running)} not Running: {not_running[:5]}"
+    )
+
+    problems: list[str] = []
+    claimed_nodes = set()
+    for c in claims:
+        name = c["metadata"]["name"]
+        node = (c.get("status") or {}).get("nodeName")
+        if c["metadata"].get("deletionTimestamp"):
+            problems.append(f"{name} still being deleted")
+        elif not node or node not in nodes:
+            problems.append(f"{name} has no Node")
+        elif (_condition(c, "Initialized") or {}).get("status") != "True":
+            problems.append(f"{name} not Initialized")
+        if node:
+            claimed_nodes.add(node)
+    for name, node in nodes.items():
+        if NODEPOOL_LABEL in (node["metadata"].get("labels") or {}) and name not in claimed_nodes:
+            problems.append(f"Node {name} has no NodeClaim")
+    used = {p["spec"].get("nodeName") for p in pods}
+    empty = sorted(n for n in claimed_nodes if n not in used)
+    if empty:
+        problems.append(f"empty nodes {empty}")
+    run.checks["NodeClaims = Nodes, none empty"] = "; ".join(problems)
+
+    planned = offline_nodeclaims(setup, work)
+    run.bought, run.planned = len(claims), planned
+    run.checks["nothing bought twice"] = (
+        "" if len(claims) <= planned else f"{len(claims)} NodeClaims, one plan buys {planned}"
+    )
+
+    gang = [p for p in pods if p["metadata"]["name"].startswith("trainer-")]
+    why = ""
+    binds = [_stamp((_condition(p, "PodScheduled") or {}).get("lastTransitionTime")) for p in gang]
+    if len(gang) != GANG_SIZE or any(b is None for b in binds) or any(not p["spec"].get("nodeName") for p in gang):
+        why = "not every member was bound"
+    else:
+        bound = [b for b in binds if b is not None]
+        by_node = {(c.get("status") or {}).get("nodeName"): c for c in claims}
+        ready = [
+            _stamp((_condition(by_node[p["spec"]["nodeName"]], "Initialized") or {}).get("lastTransitionTime"))
+            for p in gang
+            if p["spec"]["nodeName"] in by_node
+        ]
+        if len(ready) != GANG_SIZE or any(r is None for r in ready):
+            why = "a member's node has no Initialized NodeClaim"
+        elif min(bound) + 1.0 < max(r for r in ready if r is not None):  # stamps are whole seconds
+            why = "a member was bound before every node of the gang was Initialized"
+        elif max(bound) - min(bound) > GANG_BIND_SPREAD:
+            why = f"members bound {max(bound) - min(bound):.0f} s apart"
+    run.checks["gang all or nothing"] = why
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=1, help="the first run's seed; run i uses seed + i")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--kills", type=int, default=4, help="controller SIGKILLs per run")
+    parser.add_argument("--logs", type=Path, help="where the controller logs go (default: a temporary directory)")
+    args = parser.parse_args(argv)
+    logs = args.logs or Path(tempfile.mkdtemp(prefix="joiner-chaos-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    cluster = cluster_up()
+    runs: list[Run] = []
+    for i in range(args.runs):
+        run = plan_run(args.seed + i, kills=args.kills, apiserver=i % 2 == 1)
+        execute(cluster, run, logs=logs)
+        runs.append(run)
+        took = f"{run.seconds:.1f} s" if run.seconds is not None else f"not all Running in {RUN_TIMEOUT:.0f} s"
+        faults = f"kills at {', '.join(f'{t:.1f}' for t in run.kills)} s"
+        if run.apiserver_at is not None:
+            faults += f"; apiserver restart at {run.apiserver_at:.1f} s"
+        print(
+            f"run seed={run.seed}: {faults}; all Running after {took}; "
+            f"{run.bought} NodeClaims (one plan: {run.planned}); {'held' if run.held else 'BROKEN'}"
+        )
+        for check, why in run.checks.items():
+            if why:
+                print(f"    {check}: {why}")
+    clean_cluster(cluster)
+    kills = sum(len(r.kills) for r in runs)
+    restarts = sum(1 for r in runs if r.apiserver_at is not None)
+    print(f"\n{len(runs)} runs, {kills} controller kills, {restarts} apiserver restarts; logs in {logs}")
+    for check in runs[0].checks if runs else []:
+        held = sum(1 for r in runs if not r.checks.get(check))
+        print(f"  {check:<34} held in {held}/{len(runs)}")
+    return 0 if all(r.held for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
