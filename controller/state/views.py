@@ -23,6 +23,7 @@ from typing import Any, Final, TypeVar
 from api.v1.conditions import INITIALIZED, LAUNCHED, REGISTERED
 from api.v1.labels import (
     ANNOTATION_DO_NOT_DISRUPT,
+    ANNOTATION_PLANNED_INSTANCE_TYPE,
     FINALIZER_TERMINATION,
     LABEL_CAPACITY_TYPE,
     LABEL_GANG,
@@ -39,8 +40,6 @@ Raw = Mapping[str, Any]
 Obj = dict[str, Any]
 """A Kubernetes object as JSON, as the apiserver sends it: what views are made from, and what writes send."""
 
-ANNOTATION_PLANNED_INSTANCE_TYPE: Final = "joiner.sh/planned-instance-type"
-"""On a NodeClaim, written when it is created: the instance type the plan chose for it."""
 ANNOTATION_MIRROR: Final = "kubernetes.io/config.mirror"
 """On a mirror pod of a static pod."""
 
@@ -227,6 +226,9 @@ class PodView(HasConditions):
     owner_kinds: tuple[str, ...]
     priority_class_name: str | None
     raw_tolerations: tuple[Raw, ...]  # parsed only when asked (`tolerates`): most readers never need them
+    node_selector: Mapping[str, str]
+    nominated_node_name: str | None
+    creation_timestamp: str | None
     deletion_timestamp: str | None
     raw_conditions: tuple[Raw, ...]
 
@@ -250,9 +252,16 @@ class PodView(HasConditions):
             owner_kinds=tuple(str(ref.get("kind") or "") for ref in meta.get("ownerReferences") or ()),
             priority_class_name=_opt(spec.get("priorityClassName")),
             raw_tolerations=tuple(spec.get("tolerations") or ()),
+            node_selector=_map(spec.get("nodeSelector")),
+            nominated_node_name=_opt(status.get("nominatedNodeName")),
+            creation_timestamp=_opt(meta.get("creationTimestamp")),
             deletion_timestamp=_opt(meta.get("deletionTimestamp")),
             raw_conditions=raw_conditions(obj),
         )
+
+    @property
+    def created(self) -> datetime | None:
+        return parse_time(self.creation_timestamp)
 
     @property
     def is_daemon(self) -> bool:

@@ -115,6 +115,18 @@ def test_a_pod_view_reads_what_the_controllers_need() -> None:
     assert pod.key == pod_key(pod.raw)
 
 
+def test_a_pod_view_reads_its_creation_time_node_selector_and_nomination() -> None:
+    raw = a_pod(
+        spec={"nodeSelector": {"joiner.sh/gang": "ml.g"}},
+        status={"phase": "Pending", "nominatedNodeName": "n-2"},
+    )
+    raw["metadata"]["creationTimestamp"] = "2026-01-01T00:00:05Z"
+    pod = PodView.of(raw)
+    assert pod.created == datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+    assert pod.node_selector == {"joiner.sh/gang": "ml.g"}
+    assert pod.nominated_node_name == "n-2"
+
+
 def test_a_pod_with_nothing_but_a_name_has_empty_fields_not_errors() -> None:
     pod = PodView.of({"metadata": {"name": "bare"}})
     assert pod.key == "default/bare"
@@ -126,6 +138,9 @@ def test_a_pod_with_nothing_but_a_name_has_empty_fields_not_errors() -> None:
     assert pod.scheduling_gates == ()
     assert pod.owner_kinds == ()
     assert pod.uid is None
+    assert pod.node_selector == {}
+    assert pod.nominated_node_name is None
+    assert pod.created is None
     assert pod.awaits_scheduler  # never looked at by kube-scheduler
     assert not pod.is_unschedulable
 
