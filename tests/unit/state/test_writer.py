@@ -81,7 +81,7 @@ async def test_a_created_nodeclaim_is_counted_logged_and_in_flight_until_the_cac
     assert line["price_per_hour"] == request.node.choice.price
     assert line["note"] == "x"
     # the cache has not seen it yet: every decision counts it through the writer
-    assert name not in h.cluster.nodeclaims()
+    assert name not in h.cluster.claim_views()
     assert [c.name for c in writer.in_flight()] == [name]
     assert writer.just_created(name) is not None
     h.kube.catch_up(NODECLAIMS)
