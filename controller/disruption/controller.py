@@ -48,9 +48,9 @@ from controller.disruption.safety import movable
 from controller.disruption.snapshot import Memory, build_snapshot
 from controller.kube.client import ConflictError, InvalidError, NotFoundError
 from controller.kube.resources import NODECLAIMS
-from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.state.deletion import delete_nodeclaim, termination_reason
 from controller.state.informer import EventType
+from controller.state.manifest import nodeclaim_manifest
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import CreateReason, NewClaim
 from controller.state.writes import ConditionUpdate, matches, with_conditions

@@ -26,8 +26,8 @@ from controller.gang.markers import (
 )
 from controller.gang.planner import gang_taint, gang_toleration
 from controller.gang.record import Record
-from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.scheduling.model import NewNodeClaim
+from controller.state.manifest import nodeclaim_manifest
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writes import ConditionUpdate, escape, with_conditions
 

@@ -15,8 +15,8 @@ from controller.cloudprovider.catalog import load_catalog
 from controller.kube.client import InvalidError
 from controller.kube.resources import NODECLAIMS, Resource
 from controller.metrics import REGISTRY
-from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.scheduling import NodePoolTemplate, Pod, Resources, solve
+from controller.state.manifest import nodeclaim_manifest
 from controller.state.writer import CreateReason, NewClaim, NodeClaimWriter
 from tests.unit.nodeclaim.fakeapi import FakeKube
 from tests.unit.nodeclaim.harness import Harness

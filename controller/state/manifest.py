@@ -1,5 +1,6 @@
-"""How a planned machine is written down: the NodeClaim manifest, and the NodePool template hash
-that drift detection compares against."""
+"""How a planned machine is written down: the NodeClaim manifest that provisioning, gangs and
+disruption's replacements hand to the NodeClaim writer (it records the NodePool template hash that
+drift detection compares against, `controller.state.nodepools.nodepool_hash`)."""
 
 from __future__ import annotations
 
