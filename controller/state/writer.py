@@ -91,11 +91,11 @@ class NodeClaimWriter:
         # Held while deciding and writing new NodeClaims (a provisioning batch, a gang's attempt, a
         # disruption command's replacements), so two decisions never both count the same limit room.
         self.lock = asyncio.Lock()
-        cluster.subscribe("NodeClaim", self._on_nodeclaim)
+        cluster.subscribe_views("NodeClaim", self._on_nodeclaim)
 
-    def _on_nodeclaim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_nodeclaim(self, etype: EventType, claim: NodeClaimView, old: NodeClaimView | None) -> None:
         # the cache has shown it: from now on it counts (or, deleted already, does not) through the cache
-        self._recent.discard(obj["metadata"]["name"])
+        self._recent.discard(claim.name)
 
     # --- what a decision counts ------------------------------------------------------------------
 
