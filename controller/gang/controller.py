@@ -552,7 +552,7 @@ class GangController:
                 {n: view.claims[n] for n in (view.admitted.nodeclaims if view.admitted else ()) if n in view.claims}
             )
             placeable = tuple(n for n in existing if n.labels.get(LABEL_GANG) == view.gid and n.name in allowed)
-            pods, problems = convert_pods([p.raw for p in view.gated], view.gid, zone=zone)
+            pods, problems = convert_pods(view.gated, view.gid, zone=zone)
             if problems:
                 reason = f"gang {key}: " + "; ".join(problems[:3])
                 await self._no_fit(view, NoFit(permanent=True, reason=reason), fingerprint=fingerprint)

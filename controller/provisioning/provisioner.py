@@ -230,9 +230,9 @@ class Provisioner:
             PODS_UNSCHEDULABLE.set(0)
             return None
         pods: list[Pod] = []
-        for key, view in pending_objs.items():
+        for key, obj in pending_objs.items():
             try:
-                pods.append(kubeconv.pod_from_dict(view.raw, detect_gang=False))
+                pods.append(kubeconv.pod_from_dict(obj.raw, detect_gang=False))
             except ValueError as err:
                 log.warning("provisioner.pod_unreadable", pod=key, error=str(err))
         pools = await self._valid_pools()

@@ -21,9 +21,7 @@ from typing import Any
 
 from api.v1.types import parse_duration
 from controller.cloudprovider.types import Offering
-from controller.state.views import condition_of
-
-Obj = dict[str, Any]
+from controller.state.views import Obj, condition_of
 
 
 @dataclass(frozen=True, slots=True)
