@@ -111,6 +111,12 @@ ANNOTATION_GANG_SIZE: Final = "joiner.sh/gang-size"
 ANNOTATION_KWOK_NODE: Final = "kwok.x-k8s.io/node"
 """On a Node: ``fake`` tells the KWOK controller to manage it (make it Ready, run its pods)."""
 KWOK_NODE_FAKE: Final = "fake"
+ANNOTATION_PLANNED_INSTANCE_TYPE: Final = "joiner.sh/planned-instance-type"
+"""On a NodeClaim, written when it is created: the instance type the plan chose for it."""
+ANNOTATION_PLANNED_PRICE: Final = "joiner.sh/planned-price"
+"""On a NodeClaim, written when it is created: the planned price per hour (decimal string)."""
+ANNOTATION_NODEPOOL_HASH: Final = "joiner.sh/nodepool-hash"
+"""On a NodeClaim, written when it is created: the hash of its NodePool's template (drift detection)."""
 
 # --- taints, finalizers, scheduling gates, resources ------------------------------------------
 

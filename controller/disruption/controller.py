@@ -44,19 +44,18 @@ from controller.disruption.budgets import REASON_DRIFTED, REASON_EMPTY, REASON_E
 from controller.disruption.model import Command, Decision, Snapshot
 from controller.disruption.planner import DEFAULT_OPTIONS, Options, plan, validate
 from controller.disruption.quiet import node_signature, offerings_signature, quiet_until
-from controller.disruption.safety import movable_pods
+from controller.disruption.safety import movable
 from controller.disruption.snapshot import Memory, build_snapshot
 from controller.kube.client import ConflictError, InvalidError, NotFoundError
 from controller.kube.resources import NODECLAIMS
-from controller.nodeclaim import conditions as c
-from controller.nodeclaim.deletion import delete_nodeclaim, termination_reason
-from controller.provisioning.nodeclaims import nodeclaim_manifest
-from controller.state.cluster import is_daemon_pod, is_terminal
+from controller.state.deletion import delete_nodeclaim, termination_reason
 from controller.state.informer import EventType
+from controller.state.manifest import nodeclaim_manifest
+from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import CreateReason, NewClaim
+from controller.state.writes import ConditionUpdate, matches, with_conditions
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 
 DISRUPTION_REASON: Final = "DisruptionReason"
 """NodeClaim condition: True (reason Empty, Underutilized, Drifted or Expired) once a command picked it."""
@@ -93,7 +92,7 @@ class DisruptionController:
         self.protected: dict[str, datetime] = {}  # replacement NodeClaim -> left alone until
         self.running: set[asyncio.Task[None]] = set()
         self._announced: dict[tuple[str, str], tuple[str, float]] = {}
-        ctx.cluster.subscribe("Pod", self._on_pod)  # here, not in run(): a restarted run() must not add a second
+        ctx.cluster.subscribe_views("Pod", self._on_pod)  # here, not in run(): a restarted run() must not add a second
         # passes over a cluster at rest are skipped (controller/disruption/quiet.py): count changes
         self.changes = 0
         self._pass_changes = -1  # `changes` when the last pass started
@@ -140,16 +139,16 @@ class DisruptionController:
             return True
         return self.ctx.clock.now() >= self._quiet_until
 
-    def _on_pod(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
         self.changes += 1
         informer = self.ctx.cluster.informers.get("Pod")
-        if informer is None or not informer.synced.is_set() or is_daemon_pod(obj):
+        if informer is None or not informer.synced.is_set() or obj.is_daemon:
             return  # the initial list is not news; pods' own times cover it
 
-        def bound(pod: Obj | None) -> str | None:
-            if pod is None or is_terminal(pod):
+        def bound(pod: PodView | None) -> str | None:
+            if pod is None or pod.is_terminal:
                 return None
-            return (pod.get("spec") or {}).get("nodeName") or None
+            return pod.node_name
 
         before = bound(old if old is not None else (obj if etype == "DELETED" else None))
         after = None if etype == "DELETED" else bound(obj)
@@ -206,10 +205,10 @@ class DisruptionController:
             metrics.ALLOWED.labels(pool, reason).set(-1 if allowed is None else allowed)
 
     def _forget_gone(self) -> None:
-        nodes = self.ctx.cluster.nodes()
+        nodes = self.ctx.cluster.node_views()
         for name in [n for n in self.pod_events if n not in nodes]:
             del self.pod_events[name]
-        claims = self.ctx.cluster.nodeclaims()
+        claims = self.ctx.cluster.claim_views()
         for key in [k for k in self._announced if k[0] not in claims]:
             del self._announced[key]
 
@@ -217,20 +216,20 @@ class DisruptionController:
 
     async def _sync_status(self, snap: Snapshot) -> None:
         """Consolidatable, Drifted and lastPodEventTime on each NodeClaim, written only on change."""
-        claims = self.ctx.cluster.nodeclaims()
+        claims = self.ctx.cluster.claim_views()
         now = snap.now
         for n in snap.nodes:
             claim = claims.get(n.claim)
             if claim is None or n.deleting:
                 continue
-            updates: list[c.ConditionUpdate] = []
+            updates: list[ConditionUpdate] = []
             policy = snap.pools.get(n.pool)
             if policy is not None and policy.consolidates and policy.consolidate_after is not None:
                 after = policy.consolidate_after
                 since = n.stable_since
                 if since is None or now - since >= after:
                     updates.append(
-                        c.ConditionUpdate(
+                        ConditionUpdate(
                             CONSOLIDATABLE,
                             "True",
                             "Consolidatable",
@@ -240,7 +239,7 @@ class DisruptionController:
                     )
                 else:
                     updates.append(
-                        c.ConditionUpdate(
+                        ConditionUpdate(
                             CONSOLIDATABLE,
                             "False",
                             "PodsChanged",
@@ -248,35 +247,37 @@ class DisruptionController:
                             f"{format_time(since + after)}",
                         )
                     )
-            elif c.find(claim, CONSOLIDATABLE) is not None:
+            elif claim.condition(CONSOLIDATABLE) is not None:
                 updates.append(
-                    c.ConditionUpdate(
+                    ConditionUpdate(
                         CONSOLIDATABLE, "False", "ConsolidationDisabled", "its NodePool's consolidateAfter is Never"
                     )
                 )
             if n.drift is not None:
-                updates.append(c.ConditionUpdate(DRIFTED, "True", "Drifted", n.drift))
-            elif c.is_true(claim, DRIFTED):
-                updates.append(c.ConditionUpdate(DRIFTED, "False", "NotDrifted", "it matches its NodePool again"))
-            updates = [u for u in updates if not c.matches(claim, u)]
+                updates.append(ConditionUpdate(DRIFTED, "True", "Drifted", n.drift))
+            elif claim.is_true(DRIFTED):
+                updates.append(ConditionUpdate(DRIFTED, "False", "NotDrifted", "it matches its NodePool again"))
+            updates = [u for u in updates if not matches(claim, u)]
             extra: Obj = {}
             seen = self.pod_events.get(n.node)
-            recorded = parse_time((claim.get("status") or {}).get("lastPodEventTime"))
+            recorded = parse_time(claim.last_pod_event_time)
             # the field holds whole seconds: compare at that grain, or every pass rewrites it
             if seen is not None and (recorded is None or seen.replace(microsecond=0) > recorded):
                 extra["lastPodEventTime"] = format_time(seen)
             if updates or extra:
                 await self._write_status(claim, updates, extra=extra)
 
-    async def _write_status(self, claim: Obj, updates: list[c.ConditionUpdate], *, extra: Obj | None = None) -> None:
+    async def _write_status(
+        self, claim: NodeClaimView, updates: list[ConditionUpdate], *, extra: Obj | None = None
+    ) -> None:
         body = {
-            "metadata": {"resourceVersion": claim["metadata"].get("resourceVersion")},
-            "status": {**(extra or {}), "conditions": c.with_conditions(claim, updates, now=self.ctx.clock.now())},
+            "metadata": {"resourceVersion": claim.resource_version or None},
+            "status": {**(extra or {}), "conditions": with_conditions(claim.raw, updates, now=self.ctx.clock.now())},
         }
         try:
-            await self.ctx.client.patch(NODECLAIMS, claim["metadata"]["name"], body, subresource="status")
+            await self.ctx.client.patch(NODECLAIMS, claim.name, body, subresource="status")
         except (ConflictError, NotFoundError, InvalidError) as err:
-            log.debug("disruption.status_not_written", nodeclaim=claim["metadata"]["name"], error=str(err))
+            log.debug("disruption.status_not_written", nodeclaim=claim.name, error=str(err))
 
     async def _announce_blocked(self, decision: Decision) -> None:
         now = self.ctx.clock.monotonic()
@@ -295,12 +296,12 @@ class DisruptionController:
         self, *, claim_name: str, node_name: str | None, reason: str, message: str, warning: bool = False
     ) -> None:
         kind: Literal["Normal", "Warning"] = "Warning" if warning else "Normal"
-        claim = self.ctx.cluster.nodeclaims().get(claim_name)
+        claim = self.ctx.cluster.claim_views().get(claim_name)
         if claim is not None:
-            await self.ctx.events.emit(claim, reason=reason, message=message, type=kind)
-        node = self.ctx.cluster.nodes().get(node_name) if node_name else None
+            await self.ctx.events.emit(claim.raw, reason=reason, message=message, type=kind)
+        node = self.ctx.cluster.node_views().get(node_name) if node_name else None
         if node is not None:
-            await self.ctx.events.emit(node, reason=reason, message=message, type=kind)
+            await self.ctx.events.emit(node.raw, reason=reason, message=message, type=kind)
 
     # --- the command queue ---------------------------------------------------------------------
 
@@ -374,11 +375,11 @@ class DisruptionController:
 
     async def _mark(self, command: Command) -> None:
         message = command.describe()
-        claims = self.ctx.cluster.nodeclaims()
+        claims = self.ctx.cluster.claim_views()
         for claim_name, node_name in zip(command.candidates, command.nodes, strict=True):
             claim = claims.get(claim_name)
             if claim is not None:
-                await self._write_status(claim, [c.ConditionUpdate(DISRUPTION_REASON, "True", command.reason, message)])
+                await self._write_status(claim, [ConditionUpdate(DISRUPTION_REASON, "True", command.reason, message)])
             await self._emit_both(claim_name=claim_name, node_name=node_name, reason="Disrupting", message=message)
 
     async def _launch(self, command: Command, made: list[str]) -> str | None:
@@ -396,7 +397,7 @@ class DisruptionController:
             claim = written.claim
             if claim is None:
                 return f"creating a replacement NodeClaim failed: {written.error}"
-            name = claim["metadata"]["name"]
+            name = written.name
             made.append(name)
             self.protected[name] = self.ctx.clock.now() + _FOREVER
             await self.ctx.events.emit(
@@ -418,20 +419,20 @@ class DisruptionController:
         )
         started = self.ctx.clock.monotonic()
         while True:
-            claims = self.ctx.cluster.nodeclaims()
+            claims = self.ctx.cluster.claim_views()
             waiting = []
             for name in names:
                 claim = claims.get(name)
                 if claim is None:  # not in the cache yet, or gone already: ask the apiserver
                     try:
-                        claim = await self.ctx.client.get(NODECLAIMS, name)
+                        claim = NodeClaimView.of(await self.ctx.client.get(NODECLAIMS, name))
                     except NotFoundError:
                         return f"replacement NodeClaim {name} was deleted before it initialized"
-                if claim["metadata"].get("deletionTimestamp"):
+                if claim.deleting:
                     return (
                         f"replacement NodeClaim {name} was deleted before it initialized ({termination_reason(claim)})"
                     )
-                if not c.is_true(claim, INITIALIZED):
+                if not claim.is_true(INITIALIZED):
                     waiting.append(name)
             if not waiting:
                 return None
@@ -440,23 +441,23 @@ class DisruptionController:
             await self.ctx.clock.sleep(REPLACEMENT_POLL_SECONDS)
 
     async def _disrupt(self, command: Command) -> None:
-        claims = self.ctx.cluster.nodeclaims()
+        claims = self.ctx.cluster.claim_views()
         message = f"Disrupted: {command.describe()}"
         pods = 0
         for claim_name, node_name, pool in zip(command.candidates, command.nodes, command.pools, strict=True):
             claim = claims.get(claim_name)
             if claim is None:
                 continue
-            moving = len(movable_pods(self.ctx.cluster.pods_on_node(node_name)))
+            moving = len(movable(self.ctx.cluster.pod_views_on_node(node_name)))
             deleted = await delete_nodeclaim(self.ctx, claim, reason=command.reason, message=message, warning=False)
             if not deleted:
                 continue
             pods += moving
             metrics.DECISIONS.labels(pool, command.reason, command.action).inc()
             metrics.EVICTED_PODS.labels(command.reason).inc(moving)
-            node = self.ctx.cluster.nodes().get(node_name)
+            node = self.ctx.cluster.node_views().get(node_name)
             if node is not None:
-                await self.ctx.events.emit(node, reason="Disrupted", message=message)
+                await self.ctx.events.emit(node.raw, reason="Disrupted", message=message)
         if command.reason in (REASON_EMPTY, REASON_UNDERUTILIZED) and command.saving > 0:
             metrics.SAVINGS.labels(command.reason).inc(command.saving)
         log.info(
@@ -483,11 +484,11 @@ class DisruptionController:
             stage="aborted before draining" if marked else "validation",
         )
         if marked:
-            claims = self.ctx.cluster.nodeclaims()
+            claims = self.ctx.cluster.claim_views()
             for claim_name, node_name in zip(command.candidates, command.nodes, strict=True):
                 claim = claims.get(claim_name)
                 if claim is not None:
-                    await self._write_status(claim, [c.ConditionUpdate(DISRUPTION_REASON, "False", "Aborted", why)])
+                    await self._write_status(claim, [ConditionUpdate(DISRUPTION_REASON, "False", "Aborted", why)])
                 await self._emit_both(
                     claim_name=claim_name,
                     node_name=node_name,
@@ -496,11 +497,11 @@ class DisruptionController:
                     warning=True,
                 )
         for name in made:
-            claim = self.ctx.cluster.nodeclaims().get(name)
-            if claim is None or claim["metadata"].get("deletionTimestamp"):
+            claim = self.ctx.cluster.claim_views().get(name)
+            if claim is None or claim.deleting:
                 continue
-            node = self.ctx.cluster.node_for_claim(claim)
-            if node is not None and movable_pods(self.ctx.cluster.pods_on_node(node["metadata"]["name"])):
+            node = self.ctx.cluster.node_view_for_claim(claim)
+            if node is not None and movable(self.ctx.cluster.pod_views_on_node(node.name)):
                 continue  # pods found it useful meanwhile: keep it, consolidation will judge it later
             await delete_nodeclaim(
                 self.ctx,

@@ -46,11 +46,6 @@ def movable(pods: Iterable[PodView]) -> list[PodView]:
     return [p for p in pods if p.is_drainable and not is_leaving(p)]
 
 
-def movable_pods(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`movable` for callers that still hold pod dicts (disruption/controller.py)."""
-    return [p.raw for p in movable(PodView.of(p) for p in pods)]
-
-
 def _pdb_selector(pdb: PDB) -> Requirements | None:
     """The PDB's selector; None matches no pod (a null selector), an empty one every pod of the namespace."""
     selector = (pdb.get("spec") or {}).get("selector")

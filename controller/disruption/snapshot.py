@@ -16,6 +16,8 @@ import structlog
 
 from api.v1.conditions import INITIALIZED
 from api.v1.labels import (
+    ANNOTATION_NODEPOOL_HASH,
+    ANNOTATION_PLANNED_PRICE,
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
     LABEL_ZONE,
@@ -30,12 +32,11 @@ from controller.context import Context
 from controller.disruption.budgets import BudgetError, parse_budgets
 from controller.disruption.model import WHEN_EMPTY_OR_UNDERUTILIZED, NodeState, PoolPolicy, Snapshot
 from controller.disruption.safety import movable, safety_blockers, unowned_pods
-from controller.provisioning.capacity import daemon_templates
-from controller.provisioning.nodeclaims import NODEPOOL_HASH, PLANNED_PRICE, nodepool_hash
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.state.existing import existing_node
+from controller.state.nodepools import daemon_templates, nodepool_hash
 from controller.state.views import NodeClaimView, Obj, PodView, StateNode
 
 log = structlog.get_logger()
@@ -79,10 +80,10 @@ def drift_of(claim: NodeClaimView, pool: Mapping[str, Any] | None) -> str | None
     """
     if pool is None:
         return None
-    recorded = claim.annotations.get(NODEPOOL_HASH)
+    recorded = claim.annotations.get(ANNOTATION_NODEPOOL_HASH)
     if not recorded:
         return None
-    current = nodepool_hash(dict(pool))
+    current = nodepool_hash(pool)
     if recorded != current:
         return (
             f"NodePool {(pool.get('metadata') or {}).get('name')} spec.template changed since the NodeClaim "
@@ -169,7 +170,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
     managed_nodes: set[str] = set()
     # NodeClaims just created (by any decider) that the cache does not show yet are capacity on its way
     claims = {
-        **{v.name: v for v in (NodeClaimView.of(c) for c in ctx.writer.in_flight())},
+        **{v.name: v for v in ctx.writer.in_flight()},
         **cluster.claim_views(),
     }
     for name, claim in sorted(claims.items()):
@@ -197,7 +198,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         price = offering_price({**claim.labels, **node.labels}, pool_types.get(pool_name) or all_types.values())
         if price is None:
             try:
-                price = float(claim.annotations.get(PLANNED_PRICE) or 0.0)
+                price = float(claim.annotations.get(ANNOTATION_PLANNED_PRICE) or 0.0)
             except ValueError:
                 price = 0.0
         stable = _latest(

@@ -78,26 +78,23 @@ from controller.gang.podgroups import PodGroupSizes
 from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, newest, record_of
 from controller.kube.client import ApiError, ConflictError, NotFoundError, PatchType
 from controller.kube.resources import NODECLAIMS, NODES, PODS
-from controller.nodeclaim.deletion import delete_nodeclaim
-from controller.provisioning.capacity import daemon_templates, existing_capacity, valid_pools
+from controller.provisioning.capacity import valid_pools
 from controller.scheduling import kubeconv
 from controller.scheduling.model import NodePoolTemplate, OfferingKey
+from controller.state.deletion import delete_nodeclaim
+from controller.state.existing import cluster_capacity
 from controller.state.informer import EventType
+from controller.state.nodepools import daemon_templates
+from controller.state.views import NodeClaimView, NodeView, Obj, PodView
 from controller.state.writer import NewClaim
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 
 MAX_GONE: Final = 4096
 WRITE_RECHECK_SECONDS: Final = 5.0
 BLOCKED_RECHECK_SECONDS: Final = 30.0
 NEVER_FITS_RECHECK_SECONDS: Final = 300.0
 EVENT_PODS: Final = 64  # at most this many members get each Event (the log names the gang)
-
-
-def _pod_key(pod: Obj) -> str:
-    meta = pod["metadata"]
-    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
 
 
 def _offering_keys(values: Iterable[str]) -> frozenset[OfferingKey]:
@@ -127,7 +124,7 @@ class GangController:
         self._markers: dict[str, GangMarker] = {}
         self._overrides: dict[str, tuple[Record, frozenset[str]]] = {}  # what we wrote, until cached
         self._seen: dict[str, set[str]] = {}  # attempt id -> NodeClaims seen to exist (the newest MAX_GONE)
-        self._gone: dict[str, Obj] = {}  # last state of gang NodeClaims that were deleted
+        self._gone: dict[str, NodeClaimView] = {}  # last state of gang NodeClaims that were deleted
         self._blocked: set[str] = set()
         self._never: dict[str, tuple[Any, ...]] = {}  # gangs that can never fit, and what that depended on
         self._told: dict[str, tuple[str, str]] = {}
@@ -137,13 +134,13 @@ class GangController:
 
     async def run(self) -> None:
         cluster = self.ctx.cluster
-        cluster.subscribe("Pod", self._on_pod)
-        cluster.subscribe("NodeClaim", self._on_claim)
+        cluster.subscribe_views("Pod", self._on_pod)
+        cluster.subscribe_views("NodeClaim", self._on_claim)
         cluster.subscribe("NodePool", self._on_pool)
         await cluster.wait_synced()
-        for pod in list(cluster.pods()):
+        for pod in list(cluster.pod_views()):
             self._index(pod)
-        for claim in list(cluster.nodeclaims().values()):
+        for claim in list(cluster.claim_views().values()):
             gang = self._gang_of_claim(claim)
             if gang is not None:
                 self.queue.add(gang)
@@ -151,8 +148,8 @@ class GangController:
             self.queue.add(key)
         await self.queue.run(self.reconcile, workers=self._workers)
 
-    def _index(self, pod: Obj, *, deleted: bool = False) -> str | None:
-        pkey = _pod_key(pod)
+    def _index(self, pod: PodView, *, deleted: bool = False) -> str | None:
+        pkey = pod.key
         marker = gang_marker(pod)
         previous = self._gang_of_pod.get(pkey)
         if previous is not None and (deleted or marker is None or marker.key != previous):
@@ -166,21 +163,20 @@ class GangController:
         self._gang_of_pod[pkey] = marker.key
         return marker.key
 
-    def _on_pod(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
         key = self._index(obj, deleted=etype == "DELETED")
         if key is not None:
             self.queue.add(key)
 
     @staticmethod
-    def _gang_of_claim(claim: Obj) -> str | None:
-        meta = claim.get("metadata") or {}
-        if not (meta.get("labels") or {}).get(LABEL_GANG):
+    def _gang_of_claim(claim: NodeClaimView) -> str | None:
+        if not claim.gang:
             return None
-        key = (meta.get("annotations") or {}).get(ANNOTATION_GANG_NAME)
+        key = claim.annotations.get(ANNOTATION_GANG_NAME)
         return str(key) if key else None
 
-    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
-        name = obj["metadata"]["name"]
+    def _on_claim(self, etype: EventType, obj: NodeClaimView, old: NodeClaimView | None) -> None:
+        name = obj.name
         gang = self._gang_of_claim(obj)
         if etype == "DELETED" and gang is not None:
             # keep its last state: why it went (termination reason) and what it was, for the rollback
@@ -215,8 +211,7 @@ class GangController:
 
     async def _view(self, key: str) -> GangView:
         cluster = self.ctx.cluster
-        store = cluster.store("Pod")
-        pods = [store[k] for k in sorted(self._members.get(key, ())) if k in store]
+        pods = [p for k in sorted(self._members.get(key, ())) if (p := cluster.pod_view(k)) is not None]
         marker = self._markers.get(key)
         if marker is None:
             ns, _, name = key.partition("/")
@@ -225,13 +220,11 @@ class GangController:
         active = [p for p in pods if is_active(p) and gang_marker(p) is not None]
         gated = [p for p in active if has_gate(p)]
         released = [p for p in active if not has_gate(p) and (r := record_of(p)) is not None and r.phase == ADMITTED]
-        claims: dict[str, Obj] = {
-            n: c for n, c in cluster.nodeclaims().items() if (c["metadata"].get("labels") or {}).get(LABEL_GANG) == gid
-        }
+        claims: dict[str, NodeClaimView] = {n: c for n, c in cluster.claim_views().items() if c.gang == gid}
         for claim in self.ctx.writer.in_flight():
-            if (claim["metadata"].get("labels") or {}).get(LABEL_GANG) == gid:
-                claims.setdefault(claim["metadata"]["name"], claim)
-        uids = {str(p["metadata"].get("uid", "")) for p in gated}
+            if claim.gang == gid:
+                claims.setdefault(claim.name, claim)
+        uids = {p.uid or "" for p in gated}
         records = [record_of(p) for p in gated]
         override = self._overrides.get(key)
         if override is not None and override[1] & uids:
@@ -260,14 +253,14 @@ class GangController:
             problems=options.problems,
         )
 
-    def _strays(self, gid: str, claims: dict[str, Obj]) -> dict[str, Obj]:
+    def _strays(self, gid: str, claims: dict[str, NodeClaimView]) -> dict[str, NodeView]:
         """Nodes labelled with the gang that none of its NodeClaims accounts for."""
         known = cl.node_names(claims)
-        out: dict[str, Obj] = {}
-        for name, node in self.ctx.cluster.nodes().items():
-            if (node["metadata"].get("labels") or {}).get(LABEL_GANG) != gid:
+        out: dict[str, NodeView] = {}
+        for name, node in self.ctx.cluster.node_views().items():
+            if node.labels.get(LABEL_GANG) != gid:
                 continue
-            if name in known or (node.get("spec") or {}).get("providerID") in known:
+            if name in known or node.provider_id in known:
                 continue
             out[name] = node
         return out
@@ -376,7 +369,7 @@ class GangController:
         message: str,
         *,
         warning: bool = False,
-        pods: Sequence[Obj] | None = None,
+        pods: Sequence[PodView] | None = None,
         once: bool = True,
     ) -> None:
         """An Event on each member (at most EVENT_PODS); with ``once``, not repeated while unchanged."""
@@ -385,20 +378,19 @@ class GangController:
         self._told[view.key] = (reason, message)
         targets = list(pods if pods is not None else view.gated or view.released)[:EVENT_PODS]
         kind: Literal["Normal", "Warning"] = "Warning" if warning else "Normal"
-        await asyncio.gather(*(self.ctx.events.emit(p, reason=reason, message=message, type=kind) for p in targets))
+        await asyncio.gather(*(self.ctx.events.emit(p.raw, reason=reason, message=message, type=kind) for p in targets))
 
-    async def _condition(self, pods: Sequence[Obj], *, status: bool, reason: str, message: str) -> None:
+    async def _condition(self, pods: Sequence[PodView], *, status: bool, reason: str, message: str) -> None:
         now = self.ctx.clock.now()
         patch = pod_condition_patch(status=status, reason=reason, message=message, now=now)
 
-        async def one(pod: Obj) -> None:
-            meta = pod["metadata"]
+        async def one(pod: PodView) -> None:
             with contextlib.suppress(ApiError):
                 await self.ctx.client.patch(
                     PODS,
-                    meta["name"],
+                    pod.name,
                     patch,
-                    namespace=meta.get("namespace"),
+                    namespace=pod.namespace,
                     subresource="status",
                     patch_type="strategic",
                 )
@@ -424,28 +416,27 @@ class GangController:
     # --- writes ------------------------------------------------------------------------------
 
     async def _patch_pods(
-        self, pods: Sequence[Obj], patch_of: Callable[[Obj], Any], *, patch_type: PatchType = "merge"
+        self, pods: Sequence[PodView], patch_of: Callable[[PodView], Any], *, patch_type: PatchType = "merge"
     ) -> int:
         """Send each pod its patch, all at once; return how many succeeded."""
 
-        async def one(pod: Obj) -> bool:
+        async def one(pod: PodView) -> bool:
             patch = patch_of(pod)
             if patch is None:
                 return False
-            meta = pod["metadata"]
             try:
                 await self.ctx.client.patch(
                     PODS,
-                    meta["name"],
+                    pod.name,
                     patch,
-                    namespace=meta.get("namespace"),
+                    namespace=pod.namespace,
                     patch_type=patch_type,
                 )
                 return True
             except NotFoundError:
                 return False
             except ApiError as err:  # a stale view (test failed) or a rejected change: decide again
-                log.info("gang.pod_patch_failed", pod=_pod_key(pod), error=str(err))
+                log.info("gang.pod_patch_failed", pod=pod.key, error=str(err))
                 return False
 
         results = await asyncio.gather(*(one(p) for p in pods))
@@ -455,7 +446,7 @@ class GangController:
         async def one(name: str) -> bool:
             claim = view.claims.get(name)
             self.ctx.writer.forget(name)
-            if claim is None or cl.deleting(claim):
+            if claim is None or claim.deleting:
                 return False
             return await delete_nodeclaim(self.ctx, claim, reason=reason, message=message)
 
@@ -486,7 +477,7 @@ class GangController:
 
         async def one(name: str) -> None:
             claim = view.claims.get(name)
-            if claim is None or name not in self.ctx.cluster.nodeclaims():
+            if claim is None or name not in self.ctx.cluster.claim_views():
                 return
             try:
                 await self.ctx.client.patch(
@@ -506,7 +497,7 @@ class GangController:
         pending = view.pending
         assert pending is not None
         wanted = set(names)
-        pods = [p for p in view.gated if p["metadata"]["name"] in wanted]
+        pods = [p for p in view.gated if p.name in wanted]
         await self._patch_pods(pods, lambda p: pin_patch(p, view.gid, pending))
 
     def _next_seq(self, view: GangView) -> int:
@@ -537,7 +528,7 @@ class GangController:
             self._never.pop(key, None)
             pools = await valid_pools(ctx, component="gang")
             all_types = {it.name: it for _, its in pools.values() for it in its}
-            existing = existing_capacity(
+            existing = cluster_capacity(
                 ctx.cluster,
                 list(all_types.values()),
                 extra_claims=ctx.writer.in_flight(),
@@ -616,7 +607,7 @@ class GangController:
     def _fingerprint(self, view: GangView) -> tuple[Any, ...]:
         """What a "can never fit" verdict depends on: the members and the NodePools and node classes."""
         cluster = self.ctx.cluster
-        members = tuple(sorted(str(p["metadata"].get("uid", "")) for p in view.gated))
+        members = tuple(sorted(p.uid or "" for p in view.gated))
         pools = tuple(sorted((n, p["metadata"].get("resourceVersion")) for n, p in cluster.nodepools().items()))
         classes = tuple(sorted((n, c["metadata"].get("resourceVersion")) for n, c in cluster.nodeclasses().items()))
         return members, pools, classes
@@ -635,7 +626,7 @@ class GangController:
         plan = result.plan
         base = view.pending or view.admitted
         attempt = (max(r.attempt for r in (view.pending, view.admitted) if r is not None) if base else 0) + 1
-        uids = [str(p["metadata"].get("uid", "")) for p in view.gated]
+        uids = [p.uid or "" for p in view.gated]
         aid = attempt_id(view.gid, attempt, uids)
         manifests: list[NewClaim] = []
         for i, node in enumerate(plan.new_nodes):
@@ -721,11 +712,11 @@ class GangController:
 
     def _claim_named(self, node_name: str) -> str | None:
         cluster = self.ctx.cluster
-        if node_name in cluster.nodeclaims():
+        if node_name in cluster.claim_views():
             return node_name
-        node = cluster.nodes().get(node_name)
-        claim = cluster.claim_for_node(node) if node is not None else None
-        return None if claim is None else str(claim["metadata"]["name"])
+        node = cluster.node_views().get(node_name)
+        claim = cluster.claim_view_for_node(node) if node is not None else None
+        return None if claim is None else claim.name
 
     # --- rollback ----------------------------------------------------------------------------
 
@@ -753,7 +744,7 @@ class GangController:
             last_failure=d.message,
             avoid=d.avoid,
         )
-        uids = frozenset(str(p["metadata"].get("uid", "")) for p in view.gated)
+        uids = frozenset(p.uid or "" for p in view.gated)
         # 1. the pods learn first that the attempt is over (a crash after this only leaves claims to delete)
         self._overrides[view.key] = (record, uids)
         await self._patch_pods(view.gated, lambda p: record_patch(record))
@@ -812,7 +803,7 @@ class GangController:
                 admitted_at=now,
             )
         wanted = set(names)
-        pods = [p for p in view.gated if p["metadata"]["name"] in wanted]
+        pods = [p for p in view.gated if p.name in wanted]
         # every gate at once: kube-scheduler then binds every member in the same breath
         released = await self._patch_pods(pods, lambda p: ungate_patch(p, record), patch_type="json")
         self._overrides.pop(view.key, None)
@@ -865,13 +856,12 @@ class GangController:
             log.warning("gang.member_lost", gang=view.key, lost=list(d.lost), policy=d.policy, message=d.message)
             await self._tell(view, "GangMemberLost", text, warning=True, pods=members, once=False)
 
-            async def delete(pod: Obj) -> None:
-                meta = pod["metadata"]
+            async def delete(pod: PodView) -> None:
                 with contextlib.suppress(NotFoundError):
-                    await self.ctx.client.delete(PODS, meta["name"], namespace=meta.get("namespace"))
+                    await self.ctx.client.delete(PODS, pod.name, namespace=pod.namespace)
 
             await asyncio.gather(*(delete(p) for p in members))
-            remaining = [n for n in admitted.nodeclaims if n in view.claims and not cl.deleting(view.claims[n])]
+            remaining = [n for n in admitted.nodeclaims if n in view.claims and not view.claims[n].deleting]
             await self._mark_claims(view, remaining, status=False, reason="GangMemberLost", message=text)
             return
         # replace-member: the others keep running; a replacement member (gated) is provisioned alone

@@ -16,16 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from api.v1.labels import LABEL_GANG
 from api.v1.types import format_duration
-from controller.clock import parse_time
 from controller.gang import claims as cl
 from controller.gang.markers import POLICY_RESTART_GANG, TAINT_GANG
 from controller.gang.record import PROVISIONING, ROLLED_BACK, Record, record_of
+from controller.state.views import NodeClaimView, NodeView, PodView
 
-Obj = dict[str, Any]
 GangState = Literal["Pending", "Provisioning", "Admitted"]
 
 REASON_INTERRUPTED: Final = "Interrupted"
@@ -56,14 +55,14 @@ class GangView:
     key: str
     gid: str
     size: int | None
-    gated: tuple[Obj, ...]
-    released: tuple[Obj, ...] = ()
-    claims: Mapping[str, Obj] = field(default_factory=dict)
+    gated: tuple[PodView, ...]
+    released: tuple[PodView, ...] = ()
+    claims: Mapping[str, NodeClaimView] = field(default_factory=dict)
     pending: Record | None = None
     admitted: Record | None = None
     seen: frozenset[str] = frozenset()
-    gone: Mapping[str, Obj] = field(default_factory=dict)  # last state of NodeClaims seen deleted
-    strays: Mapping[str, Obj] = field(default_factory=dict)  # Nodes with the gang's label but no NodeClaim of it
+    gone: Mapping[str, NodeClaimView] = field(default_factory=dict)  # last state of NodeClaims seen deleted
+    strays: Mapping[str, NodeView] = field(default_factory=dict)  # Nodes with the gang's label but no NodeClaim of it
     first_created: datetime | None = None
     member_loss_policy: str = POLICY_RESTART_GANG
     problems: tuple[str, ...] = ()
@@ -207,31 +206,28 @@ def fmt_seconds(seconds: float) -> str:
     return format_duration(timedelta(seconds=max(0, round(seconds))))
 
 
-def _name(pod: Obj) -> str:
-    return str((pod.get("metadata") or {}).get("name", ""))
+def _name(pod: PodView) -> str:
+    return pod.name
 
 
-def is_pinned(pod: Obj, gid: str) -> bool:
+def is_pinned(pod: PodView, gid: str) -> bool:
     """The pod may only land on the gang's nodes and tolerates their taint."""
-    spec = pod.get("spec") or {}
-    if (spec.get("nodeSelector") or {}).get(LABEL_GANG) != gid:
+    if pod.node_selector.get(LABEL_GANG) != gid:
         return False
     return any(
         t.get("key") == TAINT_GANG and t.get("value") == gid and (t.get("operator") or "Equal") == "Equal"
-        for t in spec.get("tolerations") or []
+        for t in pod.raw_tolerations
     )
 
 
-def _attempt_of_pod(pod: Obj) -> str | None:
+def _attempt_of_pod(pod: PodView) -> str | None:
     rec = record_of(pod)
     return rec.id if rec is not None else None
 
 
 def _strays(v: GangView) -> Decision | None:
     """Stray Nodes of the gang are deleted, and waited for while the pods could still land there."""
-    alive = tuple(
-        sorted(n for n, node in v.strays.items() if not (node.get("metadata") or {}).get("deletionTimestamp"))
-    )
+    alive = tuple(sorted(n for n, node in v.strays.items() if not node.deleting))
     if alive:
         return DeleteNodes(alive)
     if any(cl.attracts(node, v.gid) for node in v.strays.values()):
@@ -239,17 +235,14 @@ def _strays(v: GangView) -> Decision | None:
     return None
 
 
-def first_created(pods: Sequence[Obj]) -> datetime | None:
-    stamps = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
-    known = [s for s in stamps if s is not None]
+def first_created(pods: Sequence[PodView]) -> datetime | None:
+    known = [s for p in pods if (s := p.created) is not None]
     return min(known) if known else None
 
 
-def completed_at(pods: Sequence[Obj], size: int) -> datetime | None:
+def completed_at(pods: Sequence[PodView], size: int) -> datetime | None:
     """When the gang became complete: the creation time of its ``size``-th member."""
-    stamps = sorted(
-        s for p in pods if (s := parse_time((p.get("metadata") or {}).get("creationTimestamp"))) is not None
-    )
+    stamps = sorted(s for p in pods if (s := p.created) is not None)
     if not stamps:
         return None
     return stamps[min(size, len(stamps)) - 1]
@@ -261,7 +254,7 @@ def completed_at(pods: Sequence[Obj], size: int) -> datetime | None:
 def decide(v: GangView, *, now: datetime, knobs: Knobs) -> Decision:
     pend = v.pending
     adm = v.admitted
-    live = {n: c for n, c in v.claims.items() if not cl.deleting(c)}
+    live = {n: c for n, c in v.claims.items() if not c.deleting}
     keep: set[str] = set()
     if pend is not None and pend.phase == PROVISIONING:
         keep.update(pend.nodeclaims)
@@ -328,7 +321,7 @@ def decide(v: GangView, *, now: datetime, knobs: Knobs) -> Decision:
         if superseded:
             return DeleteClaims(superseded, "GangSuperseded", f"gang {v.key} starts a new attempt on fresh nodes")
     in_use = set(adm.nodeclaims) if adm is not None else set()
-    terminating = [n for n, c in v.claims.items() if cl.deleting(c) and n not in in_use]
+    terminating = [n for n, c in v.claims.items() if c.deleting and n not in in_use]
     if terminating:
         return Wait(RECHECK_SECONDS, f"waiting for {len(terminating)} NodeClaim(s) of an earlier attempt to go away")
     stray = _strays(v)
@@ -349,7 +342,9 @@ def _wait_for_members(v: GangView, *, now: datetime, knobs: Knobs, deadline: dat
     return WaitForMembers(present=v.members, size=v.size, waited=waited, warn=warn, recheck=recheck)
 
 
-def _provisioning(v: GangView, pend: Record, live: Mapping[str, Obj], *, now: datetime, knobs: Knobs) -> Decision:
+def _provisioning(
+    v: GangView, pend: Record, live: Mapping[str, NodeClaimView], *, now: datetime, knobs: Knobs
+) -> Decision:
     names = pend.nodeclaims
     running = set(v.admitted.nodeclaims) if v.admitted is not None else set()
     failures: list[tuple[str, str, str]] = []  # (claim, reason, what happened)
@@ -365,7 +360,7 @@ def _provisioning(v: GangView, pend: Record, live: Mapping[str, Obj], *, now: da
                 failures.append((name, REASON_CLAIM_DELETED, f"nodeclaim/{name} was deleted"))
             else:
                 never_created.append(name)
-        elif cl.deleting(claim):
+        elif claim.deleting:
             reason = cl.termination_reason(claim)
             failures.append((name, reason, f"{cl.describe(claim)} failed: {reason}"))
     if failures:
@@ -390,7 +385,7 @@ def _provisioning(v: GangView, pend: Record, live: Mapping[str, Obj], *, now: da
             avoid=(),
             backoff=False,
         )
-    not_ready = [n for n in names if not cl.initialized(live[n])]
+    not_ready = [n for n in names if not live[n].initialized]
     if pend.deadline is not None and now >= pend.deadline:
         missing = max(0, (v.size or 0) - v.members)
         parts = [f"{cl.describe(live[n])} {cl.progress(live[n])}" for n in not_ready[:5]]
@@ -415,7 +410,7 @@ def _provisioning(v: GangView, pend: Record, live: Mapping[str, Obj], *, now: da
     recorded = [p for p in v.gated if _attempt_of_pod(p) == pend.id and not is_pinned(p, v.gid)]
     others = sorted(
         (p for p in v.gated if _attempt_of_pod(p) != pend.id),
-        key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp", "")), _name(p)),
+        key=lambda p: (p.creation_timestamp or "", _name(p)),
     )
     planned = pend.members or len(v.gated)
     room = max(0, planned - len(mine) - len(recorded))

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from api.v1.labels import ANNOTATION_GANG_SIZE, LABEL_GANG, SCHEDULING_GATE_GANG
 from api.v1.types import parse_duration
+from controller.state.views import PodView
 
-Obj = Mapping[str, Any]
 GangSource = Literal["joiner", "coscheduling", "volcano"]
 
 LABEL_POD_GROUP: Final = "scheduling.x-k8s.io/pod-group"
@@ -97,12 +97,9 @@ def gang_id(namespace: str, name: str) -> str:
     return f"{cleaned}-{digest}" if cleaned else f"gang-{digest}"
 
 
-def gang_marker(pod: Obj) -> GangMarker | None:
+def gang_marker(pod: PodView) -> GangMarker | None:
     """The gang a pod belongs to, or None. The same precedence as the solver's ``kubeconv.gang_of``."""
-    meta = pod.get("metadata") or {}
-    namespace = str(meta.get("namespace") or "default")
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
+    namespace, labels, annotations = pod.namespace, pod.labels, pod.annotations
     if labels.get(LABEL_GANG):
         return GangMarker(namespace, str(labels[LABEL_GANG]), "joiner")
     if labels.get(LABEL_POD_GROUP):
@@ -113,25 +110,22 @@ def gang_marker(pod: Obj) -> GangMarker | None:
     return None
 
 
-def has_gate(pod: Obj) -> bool:
+def has_gate(pod: PodView) -> bool:
     """Whether the pod still carries joiner's scheduling gate."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(g.get("name") == SCHEDULING_GATE_GANG for g in gates)
+    return SCHEDULING_GATE_GANG in pod.scheduling_gates
 
 
-def gate_index(pod: Obj) -> int | None:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    for i, gate in enumerate(gates):
-        if gate.get("name") == SCHEDULING_GATE_GANG:
+def gate_index(pod: PodView) -> int | None:
+    """Where joiner's gate is in the pod's list of scheduling gates (for a JSON patch), or None."""
+    for i, gate in enumerate(pod.scheduling_gates):
+        if gate == SCHEDULING_GATE_GANG:
             return i
     return None
 
 
-def is_active(pod: Obj) -> bool:
+def is_active(pod: PodView) -> bool:
     """Not finished and not being deleted: the pod still needs (or holds) its node."""
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return not pod.deleting and not pod.is_terminal
 
 
 def _bool(value: str) -> bool | None:
@@ -143,7 +137,7 @@ def _bool(value: str) -> bool | None:
     return None
 
 
-def gang_options(pods: Iterable[Obj]) -> GangOptions:
+def gang_options(pods: Iterable[PodView]) -> GangOptions:
     """Read the gang annotations from the members (the first member, by name, that sets each wins).
 
     Malformed values are reported in ``problems`` (in words the user can act on) and ignored.
@@ -153,10 +147,9 @@ def gang_options(pods: Iterable[Obj]) -> GangOptions:
     timeout: float | None = None
     policy: str | None = None
     problems: list[str] = []
-    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name", ""))):
-        meta = pod.get("metadata") or {}
-        name = meta.get("name")
-        ann = meta.get("annotations") or {}
+    for pod in sorted(pods, key=lambda p: p.name):
+        name = pod.name
+        ann = pod.annotations
         raw = ann.get(ANNOTATION_GANG_SIZE)
         if size is None and raw is not None:
             try:

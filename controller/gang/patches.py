@@ -26,12 +26,11 @@ from controller.gang.markers import (
 )
 from controller.gang.planner import gang_taint, gang_toleration
 from controller.gang.record import Record
-from controller.nodeclaim import conditions as c
-from controller.nodeclaim.nodes import escape
-from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.scheduling.model import NewNodeClaim
+from controller.state.manifest import nodeclaim_manifest
+from controller.state.views import NodeClaimView, Obj, PodView
+from controller.state.writes import ConditionUpdate, escape, with_conditions
 
-Obj = dict[str, Any]
 MAX_NAME_PREFIX: Final = 40
 
 
@@ -84,15 +83,14 @@ def gang_claim_manifest(
     return manifest
 
 
-def pin_patch(pod: Mapping[str, Any], gid: str, record: Record) -> Obj:
+def pin_patch(pod: PodView, gid: str, record: Record) -> Obj:
     """Merge patch: the record, plus the node selector and toleration that keep the pod on the gang's
     nodes (allowed while the pod is gated: scheduling constraints may only be tightened)."""
     patch: Obj = {"metadata": {"annotations": {ANNOTATION_GANG_STATE: record.to_json()}}}
-    spec = pod.get("spec") or {}
     spec_patch: Obj = {}
-    if (spec.get("nodeSelector") or {}).get(LABEL_GANG) != gid:
+    if pod.node_selector.get(LABEL_GANG) != gid:
         spec_patch["nodeSelector"] = {LABEL_GANG: gid}
-    tolerations = list(spec.get("tolerations") or [])
+    tolerations = list(pod.raw_tolerations)
     wanted = gang_toleration(gid)
     if not any(_same_toleration(t, wanted) for t in tolerations):
         spec_patch["tolerations"] = [*tolerations, wanted]
@@ -115,7 +113,7 @@ def record_patch(record: Record) -> Obj:
     return {"metadata": {"annotations": {ANNOTATION_GANG_STATE: record.to_json()}}}
 
 
-def ungate_patch(pod: Mapping[str, Any], record: Record) -> list[Obj] | None:
+def ungate_patch(pod: PodView, record: Record) -> list[Obj] | None:
     """JSON patch removing joiner's gate (tested in place first) and recording the admission.
 
     None when the pod carries no gate any more.
@@ -127,8 +125,7 @@ def ungate_patch(pod: Mapping[str, Any], record: Record) -> list[Obj] | None:
         {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": SCHEDULING_GATE_GANG},
         {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
     ]
-    annotations = (pod.get("metadata") or {}).get("annotations")
-    if annotations is None:
+    if (pod.raw.get("metadata") or {}).get("annotations") is None:  # no map to add a key to
         ops.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_GANG_STATE: record.to_json()}})
     else:
         ops.append(
@@ -154,10 +151,10 @@ def pod_condition_patch(*, status: bool, reason: str, message: str, now: datetim
     }
 
 
-def claim_admitted_patch(claim: Mapping[str, Any], *, status: bool, reason: str, message: str, now: datetime) -> Obj:
+def claim_admitted_patch(claim: NodeClaimView, *, status: bool, reason: str, message: str, now: datetime) -> Obj:
     """Merge patch (status subresource) setting GangAdmitted, guarded by the resourceVersion read."""
-    update = c.ConditionUpdate(GANG_ADMITTED, "True" if status else "False", reason, message)
+    update = ConditionUpdate(GANG_ADMITTED, "True" if status else "False", reason, message)
     return {
-        "metadata": {"resourceVersion": (claim.get("metadata") or {}).get("resourceVersion")},
-        "status": {"conditions": c.with_conditions(claim, [update], now=now)},
+        "metadata": {"resourceVersion": claim.resource_version or None},
+        "status": {"conditions": with_conditions(claim.raw, [update], now=now)},
     }

@@ -27,6 +27,7 @@ from controller.scheduling.quantity import format_human
 from controller.scheduling.resources import EMPTY, Resources, sum_resources
 from controller.scheduling.solver import solve
 from controller.scheduling.taints import Taint
+from controller.state.views import PodView
 
 Obj = Mapping[str, Any]
 GANG_TAINT_EFFECT: Final = "NoSchedule"
@@ -261,13 +262,13 @@ def _limits_message(req: PlanRequest, plan: Plan) -> str:
     )
 
 
-def convert_pods(pods: Sequence[Obj], gid: str, *, zone: str | None = None) -> tuple[list[Pod], list[str]]:
+def convert_pods(pods: Sequence[PodView], gid: str, *, zone: str | None = None) -> tuple[list[Pod], list[str]]:
     """The gated members as the solver sees them once pinned; unreadable pods are reported."""
     out: list[Pod] = []
     problems: list[str] = []
     for pod in pods:
         try:
-            out.append(kubeconv.pod_from_dict(pinned_pod(pod, gid, zone=zone), gang=gid))
+            out.append(kubeconv.pod_from_dict(pinned_pod(pod.raw, gid, zone=zone), gang=gid))
         except ValueError as err:
             problems.append(str(err))
     return out, problems

@@ -18,13 +18,14 @@ It is the only state a restarted controller needs (with the NodeClaims labelled 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final, Literal
 
 from controller.clock import format_time, parse_time
 from controller.gang.markers import ANNOTATION_GANG_STATE
+from controller.state.views import PodView
 
 Phase = Literal["Provisioning", "RolledBack", "Admitted"]
 PROVISIONING: Final = "Provisioning"
@@ -108,9 +109,8 @@ class Record:
         return asdict(self)
 
 
-def record_of(pod: Mapping[str, Any]) -> Record | None:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(ANNOTATION_GANG_STATE)
+def record_of(pod: PodView) -> Record | None:
+    text = pod.annotations.get(ANNOTATION_GANG_STATE)
     return Record.from_json(str(text)) if text else None
 
 

@@ -14,9 +14,7 @@ from typing import Any
 from api.v1.labels import TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT
 from controller.scheduling.quantity import QuantityError, parse_quantity
 from controller.state.views import NodeClaimView, NodeView
-from controller.state.writes import Patch, escape, finalizer_patch, label_patch, owner_patch, taint_patch
-
-__all__ = ["escape", "initialization_blockers", "registration_patch"]  # escape: for gang/ until it imports state
+from controller.state.writes import Patch, finalizer_patch, label_patch, owner_patch, taint_patch
 
 
 def registration_patch(claim: NodeClaimView, node: NodeView) -> Patch:

@@ -137,8 +137,8 @@ class NodePoolStatusController:
             return None
         ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
         nodeclass_exists = ref.get("kind") == "KWOKNodeClass" and ref.get("name") in cluster.nodeclasses()
-        claims = list(cluster.nodeclaims().values())
-        registered = {c["metadata"]["name"] for c in claims if cluster.node_for_claim(c) is not None}
+        claims = [c.raw for c in cluster.claim_views().values()]
+        registered = {c.name for c in cluster.claim_views().values() if cluster.node_view_for_claim(c) is not None}
         status, error = desired_status(
             pool=pool, claims=claims, registered=registered, nodeclass_exists=nodeclass_exists
         )

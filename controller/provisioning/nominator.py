@@ -25,19 +25,18 @@ NodeClaim):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import structlog
 
 from controller import metrics
 from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
-from controller.kube.resources import PODS, key_of
+from controller.kube.resources import PODS
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
+from controller.state.views import NodeClaimView, NodeView, PodView
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 WORKERS = 8
 
 NOMINATIONS_WRITTEN = metrics.counter(
@@ -47,16 +46,9 @@ NOMINATIONS_WRITTEN = metrics.counter(
 )
 
 
-def nominated_node_name(pod: Obj) -> str | None:
-    value = (pod.get("status") or {}).get("nominatedNodeName")
-    return str(value) if value else None
-
-
-def waiting_for_node(pod: Obj) -> bool:
+def waiting_for_node(pod: PodView) -> bool:
     """Not bound, not being deleted, not finished: a nomination still means something."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    return not spec.get("nodeName") and not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+    return not pod.node_name and not pod.deleting and not pod.is_terminal
 
 
 class Nominator:
@@ -67,7 +59,7 @@ class Nominator:
         ctx: Context,
         *,
         nominations: Callable[[], Mapping[str, str]],
-        claim: Callable[[str], Obj | None],
+        claim: Callable[[str], NodeClaimView | None],
     ) -> None:
         """`nominations()` gives pod key -> NodeClaim name; `claim(name)` the NodeClaim (cached or just created)."""
         self.ctx = ctx
@@ -82,9 +74,9 @@ class Nominator:
         if not self.enabled:
             return
         cluster = self.ctx.cluster
-        cluster.subscribe("Node", self._on_node)
-        cluster.subscribe("NodeClaim", self._on_claim)
-        cluster.subscribe("Pod", self._on_pod)
+        cluster.subscribe_views("Node", self._on_node)
+        cluster.subscribe_views("NodeClaim", self._on_claim)
+        cluster.subscribe_views("Pod", self._on_pod)
         await cluster.wait_synced()
         await self.queue.run(self.reconcile, workers=WORKERS)
 
@@ -95,41 +87,35 @@ class Nominator:
         for key in {*self._nominations(), *self._written}:
             self.queue.add(key)
 
-    def _on_node(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_node(self, etype: EventType, obj: NodeView, old: NodeView | None) -> None:
         if etype != "ADDED" or not self._nominations():
             return
-        pid = (obj.get("spec") or {}).get("providerID")
-        claim = self.ctx.cluster.claim_for_node(obj) if pid else None
-        names = {obj["metadata"]["name"]}
+        claim = self.ctx.cluster.claim_view_for_node(obj) if obj.provider_id else None
+        names = {obj.name}
         if claim is not None:
-            names.add(claim["metadata"]["name"])
+            names.add(claim.name)
         for key, claim_name in self._nominations().items():
             if claim_name in names:
                 self.queue.add(key)
 
-    def _on_claim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_claim(self, etype: EventType, obj: NodeClaimView, old: NodeClaimView | None) -> None:
         # the NodeClaim learned its providerID / node name (launched, registered): its Node can be found
         if etype == "DELETED" or not self._nominations():
             return
-
-        def where(claim: Obj | None) -> tuple[Any, Any]:
-            status = (claim or {}).get("status") or {}
-            return status.get("providerID"), status.get("nodeName")
-
-        if old is not None and where(obj) == where(old):
+        if old is not None and (obj.provider_id, obj.node_name) == (old.provider_id, old.node_name):
             return
-        name = obj["metadata"]["name"]
+        name = obj.name
         for key, claim_name in self._nominations().items():
             if claim_name == name:
                 self.queue.add(key)
 
-    def _on_pod(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
         # kube-scheduler cleared (or someone changed) the field of a pod the plan places
         if etype != "MODIFIED" or old is None:
             return
-        if nominated_node_name(obj) == nominated_node_name(old):
+        if obj.nominated_node_name == old.nominated_node_name:
             return
-        key = key_of(obj)
+        key = obj.key
         if key in self._written or key in self._nominations():
             self.queue.add(key)
 
@@ -140,21 +126,21 @@ class Nominator:
         if claim_name is None:
             return None
         claim = self._claim(claim_name)
-        if claim is None or (claim.get("metadata") or {}).get("deletionTimestamp"):
+        if claim is None or claim.deleting:
             return None
-        node = self.ctx.cluster.node_for_claim(claim)
-        if node is None or (node.get("metadata") or {}).get("deletionTimestamp"):
+        node = self.ctx.cluster.node_view_for_claim(claim)
+        if node is None or node.deleting:
             return None
-        return str(node["metadata"]["name"])
+        return node.name
 
     async def reconcile(self, key: str) -> float | None:
         if not self.enabled:
             return None
-        pod = self.ctx.cluster.store("Pod").get(key)
+        pod = self.ctx.cluster.pod_view(key)
         if pod is None or not waiting_for_node(pod):
             self._written.pop(key, None)
             return None
-        current = nominated_node_name(pod)
+        current = pod.nominated_node_name
         want = self.desired(key)
         if want is not None:
             if current != want:
@@ -169,14 +155,13 @@ class Nominator:
             self._written.pop(key, None)
         return None
 
-    async def _write(self, pod: Obj, key: str, node: str | None) -> None:
-        meta = pod["metadata"]
+    async def _write(self, pod: PodView, key: str, node: str | None) -> None:
         try:
             await self.ctx.client.patch(
                 PODS,
-                meta["name"],
+                pod.name,
                 {"status": {"nominatedNodeName": node}},
-                namespace=meta.get("namespace"),
+                namespace=pod.namespace,
                 subresource="status",
             )
         except NotFoundError:

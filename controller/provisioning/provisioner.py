@@ -14,27 +14,25 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import structlog
 
 from controller import metrics
-from controller.clock import parse_time
 from controller.context import Context
-from controller.kube.resources import key_of
 from controller.provisioning.batcher import Batcher
-from controller.provisioning.capacity import daemon_templates, existing_capacity, split_nominated, valid_pools
-from controller.provisioning.nodeclaims import nodeclaim_manifest
+from controller.provisioning.capacity import split_nominated, valid_pools
 from controller.provisioning.nominator import Nominator
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Pod
 from controller.scheduling.solver import solve
-from controller.state.cluster import awaits_scheduler, condition, is_daemon_pod, is_unschedulable
+from controller.state.existing import cluster_capacity
+from controller.state.manifest import nodeclaim_manifest
+from controller.state.nodepools import daemon_templates
+from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import NewClaim
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 # a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
 # if kube-scheduler has not bound it there by then, it is solved again
 NOMINATION_GRACE_SECONDS = 10.0
@@ -58,7 +56,7 @@ BATCH_SIZE = metrics.histogram(
 @dataclass(frozen=True, slots=True)
 class Decision:
     plan: Plan
-    pending: dict[str, Obj]  # pod key -> pod, the pods this plan was made for
+    pending: dict[str, PodView]  # pod key -> pod, the pods this plan was made for
     pools: dict[str, Obj]  # NodePool name -> NodePool, the valid ones
 
 
@@ -76,11 +74,11 @@ class Provisioner:
         self._writer = ctx.writer
         self._event_tasks: set[asyncio.Task[None]] = set()
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
-        self.nominator = Nominator(ctx, nominations=lambda: self._nominations, claim=self._claim_obj)
+        self.nominator = Nominator(ctx, nominations=lambda: self._nominations, claim=self._claim)
 
     # --- triggers --------------------------------------------------------------------------
-    def _on_pod(self, etype: str, pod: Obj, old: Obj | None) -> None:
-        if etype != "DELETED" and is_unschedulable(pod):
+    def _on_pod(self, etype: str, pod: PodView, old: PodView | None) -> None:
+        if etype != "DELETED" and pod.is_unschedulable:
             self.batcher.trigger()
 
     def _on_capacity_change(self, etype: str, obj: Obj, old: Obj | None) -> None:
@@ -103,16 +101,16 @@ class Provisioner:
         every batch open.)"""
         now = self.ctx.clock.now()
         window = self.ctx.settings.batch_max_seconds + 1.0
-        for pod in self.ctx.cluster.pods():
-            if awaits_scheduler(pod):
-                created = parse_time(pod["metadata"].get("creationTimestamp"))
+        for pod in self.ctx.cluster.pod_views():
+            if pod.awaits_scheduler:
+                created = pod.created
                 if created is not None and (now - created).total_seconds() <= window:
                     return True
         return False
 
     async def run(self) -> None:
         cluster = self.ctx.cluster
-        cluster.subscribe("Pod", self._on_pod)
+        cluster.subscribe_views("Pod", self._on_pod)
         cluster.subscribe("NodeClaim", self._on_capacity_change)
         cluster.subscribe("NodePool", self._on_capacity_change)
         cluster.subscribe("KWOKNodeClass", self._on_capacity_change)
@@ -133,7 +131,7 @@ class Provisioner:
         yet its nomination may have expired or the capacity it was counted on may have gone."""
         while True:
             await self.ctx.clock.sleep(RESYNC_SECONDS)
-            if any(is_unschedulable(p) for p in self.ctx.cluster.pods()):
+            if any(p.is_unschedulable for p in self.ctx.cluster.pod_views()):
                 self.batcher.trigger()
 
     async def reconcile(self) -> Plan | None:
@@ -153,23 +151,23 @@ class Provisioner:
         """Registered nodes with their pods, and in-flight NodeClaims as the capacity they will bring
         (including the ones this provisioner just created and the cache does not show yet)."""
         pending = self._writer.in_flight()
-        return existing_capacity(self.ctx.cluster, instance_types, extra_claims=pending)
+        return cluster_capacity(self.ctx.cluster, instance_types, extra_claims=pending)
 
-    def _claim_obj(self, name: str) -> Obj | None:
-        return self.ctx.cluster.nodeclaims().get(name) or self._writer.just_created(name)
+    def _claim(self, name: str) -> NodeClaimView | None:
+        return self.ctx.cluster.claim_views().get(name) or self._writer.just_created(name)
 
     def _claim_node_name(self, claim_name: str) -> str | None:
         """The node a nominated NodeClaim stands for in the solver's input, or None if it is gone
         or has been initialized long enough that a pod still pending on it will not land there."""
-        claim = self.ctx.cluster.nodeclaims().get(claim_name) or self._writer.just_created(claim_name)
-        if claim is None or claim["metadata"].get("deletionTimestamp"):
+        claim = self._claim(claim_name)
+        if claim is None or claim.deleting:
             return None
-        initialized = condition(claim, "Initialized")
-        if initialized is not None and initialized.get("status") == "True":
-            since = parse_time(initialized.get("lastTransitionTime"))
+        initialized = claim.condition("Initialized")
+        if initialized is not None and initialized.is_true:
+            since = initialized.transitioned
             if since is None or (self.ctx.clock.now() - since).total_seconds() > NOMINATION_GRACE_SECONDS:
                 return None
-        return str((claim.get("status") or {}).get("nodeName") or claim_name)
+        return claim.node_name or claim_name
 
     def _with_nominations(self, pods: list[Pod], existing: list[ExistingNode]) -> tuple[list[Pod], list[ExistingNode]]:
         """Pods an earlier decision already placed on capacity still coming up keep their place:
@@ -211,9 +209,9 @@ class Provisioner:
                 for key in node.pods:
                     self._nominations[key] = claim_name
         by_node_name = {
-            str((c.get("status") or {}).get("nodeName") or c["metadata"]["name"]): c["metadata"]["name"]
+            c.node_name or c.name: c.name
             for c in [
-                *self.ctx.cluster.nodeclaims().values(),
+                *self.ctx.cluster.claim_views().values(),
                 *self._writer.in_flight(),
             ]
         }
@@ -226,11 +224,7 @@ class Provisioner:
     async def decide(self) -> Decision | None:
         cluster = self.ctx.cluster
         await cluster.wait_synced()
-        pending_objs = {
-            f"{p['metadata'].get('namespace', 'default')}/{p['metadata']['name']}": p
-            for p in cluster.pods()
-            if is_unschedulable(p) and not is_daemon_pod(p)
-        }
+        pending_objs = {p.key: p for p in cluster.pod_views() if p.is_unschedulable and not p.is_daemon}
         PODS_PENDING.set(len(pending_objs))
         if not pending_objs:
             PODS_UNSCHEDULABLE.set(0)
@@ -238,7 +232,7 @@ class Provisioner:
         pods: list[Pod] = []
         for key, obj in pending_objs.items():
             try:
-                pods.append(kubeconv.pod_from_dict(obj, detect_gang=False))
+                pods.append(kubeconv.pod_from_dict(obj.raw, detect_gang=False))
             except ValueError as err:
                 log.warning("provisioner.pod_unreadable", pod=key, error=str(err))
         pools = await self._valid_pools()
@@ -292,7 +286,7 @@ class Provisioner:
         written = await self._writer.create(requests, reason="provisioning")
         created: list[Obj] = []
         created_names: dict[str, str] = {}
-        events: list[tuple[Obj, str, str, bool]] = []
+        events: list[tuple[PodView, str, str, bool]] = []
         for outcome in written:
             claim = outcome.claim
             if claim is None:
@@ -319,18 +313,20 @@ class Provisioner:
             task.add_done_callback(self._event_tasks.discard)
         return created
 
-    def _still_pending(self, pod: Obj) -> bool:
-        current = self.ctx.cluster.store("Pod").get(key_of(pod))
-        return current is not None and is_unschedulable(current)
+    def _still_pending(self, pod: PodView) -> bool:
+        current = self.ctx.cluster.pod_view(pod.key)
+        return current is not None and current.is_unschedulable
 
-    async def _tell(self, events: list[tuple[Obj, str, str, bool]]) -> None:
+    async def _tell(self, events: list[tuple[PodView, str, str, bool]]) -> None:
         """Events on the pods: the decision is already written, so these never hold up the next batch."""
         limit = asyncio.Semaphore(EVENT_CONCURRENCY)
 
-        async def emit(pod: Obj, reason: str, message: str, warning: bool) -> None:
+        async def emit(pod: PodView, reason: str, message: str, warning: bool) -> None:
             async with limit:
                 if not self._still_pending(pod):
                     return  # "should schedule on ..." says nothing once it has (a large burst can outpace us)
-                await self.ctx.events.emit(pod, reason=reason, message=message, type="Warning" if warning else "Normal")
+                await self.ctx.events.emit(
+                    pod.raw, reason=reason, message=message, type="Warning" if warning else "Normal"
+                )
 
         await asyncio.gather(*(emit(*event) for event in events))

@@ -13,16 +13,11 @@ from controller.kube import resources as r
 from controller.kube.resources import Resource
 from controller.state.informer import EventType, Informer, Source
 from controller.state.views import (
-    DAEMONSET,
     NodeClaimView,
     NodeView,
     Obj,
     PodView,
     StateNode,
-    awaiting_scheduler,
-    condition_of,
-    terminal_phase,
-    unschedulable,
 )
 
 Listener = Callable[[EventType, Obj, Obj | None], None]
@@ -40,53 +35,6 @@ WATCHED: tuple[Resource, ...] = (
     r.PDBS,
 )
 _VIEWS: dict[str, Callable[[Obj], View]] = {"Pod": PodView.of, "Node": NodeView.of, "NodeClaim": NodeClaimView.of}
-
-
-# --- dict readers for callers not converted to views yet (provisioning, gang, disruption) -----
-
-
-def condition(obj: Obj, ctype: str) -> Obj | None:
-    cond = condition_of(obj, ctype)
-    return None if cond is None else cond.as_dict()
-
-
-def condition_true(obj: Obj, ctype: str) -> bool:
-    cond = condition_of(obj, ctype)
-    return cond is not None and cond.is_true
-
-
-def _meta(pod: Obj) -> Obj:
-    return pod.get("metadata") or {}
-
-
-def is_terminal(pod: Obj) -> bool:
-    return terminal_phase((pod.get("status") or {}).get("phase"))
-
-
-def is_unschedulable(pod: Obj) -> bool:
-    """kube-scheduler tried and could not place it: PodScheduled=False/Unschedulable, not bound yet."""
-    return unschedulable(
-        bound=bool((pod.get("spec") or {}).get("nodeName")),
-        deleting=bool(_meta(pod).get("deletionTimestamp")),
-        phase=(pod.get("status") or {}).get("phase"),
-        scheduled=condition_of(pod, "PodScheduled"),
-    )
-
-
-def awaits_scheduler(pod: Obj) -> bool:
-    """kube-scheduler has not tried it yet: not bound, not gated, no PodScheduled condition."""
-    spec = pod.get("spec") or {}
-    return awaiting_scheduler(
-        bound=bool(spec.get("nodeName")),
-        gated=bool(spec.get("schedulingGates")),
-        deleting=bool(_meta(pod).get("deletionTimestamp")),
-        phase=(pod.get("status") or {}).get("phase"),
-        scheduled=condition_of(pod, "PodScheduled"),
-    )
-
-
-def is_daemon_pod(pod: Obj) -> bool:
-    return any(ref.get("kind") == DAEMONSET for ref in _meta(pod).get("ownerReferences") or [])
 
 
 class ClusterState:
@@ -259,19 +207,9 @@ class ClusterState:
         out.extend(StateNode(node=node) for name, node in self._nodes.items() if name not in owned)
         return out
 
-    # --- dicts: the kinds without views, and Pods/Nodes/NodeClaims for callers not converted to
-    # views yet (provisioning/, gang/, disruption/controller.py); drop those once they read views.
+    # --- dicts: the kinds without views (Pods, Nodes and NodeClaims are read as views above) -----
     def store(self, kind: str) -> dict[str, Obj]:
         return self.informers[kind].store
-
-    def pods(self) -> Iterable[Obj]:
-        return self.store("Pod").values()
-
-    def nodes(self) -> dict[str, Obj]:
-        return self.store("Node")
-
-    def nodeclaims(self) -> dict[str, Obj]:
-        return self.store("NodeClaim")
 
     def nodepools(self) -> dict[str, Obj]:
         return self.store("NodePool")
@@ -284,14 +222,3 @@ class ClusterState:
 
     def pdbs(self) -> Iterable[Obj]:
         return self.store("PodDisruptionBudget").values()
-
-    def pods_on_node(self, node_name: str) -> list[Obj]:
-        return [p.raw for p in self.pod_views_on_node(node_name)]
-
-    def node_for_claim(self, claim: Obj) -> Obj | None:
-        node = self.node_view_for_claim(NodeClaimView.of(claim))
-        return node.raw if node is not None else None
-
-    def claim_for_node(self, node: Obj) -> Obj | None:
-        claim = self.claim_view_for_node(NodeView.of(node))
-        return claim.raw if claim is not None else None

@@ -29,7 +29,7 @@ class RecentClaims:
         item = self._items.get(name)
         return item[1] if item else None
 
-    def pending(self, cached: Mapping[str, Obj], *, now: float) -> list[Obj]:
+    def pending(self, cached: Mapping[str, object], *, now: float) -> list[Obj]:
         """The NodeClaims the cache does not show yet (dropping those it shows and the stale ones)."""
         for name, (added, _) in list(self._items.items()):
             if name in cached or now - added > TTL_SECONDS:

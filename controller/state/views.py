@@ -23,6 +23,7 @@ from typing import Any, Final, TypeVar
 from api.v1.conditions import INITIALIZED, LAUNCHED, REGISTERED
 from api.v1.labels import (
     ANNOTATION_DO_NOT_DISRUPT,
+    ANNOTATION_PLANNED_INSTANCE_TYPE,
     FINALIZER_TERMINATION,
     LABEL_CAPACITY_TYPE,
     LABEL_GANG,
@@ -39,8 +40,6 @@ Raw = Mapping[str, Any]
 Obj = dict[str, Any]
 """A Kubernetes object as JSON, as the apiserver sends it: what views are made from, and what writes send."""
 
-ANNOTATION_PLANNED_INSTANCE_TYPE: Final = "joiner.sh/planned-instance-type"
-"""On a NodeClaim, written when it is created: the instance type the plan chose for it."""
 ANNOTATION_MIRROR: Final = "kubernetes.io/config.mirror"
 """On a mirror pod of a static pod."""
 
@@ -99,15 +98,6 @@ class Condition:
     def is_true(self) -> bool:
         return self.status == "True"
 
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON shape (for callers that still read conditions as dicts)."""
-        out: dict[str, Any] = {"type": self.type, "status": self.status, "reason": self.reason, "message": self.message}
-        if self.last_transition_time is not None:
-            out["lastTransitionTime"] = self.last_transition_time
-        if self.observed_generation is not None:
-            out["observedGeneration"] = self.observed_generation
-        return out
-
     @property
     def transitioned(self) -> datetime | None:
         return parse_time(self.last_transition_time)
@@ -123,11 +113,6 @@ def find_condition(raw: Iterable[Raw], ctype: str) -> Condition | None:
         if cond.get("type") == ctype:
             return Condition.of(cond)
     return None
-
-
-def conditions_of(obj: Raw) -> tuple[Condition, ...]:
-    """All status conditions of an object as the apiserver sends it."""
-    return tuple(Condition.of(c) for c in raw_conditions(obj))
 
 
 def condition_of(obj: Raw, ctype: str) -> Condition | None:
@@ -189,27 +174,6 @@ def _taints(values: Any) -> tuple[TaintRef, ...]:
 
 
 # --- pods ------------------------------------------------------------------------------------
-# The scheduling rules, on the few facts they need, so dict readers not converted to views yet
-# (`controller.state.cluster`) apply the same rules without building a whole view.
-
-
-def terminal_phase(phase: Any) -> bool:
-    """Succeeded or Failed: the pod holds no resources any more."""
-    return phase in _TERMINAL_PHASES
-
-
-def unschedulable(*, bound: bool, deleting: bool, phase: Any, scheduled: Condition | None) -> bool:
-    """kube-scheduler tried and could not place it: PodScheduled=False/Unschedulable, not bound yet."""
-    if bound or deleting or terminal_phase(phase):
-        return False
-    return scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable"
-
-
-def awaiting_scheduler(*, bound: bool, gated: bool, deleting: bool, phase: Any, scheduled: Condition | None) -> bool:
-    """kube-scheduler has not tried it yet: not bound, not gated, no PodScheduled condition."""
-    if bound or gated or deleting:
-        return False
-    return not terminal_phase(phase) and scheduled is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +191,9 @@ class PodView(HasConditions):
     owner_kinds: tuple[str, ...]
     priority_class_name: str | None
     raw_tolerations: tuple[Raw, ...]  # parsed only when asked (`tolerates`): most readers never need them
+    node_selector: Mapping[str, str]
+    nominated_node_name: str | None
+    creation_timestamp: str | None
     deletion_timestamp: str | None
     raw_conditions: tuple[Raw, ...]
 
@@ -250,9 +217,16 @@ class PodView(HasConditions):
             owner_kinds=tuple(str(ref.get("kind") or "") for ref in meta.get("ownerReferences") or ()),
             priority_class_name=_opt(spec.get("priorityClassName")),
             raw_tolerations=tuple(spec.get("tolerations") or ()),
+            node_selector=_map(spec.get("nodeSelector")),
+            nominated_node_name=_opt(status.get("nominatedNodeName")),
+            creation_timestamp=_opt(meta.get("creationTimestamp")),
             deletion_timestamp=_opt(meta.get("deletionTimestamp")),
             raw_conditions=raw_conditions(obj),
         )
+
+    @property
+    def created(self) -> datetime | None:
+        return parse_time(self.creation_timestamp)
 
     @property
     def is_daemon(self) -> bool:
@@ -265,7 +239,7 @@ class PodView(HasConditions):
     @property
     def is_terminal(self) -> bool:
         """Succeeded or Failed: it holds no resources any more."""
-        return terminal_phase(self.phase)
+        return self.phase in _TERMINAL_PHASES
 
     @property
     def deleting(self) -> bool:
@@ -277,22 +251,18 @@ class PodView(HasConditions):
 
     @property
     def is_unschedulable(self) -> bool:
-        return unschedulable(
-            bound=bool(self.node_name),
-            deleting=self.deleting,
-            phase=self.phase,
-            scheduled=self.condition("PodScheduled"),
-        )
+        """kube-scheduler tried and could not place it: PodScheduled=False/Unschedulable, not bound yet."""
+        if self.node_name or self.deleting or self.is_terminal:
+            return False
+        scheduled = self.condition("PodScheduled")
+        return scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable"
 
     @property
     def awaits_scheduler(self) -> bool:
-        return awaiting_scheduler(
-            bound=bool(self.node_name),
-            gated=bool(self.scheduling_gates),
-            deleting=self.deleting,
-            phase=self.phase,
-            scheduled=self.condition("PodScheduled"),
-        )
+        """kube-scheduler has not tried it yet: not bound, not gated, no PodScheduled condition."""
+        if self.node_name or self.scheduling_gates or self.deleting:
+            return False
+        return not self.is_terminal and self.condition("PodScheduled") is None
 
     def tolerates(self, *, key: str, effect: str, value: str = "") -> bool:
         """Whether one of its tolerations matches the taint (the scheduler's matching rules)."""

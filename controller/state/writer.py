@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import structlog
 
@@ -28,9 +28,9 @@ from controller.scheduling.model import NewNodeClaim
 from controller.state.cluster import ClusterState
 from controller.state.informer import EventType
 from controller.state.recent import RecentClaims
+from controller.state.views import NodeClaimView, Obj
 
 log = structlog.get_logger()
-Obj = dict[str, Any]
 
 CreateReason = Literal["provisioning", "gang", "consolidation", "drift", "expiration", "interruption", "capacity"]
 WRITE_CONCURRENCY: Final = 16  # NodeClaims written at once
@@ -91,21 +91,23 @@ class NodeClaimWriter:
         # Held while deciding and writing new NodeClaims (a provisioning batch, a gang's attempt, a
         # disruption command's replacements), so two decisions never both count the same limit room.
         self.lock = asyncio.Lock()
-        cluster.subscribe("NodeClaim", self._on_nodeclaim)
+        cluster.subscribe_views("NodeClaim", self._on_nodeclaim)
 
-    def _on_nodeclaim(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+    def _on_nodeclaim(self, etype: EventType, claim: NodeClaimView, old: NodeClaimView | None) -> None:
         # the cache has shown it: from now on it counts (or, deleted already, does not) through the cache
-        self._recent.discard(obj["metadata"]["name"])
+        self._recent.discard(claim.name)
 
     # --- what a decision counts ------------------------------------------------------------------
 
-    def in_flight(self) -> list[Obj]:
+    def in_flight(self) -> list[NodeClaimView]:
         """NodeClaims created here that the cache has not shown yet."""
-        return self._recent.pending(self._cluster.nodeclaims(), now=self._clock.monotonic())
+        pending = self._recent.pending(self._cluster.claim_views(), now=self._clock.monotonic())
+        return [NodeClaimView.of(c) for c in pending]
 
-    def just_created(self, name: str) -> Obj | None:
+    def just_created(self, name: str) -> NodeClaimView | None:
         """A NodeClaim created here lately, by name (it may be in the cache by now, or gone)."""
-        return self._recent.get(name)
+        claim = self._recent.get(name)
+        return NodeClaimView.of(claim) if claim is not None else None
 
     def forget(self, name: str) -> None:
         """A NodeClaim created here is being deleted: no decision counts it any more."""
@@ -163,7 +165,7 @@ class NodeClaimWriter:
 
     def _remember(self, claim: Obj) -> None:
         name = claim["metadata"]["name"]
-        if name not in self._cluster.nodeclaims():  # its watch event may have come before the answer
+        if name not in self._cluster.claim_views():  # its watch event may have come before the answer
             self._recent.add(claim, now=self._clock.monotonic())
 
     @staticmethod

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.v1.labels import ANNOTATION_PLANNED_INSTANCE_TYPE
 from controller.clock import FakeClock
 from controller.cloudprovider.catalog import load_catalog
-from controller.provisioning.capacity import existing_capacity, split_nominated
-from controller.provisioning.nodeclaims import PLANNED_INSTANCE_TYPE
+from controller.provisioning.capacity import split_nominated
 from controller.scheduling.model import ExistingNode, Pod
 from controller.scheduling.resources import Resources
 from controller.state.cluster import ClusterState
+from controller.state.existing import cluster_capacity
+from controller.state.views import NodeClaimView
 
 
 def _claim(name: str, instance_type: str) -> dict[str, Any]:
@@ -20,7 +22,7 @@ def _claim(name: str, instance_type: str) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "labels": {"joiner.sh/nodepool": "gpu"},
-            "annotations": {PLANNED_INSTANCE_TYPE: instance_type},
+            "annotations": {ANNOTATION_PLANNED_INSTANCE_TYPE: instance_type},
         },
         "spec": {"requirements": [], "resources": {"requests": {"cpu": "1"}}},
     }
@@ -30,7 +32,8 @@ def test_a_claim_not_yet_in_the_cache_counts_once_however_often_it_is_passed() -
     cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
     catalog = load_catalog()
     claim = _claim("gpu-abc12", "g6.xlarge")
-    nodes = existing_capacity(cluster, catalog, extra_claims=[claim, dict(claim), _claim("gpu-def34", "g6.2xlarge")])
+    extra = [NodeClaimView.of(c) for c in (claim, dict(claim), _claim("gpu-def34", "g6.2xlarge"))]
+    nodes = cluster_capacity(cluster, catalog, extra_claims=extra)
     assert sorted(n.name for n in nodes) == ["gpu-abc12", "gpu-def34"]
     assert all(n.in_flight for n in nodes)
     g6 = next(it for it in catalog if it.name == "g6.xlarge")
@@ -40,8 +43,8 @@ def test_a_claim_not_yet_in_the_cache_counts_once_however_often_it_is_passed() -
 def test_a_claim_the_cache_shows_is_not_counted_again() -> None:
     cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
     claim = _claim("gpu-abc12", "g6.xlarge")
-    cluster.store("NodeClaim")["gpu-abc12"] = claim
-    nodes = existing_capacity(cluster, load_catalog(), extra_claims=[claim])
+    cluster.informers["NodeClaim"]._apply("ADDED", claim)
+    nodes = cluster_capacity(cluster, load_catalog(), extra_claims=[NodeClaimView.of(claim)])
     assert [n.name for n in nodes] == ["gpu-abc12"]
 
 

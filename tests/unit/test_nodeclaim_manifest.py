@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from api.v1 import labels as wk
+from api.v1.labels import ANNOTATION_PLANNED_INSTANCE_TYPE as PLANNED_INSTANCE_TYPE
 from controller.cloudprovider.catalog import load_catalog
-from controller.provisioning.nodeclaims import PLANNED_INSTANCE_TYPE, nodeclaim_manifest
 from controller.scheduling import NodePoolTemplate, Pod, Resources, solve
+from controller.state.manifest import nodeclaim_manifest
 
 POOL = {
     "apiVersion": wk.API_VERSION,

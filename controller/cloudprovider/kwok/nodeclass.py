@@ -21,8 +21,7 @@ from typing import Any
 
 from api.v1.types import parse_duration
 from controller.cloudprovider.types import Offering
-
-Obj = dict[str, Any]
+from controller.state.views import Obj, condition_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +138,9 @@ def parse_nodeclass(obj: Obj) -> KWOKNodeClassSpec:
         never_ready=_instance_type_set(raw.get("neverReady"), where="spec.failures.neverReady"),
         hide_gpus=_instance_type_set(raw.get("hideGPUs"), where="spec.failures.hideGPUs"),
     )
-    ready, message = True, ""
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") == "False":
-            ready, message = False, str(cond.get("message") or cond.get("reason") or "")
+    cond = condition_of(obj, "Ready")
+    ready = cond is None or cond.status != "False"
+    message = "" if cond is None or ready else cond.message or cond.reason
     return KWOKNodeClassSpec(
         name=name,
         registration_delay_seconds=_delay_seconds(spec.get("registrationDelay"), where="spec.registrationDelay"),

@@ -133,13 +133,13 @@ async def test_delete_removes_the_node_and_then_reports_not_found(harness: Harne
     await harness.create_nodeclass()
     claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
     await harness.cloud.create(claim)
-    await harness.eventually(lambda: harness.cluster.nodes().get("nc-1") is not None, "Node cached")
+    await harness.eventually(lambda: harness.cluster.node_views().get("nc-1") is not None, "Node cached")
     await harness.cloud.delete(claim)
     node = harness.node("nc-1")
     assert node is not None
     assert node["metadata"].get("deletionTimestamp")
     await harness.kube.patch(NODES, "nc-1", {"metadata": {"finalizers": None}})
-    await harness.eventually(lambda: "nc-1" not in harness.cluster.nodes(), "Node gone")
+    await harness.eventually(lambda: "nc-1" not in harness.cluster.node_views(), "Node gone")
     with pytest.raises(NodeClaimNotFoundError):
         await harness.cloud.delete(claim)
 
@@ -148,7 +148,7 @@ async def test_list_and_get_reflect_kwok_nodes(harness: Harness) -> None:
     await harness.create_nodeclass()
     for name in ("a", "b"):
         await harness.cloud.create(await harness.create_claim(name, instance_types=["cpu-4"]))
-    await harness.eventually(lambda: len(harness.cluster.nodes()) == 2, "both Nodes cached")
+    await harness.eventually(lambda: len(harness.cluster.node_views()) == 2, "both Nodes cached")
     listed = {i.provider_id: i for i in await harness.cloud.list()}
     assert set(listed) == {"kwok://a", "kwok://b"}
     assert listed["kwok://a"].instance_type == "cpu-4"

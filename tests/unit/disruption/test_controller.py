@@ -6,7 +6,7 @@ from __future__ import annotations
 from controller.disruption import metrics
 from controller.disruption.controller import ANNOTATION_REPLACEMENT_FOR
 from controller.kube.resources import NODECLAIMS, NODEPOOLS
-from controller.nodeclaim.deletion import ANNOTATION_TERMINATION_REASON
+from controller.state.deletion import ANNOTATION_TERMINATION_REASON
 from tests.unit.disruption.world import World
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from controller.disruption import safety
-from controller.disruption.safety import movable_pods
+from controller.disruption.safety import movable
 from controller.state.views import NodeClaimView, NodeView, PodView
 
 Obj = dict[str, Any]
@@ -117,7 +117,8 @@ def test_pods_drain_skips_are_not_counted() -> None:
     leaving = pod("old-1", deletionTimestamp="2026-01-01T00:00:00Z")
     done = pod("job-1", status={"phase": "Failed"})
     web = pod("web-1")
-    assert [p["metadata"]["name"] for p in movable_pods([daemon, mirror, leaving, done, web])] == ["web-1"]
+    views = [PodView.of(p) for p in (daemon, mirror, leaving, done, web)]
+    assert [p.name for p in movable(views)] == ["web-1"]
     assert blocking_pdbs([daemon, leaving], [pdb("all", allowed=0, selector={})]) == []
 
 

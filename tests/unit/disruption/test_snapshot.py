@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from api.v1.labels import ANNOTATION_NODEPOOL_HASH as NODEPOOL_HASH
 from controller.disruption import snapshot
 from controller.disruption.budgets import Budget
 from controller.disruption.snapshot import offering_price, pool_policy
-from controller.provisioning.nodeclaims import NODEPOOL_HASH, nodepool_hash
+from controller.state.nodepools import nodepool_hash
 from controller.state.views import NodeClaimView, PodView
 from tests.unit.disruption.builders import CATALOG
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from api.v1.labels import ANNOTATION_NODEPOOL_HASH as NODEPOOL_HASH
 from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
 from controller.clock import format_time
 from controller.disruption.controller import DisruptionController
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PDBS
-from controller.provisioning.nodeclaims import NODEPOOL_HASH, nodepool_hash
 from controller.settings import Settings
+from controller.state.nodepools import nodepool_hash
 from tests.unit.nodeclaim.harness import Harness, make_harness
 
 Obj = dict[str, Any]

@@ -9,6 +9,7 @@ from controller.clock import format_time
 from controller.gang.decide import GangView
 from controller.gang.planner import gang_toleration
 from controller.gang.record import ADMITTED, PROVISIONING, Record
+from controller.state.views import NodeClaimView, NodeView, PodView
 
 Obj = dict[str, Any]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -139,15 +140,15 @@ def view(
         key=KEY,
         gid=GID,
         size=size,
-        gated=tuple(gated),
-        released=tuple(released or ()),
-        claims={c["metadata"]["name"]: c for c in claims or []},
+        gated=tuple(PodView.of(p) for p in gated),
+        released=tuple(PodView.of(p) for p in released or ()),
+        claims={c["metadata"]["name"]: NodeClaimView.of(c) for c in claims or []},
         pending=pending,
         admitted=admitted,
         seen=frozenset(seen or ()),
         first_created=T0,
         member_loss_policy=policy,
-        strays={n["metadata"]["name"]: n for n in strays or []},
+        strays={n["metadata"]["name"]: NodeView.of(n) for n in strays or []},
     )
 
 

@@ -13,6 +13,7 @@ from controller.gang.controller import GangController
 from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, record_of
 from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODEPOOLS, PODS
 from controller.nodeclaim.lifecycle import LifecycleController
+from controller.state.views import PodView
 from controller.termination.controller import TerminationController
 from tests.unit.nodeclaim.harness import Harness
 
@@ -98,7 +99,7 @@ def gang_claims(h: Harness, gid: str = GID) -> dict[str, Obj]:
 
 
 def record(h: Harness, name: str) -> Record:
-    rec = record_of(pod(h, name))
+    rec = record_of(PodView.of(pod(h, name)))
     assert rec is not None, f"{name} has no gang record"
     return rec
 
@@ -228,7 +229,7 @@ async def test_one_failed_member_rolls_back_every_nodeclaim_and_the_retry_succee
     await gang_pod(h, "launcher", gpus=0, node_selector={"node.kubernetes.io/instance-type": "cpu-4"})
     start_gangs(h)
     await h.eventually(
-        lambda: record_of(pod(h, "w0")) is not None and record(h, "w0").phase == ROLLED_BACK, "rolled back"
+        lambda: record_of(PodView.of(pod(h, "w0"))) is not None and record(h, "w0").phase == ROLLED_BACK, "rolled back"
     )
     await h.eventually(lambda: gang_claims(h) == {}, "every NodeClaim of the attempt deleted")
     assert all(gated(h, n) for n in ("w0", "w1", "launcher"))

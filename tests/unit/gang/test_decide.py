@@ -26,6 +26,7 @@ from controller.gang.decide import (
     decide,
 )
 from controller.gang.record import ROLLED_BACK
+from controller.state.views import PodView
 from tests.unit.gang.builders import T0, admitted, claim, member, node, provisioning, view
 
 KNOBS = Knobs(member_wait_seconds=60, backoff_base_seconds=30, backoff_max_seconds=600)
@@ -277,8 +278,8 @@ def test_backoff_grows_and_is_capped(n: int, base: float, maximum: float) -> Non
 def test_a_gang_is_complete_when_its_last_needed_member_appears() -> None:
     pods = [member("a", created=T0), member("b", created=T0 + timedelta(seconds=5))]
     pods.append(member("c", created=T0 + timedelta(seconds=9)))
-    assert completed_at(pods, 3) == T0 + timedelta(seconds=9)
-    assert completed_at(pods, 2) == T0 + timedelta(seconds=5)
+    assert completed_at([PodView.of(p) for p in pods], 3) == T0 + timedelta(seconds=9)
+    assert completed_at([PodView.of(p) for p in pods], 2) == T0 + timedelta(seconds=5)
 
 
 def test_a_node_with_the_gangs_label_but_no_nodeclaim_never_hosts_a_member() -> None:

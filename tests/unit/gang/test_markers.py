@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from controller.gang.markers import (
     POLICY_REPLACE_MEMBER,
     POLICY_RESTART_GANG,
+    GangOptions,
     gang_id,
     gang_marker,
     gang_options,
@@ -18,6 +19,12 @@ from controller.gang.markers import (
     is_active,
 )
 from controller.scheduling import kubeconv
+from controller.state.views import PodView
+
+
+def options_of(pods: list[dict[str, Any]]) -> GangOptions:
+    return gang_options([PodView.of(p) for p in pods])
+
 
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
@@ -44,20 +51,20 @@ def pod(
 
 
 def test_joiner_label_names_the_gang() -> None:
-    marker = gang_marker(pod(labels={"joiner.sh/gang": "train"}))
+    marker = gang_marker(PodView.of(pod(labels={"joiner.sh/gang": "train"})))
     assert marker is not None
     assert (marker.key, marker.source, marker.id) == ("ml/train", "joiner", "ml.train")
 
 
 def test_coscheduling_label_names_the_gang() -> None:
-    marker = gang_marker(pod(labels={"scheduling.x-k8s.io/pod-group": "pg"}))
+    marker = gang_marker(PodView.of(pod(labels={"scheduling.x-k8s.io/pod-group": "pg"})))
     assert marker is not None
     assert (marker.key, marker.source) == ("ml/pg", "coscheduling")
 
 
 def test_volcano_annotations_name_the_gang() -> None:
     for key in ("scheduling.k8s.io/group-name", "volcano.sh/group-name"):
-        marker = gang_marker(pod(annotations={key: "vc-job"}))
+        marker = gang_marker(PodView.of(pod(annotations={key: "vc-job"})))
         assert marker is not None
         assert (marker.key, marker.source) == ("ml/vc-job", "volcano")
 
@@ -67,28 +74,28 @@ def test_joiner_label_wins_over_the_others_like_the_solver() -> None:
         labels={"joiner.sh/gang": "ours", "scheduling.x-k8s.io/pod-group": "theirs"},
         annotations={"volcano.sh/group-name": "vc"},
     )
-    marker = gang_marker(p)
+    marker = gang_marker(PodView.of(p))
     assert marker is not None
     assert marker.key == "ml/ours" == kubeconv.gang_of(p)
 
 
 def test_a_pod_without_markers_is_no_gang_member() -> None:
-    assert gang_marker(pod(labels={"app": "web"})) is None
+    assert gang_marker(PodView.of(pod(labels={"app": "web"}))) is None
 
 
 def test_only_our_gate_counts() -> None:
-    assert has_gate(pod(gates=["example.com/other", "joiner.sh/gang"]))
-    assert not has_gate(pod(gates=["example.com/other"]))
-    assert not has_gate(pod())
+    assert has_gate(PodView.of(pod(gates=["example.com/other", "joiner.sh/gang"])))
+    assert not has_gate(PodView.of(pod(gates=["example.com/other"])))
+    assert not has_gate(PodView.of(pod()))
 
 
 def test_finished_and_deleted_pods_are_not_active() -> None:
-    assert is_active(pod())
-    assert not is_active(pod(phase="Succeeded"))
-    assert not is_active(pod(phase="Failed"))
+    assert is_active(PodView.of(pod()))
+    assert not is_active(PodView.of(pod(phase="Succeeded")))
+    assert not is_active(PodView.of(pod(phase="Failed")))
     deleted = pod()
     deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert not is_active(deleted)
+    assert not is_active(PodView.of(deleted))
 
 
 @given(
@@ -110,7 +117,7 @@ def test_gang_id_keeps_short_names_readable_and_tells_long_ones_apart() -> None:
 
 
 def test_options_come_from_the_annotations() -> None:
-    options = gang_options(
+    options = options_of(
         [
             pod(
                 "a",
@@ -130,13 +137,13 @@ def test_options_come_from_the_annotations() -> None:
 
 
 def test_defaults_when_nothing_is_annotated() -> None:
-    options = gang_options([pod()])
+    options = options_of([pod()])
     assert (options.size, options.same_zone, options.timeout_seconds) == (None, None, None)
     assert options.member_loss_policy == POLICY_RESTART_GANG
 
 
 def test_malformed_annotations_are_reported_in_words_and_ignored() -> None:
-    options = gang_options(
+    options = options_of(
         [
             pod(
                 "a",

@@ -17,6 +17,7 @@ from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import parse_catalog
 from controller.scheduling.model import ExistingNode, NodePoolTemplate
 from controller.scheduling.resources import Resources
+from controller.state.views import PodView
 from tests.unit.gang.builders import GID, KEY, member
 
 CATALOG = parse_catalog(
@@ -79,7 +80,7 @@ def request(
     templates: list[NodePoolTemplate] = [
         kubeconv.nodepool_from_dict(p, CATALOG, usage=usage or Resources()) for p in pools
     ]
-    pods, problems = convert_pods(members, GID)
+    pods, problems = convert_pods([PodView.of(m) for m in members], GID)
     assert not problems
     return PlanRequest(
         key=KEY,

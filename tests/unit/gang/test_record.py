@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, newest, record_of
+from controller.state.views import PodView
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 names = st.lists(st.from_regex(r"[a-z0-9-]{1,20}", fullmatch=True), max_size=8).map(tuple)
@@ -69,5 +70,5 @@ def test_the_newest_write_wins() -> None:
     assert newest([old, None, new]) is new
     assert newest([]) is None
     pod = {"metadata": {"annotations": {"joiner.sh/gang-state": new.to_json()}}}
-    assert record_of(pod) == new
-    assert record_of({"metadata": {}}) is None
+    assert record_of(PodView.of(pod)) == new
+    assert record_of(PodView.of({"metadata": {}})) is None

@@ -18,9 +18,9 @@ from controller.cloudprovider.kwok.provider import KWOKCloudProvider
 from controller.cloudprovider.types import Offering
 from controller.kube.resources import NODES
 from controller.metrics import REGISTRY
-from controller.nodeclaim.deletion import ANNOTATION_TERMINATION_REASON
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.scheduling.instancetypes import parse_catalog
+from controller.state.deletion import ANNOTATION_TERMINATION_REASON
 from tests.unit.nodeclaim.harness import CATALOG, Harness
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from controller.clock import FakeClock
-from controller.provisioning.capacity import existing_capacity
 from controller.scheduling.instancetypes import parse_catalog
 from controller.scheduling.model import Pod
 from controller.scheduling.resources import Resources
@@ -121,11 +120,3 @@ def test_cluster_capacity_counts_nodes_with_their_pods_then_claims_coming_up() -
         ("just-made", True, 0),
     ]
     assert len(nodes[0].taints) == 2  # registered, not initialized: its startup taint still counts
-
-
-def test_cluster_capacity_is_what_the_provisioner_counts_today() -> None:
-    cluster = _world()
-    planned = a_claim("just-made", pid=None)
-    assert cluster_capacity(cluster, TYPES, extra_claims=[NodeClaimView.of(planned)]) == existing_capacity(
-        cluster, TYPES, extra_claims=[planned]
-    )

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from controller.clock import FakeClock
-from controller.state import cluster as cluster_module
 from controller.state.cluster import ClusterState
 from controller.state.views import (
     Condition,
@@ -115,6 +114,18 @@ def test_a_pod_view_reads_what_the_controllers_need() -> None:
     assert pod.key == pod_key(pod.raw)
 
 
+def test_a_pod_view_reads_its_creation_time_node_selector_and_nomination() -> None:
+    raw = a_pod(
+        spec={"nodeSelector": {"joiner.sh/gang": "ml.g"}},
+        status={"phase": "Pending", "nominatedNodeName": "n-2"},
+    )
+    raw["metadata"]["creationTimestamp"] = "2026-01-01T00:00:05Z"
+    pod = PodView.of(raw)
+    assert pod.created == datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+    assert pod.node_selector == {"joiner.sh/gang": "ml.g"}
+    assert pod.nominated_node_name == "n-2"
+
+
 def test_a_pod_with_nothing_but_a_name_has_empty_fields_not_errors() -> None:
     pod = PodView.of({"metadata": {"name": "bare"}})
     assert pod.key == "default/bare"
@@ -126,6 +137,9 @@ def test_a_pod_with_nothing_but_a_name_has_empty_fields_not_errors() -> None:
     assert pod.scheduling_gates == ()
     assert pod.owner_kinds == ()
     assert pod.uid is None
+    assert pod.node_selector == {}
+    assert pod.nominated_node_name is None
+    assert pod.created is None
     assert pod.awaits_scheduler  # never looked at by kube-scheduler
     assert not pod.is_unschedulable
 
@@ -286,7 +300,9 @@ def test_the_cache_joins_nodes_and_claims_by_provider_id() -> None:
     node = cluster.node_views()["gpu-node"]
     assert cluster.claim_view_for_node(node) is cluster.claim_views()["gpu-abc12"]
     assert cluster.node_view_for_claim(cluster.claim_views()["gpu-abc12"]) is node
-    assert cluster.claim_for_node(a_node("gpu-node")) == a_claim()  # the dict accessors agree
+    found = cluster.claim_view_for_node(NodeView.of(a_node("gpu-node")))
+    assert found is not None
+    assert found.raw == a_claim()  # the view keeps the dict the edge sends
     # the Node goes: the claim stands alone again
     cluster.informers["Node"]._apply("DELETED", a_node("gpu-node"))
     assert cluster.node_view_by_provider_id(PID) is None
@@ -307,7 +323,7 @@ def test_the_cache_indexes_pod_views_by_node_and_passes_views_to_listeners() -> 
     cluster.informers["Pod"]._apply("ADDED", unbound)
     cluster.informers["Pod"]._apply("MODIFIED", a_pod())
     assert [p.key for p in cluster.pod_views_on_node("n-1")] == ["ml/train-0"]
-    assert cluster.pods_on_node("n-1") == [a_pod()]
+    assert [p.raw for p in cluster.pod_views_on_node("n-1")] == [a_pod()]
     cluster.informers["Pod"]._apply("DELETED", a_pod())
     assert cluster.pod_views_on_node("n-1") == []
     assert cluster.pod_view("ml/train-0") is None
@@ -316,22 +332,37 @@ def test_the_cache_indexes_pod_views_by_node_and_passes_views_to_listeners() -> 
         cluster.subscribe_views("NodePool", on_pod)
 
 
-def test_the_dict_readers_apply_the_same_rules_as_the_views() -> None:
+def test_the_pod_scheduling_rules_on_every_kind_of_pod() -> None:
     scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-    cases: list[Obj] = [
-        a_pod(),
-        {"metadata": {"name": "bare"}},
-        {"metadata": {"name": "u"}, "status": {"conditions": [scheduled]}},
-        {"metadata": {"name": "g"}, "spec": {"schedulingGates": [{"name": "x"}]}},
-        {"metadata": {"name": "d", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"conditions": [scheduled]}},
-        {"metadata": {"name": "f"}, "status": {"phase": "Failed"}},
-        {"metadata": {"name": "ds", "ownerReferences": [{"kind": "DaemonSet"}]}},
+    # (pod, unschedulable, awaits the scheduler, terminal, daemon)
+    cases: list[tuple[Obj, bool, bool, bool, bool]] = [
+        (a_pod(), False, False, False, False),
+        ({"metadata": {"name": "bare"}}, False, True, False, False),
+        ({"metadata": {"name": "u"}, "status": {"conditions": [scheduled]}}, True, False, False, False),
+        ({"metadata": {"name": "g"}, "spec": {"schedulingGates": [{"name": "x"}]}}, False, False, False, False),
+        (
+            {
+                "metadata": {"name": "d", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                "status": {"conditions": [scheduled]},
+            },
+            False,
+            False,
+            False,
+            False,
+        ),
+        ({"metadata": {"name": "f"}, "status": {"phase": "Failed"}}, False, False, True, False),
+        ({"metadata": {"name": "ds", "ownerReferences": [{"kind": "DaemonSet"}]}}, False, True, False, True),
     ]
-    for raw in cases:
+    for raw, unschedulable, awaits, terminal, daemon in cases:
         view = PodView.of(raw)
-        assert cluster_module.is_unschedulable(raw) == view.is_unschedulable
-        assert cluster_module.awaits_scheduler(raw) == view.awaits_scheduler
-        assert cluster_module.is_terminal(raw) == view.is_terminal
-        assert cluster_module.is_daemon_pod(raw) == view.is_daemon
-    assert cluster_module.condition(cases[2], "PodScheduled") == {**scheduled, "message": ""}
-    assert cluster_module.condition_true(a_pod(), "PodScheduled")
+        assert (view.is_unschedulable, view.awaits_scheduler, view.is_terminal, view.is_daemon) == (
+            unschedulable,
+            awaits,
+            terminal,
+            daemon,
+        ), raw
+    unschedulable_pod = PodView.of(cases[2][0])
+    assert unschedulable_pod.condition("PodScheduled") == Condition(
+        type="PodScheduled", status="False", reason="Unschedulable"
+    )
+    assert PodView.of(a_pod()).is_true("PodScheduled")

@@ -15,8 +15,8 @@ from controller.cloudprovider.catalog import load_catalog
 from controller.kube.client import InvalidError
 from controller.kube.resources import NODECLAIMS, Resource
 from controller.metrics import REGISTRY
-from controller.provisioning.nodeclaims import nodeclaim_manifest
 from controller.scheduling import NodePoolTemplate, Pod, Resources, solve
+from controller.state.manifest import nodeclaim_manifest
 from controller.state.writer import CreateReason, NewClaim, NodeClaimWriter
 from tests.unit.nodeclaim.fakeapi import FakeKube
 from tests.unit.nodeclaim.harness import Harness
@@ -81,8 +81,8 @@ async def test_a_created_nodeclaim_is_counted_logged_and_in_flight_until_the_cac
     assert line["price_per_hour"] == request.node.choice.price
     assert line["note"] == "x"
     # the cache has not seen it yet: every decision counts it through the writer
-    assert name not in h.cluster.nodeclaims()
-    assert [c["metadata"]["name"] for c in writer.in_flight()] == [name]
+    assert name not in h.cluster.claim_views()
+    assert [c.name for c in writer.in_flight()] == [name]
     assert writer.just_created(name) is not None
     h.kube.catch_up(NODECLAIMS)
     await h.cached("NodeClaim", name)
@@ -163,7 +163,7 @@ async def test_a_refused_write_is_reported_not_counted_and_not_in_flight(harness
     assert "spec.bad" in first.error
     assert second.claim is not None  # one refusal does not stop the others
     assert created_total("w-refused", "provisioning") == 1
-    assert [c["metadata"]["name"] for c in writer.in_flight()] == [second.name]
+    assert [c.name for c in writer.in_flight()] == [second.name]
     [line] = [e for e in logs if e["event"] == "nodeclaim.create_failed"]
     assert line["reason"] == "provisioning"
     assert line["nodepool"] == "w-refused"

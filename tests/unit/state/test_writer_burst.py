@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from api.v1.labels import ANNOTATION_PLANNED_INSTANCE_TYPE as PLANNED_INSTANCE_TYPE
 from api.v1.labels import LABEL_GANG, LABEL_INSTANCE_TYPE
 from controller.clock import format_time
 from controller.disruption.controller import ANNOTATION_REPLACEMENT_FOR
 from controller.gang.controller import GangController
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, PODS
-from controller.provisioning.nodeclaims import PLANNED_INSTANCE_TYPE
 from controller.provisioning.provisioner import Provisioner
 from tests.unit.disruption.world import OWNER, World, world
 

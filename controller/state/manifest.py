@@ -1,26 +1,13 @@
-"""How a planned machine is written down: the NodeClaim manifest, and the NodePool template hash
-that drift detection compares against."""
+"""How a planned machine is written down: the NodeClaim manifest that provisioning, gangs and
+disruption's replacements hand to the NodeClaim writer (it records the NodePool template hash that
+drift detection compares against, `controller.state.nodepools.nodepool_hash`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from typing import Any
-
 from api.v1 import labels as wk
 from controller.scheduling.model import NewNodeClaim
-
-Obj = dict[str, Any]
-PLANNED_INSTANCE_TYPE = "joiner.sh/planned-instance-type"
-PLANNED_PRICE = "joiner.sh/planned-price"
-NODEPOOL_HASH = "joiner.sh/nodepool-hash"
-
-
-def nodepool_hash(pool: Obj) -> str:
-    """A hash of what a NodePool's NodeClaims are made from (spec.template): a change means drift."""
-    template = (pool.get("spec") or {}).get("template") or {}
-    canonical = json.dumps(template, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+from controller.state.nodepools import nodepool_hash
+from controller.state.views import Obj
 
 
 def nodeclaim_manifest(node: NewNodeClaim, pool: Obj) -> Obj:
@@ -56,9 +43,9 @@ def nodeclaim_manifest(node: NewNodeClaim, pool: Obj) -> Obj:
             "labels": node_labels,
             "annotations": {
                 **(tmeta.get("annotations") or {}),
-                NODEPOOL_HASH: nodepool_hash(pool),
-                PLANNED_INSTANCE_TYPE: node.choice.instance_type,
-                PLANNED_PRICE: f"{node.choice.price:.4f}",
+                wk.ANNOTATION_NODEPOOL_HASH: nodepool_hash(pool),
+                wk.ANNOTATION_PLANNED_INSTANCE_TYPE: node.choice.instance_type,
+                wk.ANNOTATION_PLANNED_PRICE: f"{node.choice.price:.4f}",
             },
             "ownerReferences": [
                 {
