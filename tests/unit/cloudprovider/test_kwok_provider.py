@@ -211,5 +211,5 @@ async def test_a_kwok_node_joiner_did_not_make_is_not_its_instance(harness: Harn
             "spec": {"providerID": "kwok://theirs"},
         },
     )
-    await harness.eventually(lambda: len(harness.cluster.nodes()) == 2, "both Nodes cached")
+    await harness.eventually(lambda: len(harness.cluster.node_views()) == 2, "both Nodes cached")
     assert [i.provider_id for i in await harness.cloud.list()] == ["kwok://mine"]
