@@ -45,7 +45,7 @@ func TestJoinerCost(t *testing.T) {
 			t.Fatalf("solve: %s", err)
 		}
 		total := 0.0
-		zoneOf := map[*corev1.Pod]string{}
+		zoneOf := map[string]string{}
 		nodeZones := map[string]int{}
 		for _, nc := range results.NewNodeClaims {
 			best := -1.0
@@ -64,13 +64,13 @@ func TestJoinerCost(t *testing.T) {
 			}
 			nodeZones[bestZone]++
 			for _, p := range nc.Pods {
-				zoneOf[p] = bestZone
+				zoneOf[p.Namespace+"/"+p.Name] = bestZone
 			}
 		}
 		labelled := map[string]int{}
 		for _, p := range pods {
 			if p.Labels["my-label"] == "a" {
-				labelled[zoneOf[p]]++
+				labelled[zoneOf[p.Namespace+"/"+p.Name]]++
 			}
 		}
 		fmt.Printf("JOINER-COST pods=%d nodes=%d price=%.4f unschedulable=%d a-by-zone=%s nodes-by-zone=%s\n",
