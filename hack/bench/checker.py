@@ -18,7 +18,8 @@ kube-scheduler would if that pod were the last one to be bound:
   no pod to join may start one domain only, as the first of them decides it;
 * **topology spread** (``DoNotSchedule``): counted over every pod in the namespace the
   labelSelector matches (whatever its size), over the eligible domains: nodes with the key that
-  match the pod's node affinity (``nodeAffinityPolicy: Honor``) and, with
+  match the pod's node affinity (``nodeAffinityPolicy: Honor``), carry every topology key the pod
+  spreads over, and, with
   ``nodeTaintsPolicy: Honor``, whose taints it tolerates; ``minDomains`` makes the global minimum
   0 while fewer domains exist. ``matchLabelKeys`` arrive folded into the selector by the converter.
 
@@ -305,8 +306,10 @@ class _World:
     def eligible(self, pod: Pod, spread: TopologySpread) -> dict[str, set[str]]:
         """Domain -> names of the eligible nodes, as kube-scheduler's PodTopologySpread filter
         selects them."""
+        keys = frozenset(s.topology_key for s in pod.spread)  # a node must carry every key the pod spreads over
         key = (
             spread.topology_key,
+            keys,
             pod.node_requirements if spread.honor_node_affinity else None,
             pod.tolerations if spread.honor_node_taints else None,
         )
@@ -315,7 +318,7 @@ class _World:
             found: dict[str, set[str]] = defaultdict(set)
             for node in self.nodes:
                 value = node.labels.get(spread.topology_key)
-                if value is None:
+                if value is None or not all(k in node.labels for k in keys):
                     continue
                 if spread.honor_node_affinity and not _node_affinity_ok(pod, node.labels):
                     continue
@@ -334,6 +337,7 @@ class _World:
             spread.topology_key,
             spread.selector,
             pod.namespace,
+            frozenset(s.topology_key for s in pod.spread),
             pod.node_requirements if spread.honor_node_affinity else None,
             pod.tolerations if spread.honor_node_taints else None,
         )

@@ -364,6 +364,25 @@ def test_hostname_spread_counts_empty_eligible_nodes() -> None:
     }
 
 
+def test_nodes_without_every_spread_key_are_not_domains() -> None:
+    both = (*_spread(), *_spread("rack"))
+    pods = [_pod(f"p{i}", labels={"my-label": "a"}, spread=both) for i in range(4)]
+    racked = [
+        ExistingNode(
+            name=f"r{z}",
+            allocatable=Resources.parse({"cpu": "4", "memory": "8Gi", "pods": "10"}),
+            labels={ZONE: z, HOST: f"r{z}", "rack": "1"},
+        )
+        for z in ("a", "b")
+    ]
+    no_rack = _existing("ec", "c")  # zone c has no node with a rack label: not a domain
+    # 2 / 2 in zones a and b; counting zone c (0 pods) as a domain would make the skew 2
+    spread_out: dict[str, tuple[str, ...]] = {"ra": ("default/p0", "default/p1"), "rb": ("default/p2", "default/p3")}
+    assert _check(pods, existing=[*racked, no_rack], placements=spread_out) == []
+    together: dict[str, tuple[str, ...]] = {"ra": ("default/p0", "default/p1", "default/p2"), "rb": ("default/p3",)}
+    assert set(_rules(_check(pods, existing=[*racked, no_rack], placements=together))) == {"topology-spread"}
+
+
 def test_spread_counts_only_the_same_namespace_and_match_label_keys() -> None:
     def pod(name: str, revision: str) -> Pod:
         return pod_from_dict(
