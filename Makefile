@@ -85,6 +85,11 @@ bench: $(STAMP) ## solver benchmarks (figures go to docs/performance.md)
 	@$(BIN)/python -m hack.bench.solver
 	@$(BIN)/python -m hack.bench.quality
 
+SIZES ?= 1000,5000
+.PHONY: bench-karpenter
+bench-karpenter: $(STAMP) ## Karpenter v1.15.0's scheduling benchmark beside joiner's, same workload (SIZES=1000,5000)
+	@$(BIN)/python -m hack.bench.karpenter_side_by_side --sizes $(SIZES)
+
 .PHONY: clean
 clean: ## stop the cluster and remove local state (not the binary cache)
 	@bash hack/cluster.sh down || true

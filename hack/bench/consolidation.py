@@ -26,6 +26,9 @@ a node; while a replacement starts, passes that would replace or consolidate wai
 does), so only the next command's pass overlaps. The time starts once ``consolidateAfter`` has
 passed after the cut; reported are the times to 90 % of the best saving and to the last command.
 
+Every provisioning plan of the growth phase is replayed through kube-scheduler's rules by
+:mod:`hack.bench.checker`; the violation count is printed with the figures.
+
 No cluster needed; scipy is used only here, never by controller/.
 """
 
@@ -61,6 +64,7 @@ from controller.scheduling import (
     solve,
 )
 from controller.scheduling.resources import ONE_POD, sum_resources
+from hack.bench.checker import check_plan
 from hack.bench.workloads import bench_pools
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -152,6 +156,7 @@ class Cluster:
         self.templates = bench_pools(catalog)
         self.nodes: dict[str, Node] = {}
         self.serial = 0
+        self.violations = 0
 
     def add_node(self, pool: str, choice: InstanceChoice) -> Node:
         self.serial += 1
@@ -161,7 +166,9 @@ class Cluster:
         return node
 
     def provision(self, pods: list[Pod]) -> None:
-        result = solve(pods=pods, node_pools=self.templates, existing_nodes=[n.view() for n in self.nodes.values()])
+        views = [n.view() for n in self.nodes.values()]
+        result = solve(pods=pods, node_pools=self.templates, existing_nodes=views)
+        self.violations += len(check_plan(pods=pods, plan=result, node_pools=self.templates, existing_nodes=views))
         by_key = {p.key: p for p in pods}
         for name, keys in result.existing_placements.items():
             self.nodes[name].pods.extend(by_key[k] for k in keys)
@@ -416,6 +423,7 @@ class Result:
     largest_pass_seconds: float
     stable_seconds: float
     ninety_seconds: float
+    violations: int
 
     @property
     def share(self) -> float:
@@ -480,6 +488,7 @@ def run(*, nodes: int, seed: int, exact: bool, time_limit: float, catalog: tuple
         largest_pass_seconds=slowest,
         stable_seconds=done_at,
         ninety_seconds=at_90,
+        violations=cluster.violations,
     )
 
 
@@ -489,7 +498,10 @@ def report(label: str, r: Result, *, exact: bool) -> None:
     )
     share = f"{100 * r.share:.1f} %" + ("" if r.best_exact else " (at least)")
     print(f"== {label}")
-    print(f"  before the cut   {r.nodes_before:4d} nodes  {r.pods_before:5d} pods  ${r.price_before:9.2f}/h")
+    print(
+        f"  before the cut   {r.nodes_before:4d} nodes  {r.pods_before:5d} pods  ${r.price_before:9.2f}/h"
+        f"  (constraint violations in the growth plans: {r.violations})"
+    )
     print(f"  after the cut    {r.nodes_before:4d} nodes  {r.pods_after_cut:5d} pods  ${r.price_before:9.2f}/h")
     print(f"  consolidated     {r.nodes_after:4d} nodes  {r.pods_after_cut:5d} pods  ${r.price_after:9.2f}/h")
     print(f"  best possible                          ${r.best:9.2f}/h  ({best})")

@@ -4,7 +4,9 @@
 
 Pending pods (see ``hack.bench.workloads.diverse_pods``) over the ~400-type bench catalog
 (3 zones x spot/on-demand, reserved on the big GPU types), a CPU and a tainted GPU NodePool.
-Prints one row per size: wall time (best of ``--repeat``), pods/s, nodes, $/h, unschedulable.
+Prints one row per size: wall time (best of ``--repeat``), pods/s, nodes, $/h, unschedulable, and
+the violations :mod:`hack.bench.checker` finds when it replays the plan through kube-scheduler's
+rules (outside the timing).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import platform
 import time
 
 from controller.scheduling import Plan, solve
+from hack.bench.checker import check_plan, summarize
 from hack.bench.workloads import bench_catalog, bench_pools, diverse_pods
 
 DEFAULT_SIZES = (1, 100, 1000, 5000, 10000, 20000)
@@ -43,7 +46,7 @@ def main() -> int:
     )
     print(
         f"{'pods':>7} {'groups':>6} {'wall s':>8} {'cpu s':>8} {'pods/s':>9} {'nodes':>6} {'$/h':>10} "
-        f"{'unsched':>7}  (wall of every run, s)"
+        f"{'unsched':>7}  (wall of every run, s)  violations"
     )
     if args.profile:
         import cProfile
@@ -68,10 +71,12 @@ def main() -> int:
         best = min(times)
         rate = count / best if best > 0 else float("inf")
         runs = ", ".join(f"{t:.3f}" for t in times)
-        groups = len({p.scheduling_key() for p in diverse_pods(size)})
+        pods = diverse_pods(size)
+        groups = len({p.scheduling_key() for p in pods})
+        violations = summarize(check_plan(pods=pods, plan=plan, node_pools=bench_pools(catalog)))
         print(
             f"{count:>7} {groups:>6} {best:>8.3f} {min(cpus):>8.3f} {rate:>9.0f} {len(plan.new_nodes):>6} "
-            f"{plan.total_price:>10.2f} {len(plan.unschedulable):>7}  ({runs})"
+            f"{plan.total_price:>10.2f} {len(plan.unschedulable):>7}  ({runs})  {violations}"
         )
     return 0
 
