@@ -17,7 +17,10 @@ Obj = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Offering:
+class OfferingId:
+    """One offering by identity: what a launch tried, what had no capacity, what is avoided for a
+    while. The priced offering of a catalog is `controller.scheduling.instancetypes.Offering`."""
+
     instance_type: str
     zone: str
     capacity_type: str
@@ -47,7 +50,7 @@ class CloudProviderError(Exception):
 class InsufficientCapacityError(CloudProviderError):
     """None of the offerings tried had capacity; they are marked unavailable for a while."""
 
-    def __init__(self, message: str, offerings: tuple[Offering, ...] = ()) -> None:
+    def __init__(self, message: str, offerings: tuple[OfferingId, ...] = ()) -> None:
         super().__init__(message)
         self.offerings = offerings
 

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from controller.clock import Clock
-from controller.cloudprovider.types import Offering
+from controller.cloudprovider.types import OfferingId
 
 
 class UnavailableOfferings:
     def __init__(self, *, clock: Clock, ttl_seconds: float) -> None:
         self._clock = clock
         self._ttl = ttl_seconds
-        self._until: dict[Offering, float] = {}
+        self._until: dict[OfferingId, float] = {}
 
-    def mark(self, offering: Offering, *, ttl_seconds: float | None = None) -> None:
+    def mark(self, offering: OfferingId, *, ttl_seconds: float | None = None) -> None:
         self._until[offering] = self._clock.monotonic() + (self._ttl if ttl_seconds is None else ttl_seconds)
 
-    def is_unavailable(self, offering: Offering) -> bool:
+    def is_unavailable(self, offering: OfferingId) -> bool:
         until = self._until.get(offering)
         if until is None:
             return False
@@ -24,7 +24,7 @@ class UnavailableOfferings:
             return False
         return True
 
-    def current(self) -> frozenset[Offering]:
+    def current(self) -> frozenset[OfferingId]:
         now = self._clock.monotonic()
         for offering in [o for o, until in self._until.items() if until <= now]:
             del self._until[offering]

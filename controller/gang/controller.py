@@ -26,16 +26,16 @@ from controller.gang import claims as cl
 from controller.gang import metrics
 from controller.gang.decide import (
     Admit,
-    Decision,
     DeleteClaims,
     DeleteNodes,
+    GangStep,
     GangView,
     Knobs,
     MarkAdmitted,
     MarkFinished,
     MemberLost,
     Pin,
-    Plan,
+    PlanAttempt,
     Rollback,
     SizeUnknown,
     Wait,
@@ -301,7 +301,7 @@ class GangController:
             self._told.pop(told, None)
         self._set_state(key, None)
 
-    async def _apply(self, view: GangView, decision: Decision) -> None:
+    async def _apply(self, view: GangView, decision: GangStep) -> None:
         """Apply one step, then wait for the watch events it causes or for a wake-up."""
         key = view.key
         if isinstance(decision, Wait):
@@ -323,7 +323,7 @@ class GangController:
             await self._delete_nodes(view, decision.names)
             self.queue.add_after(key, WRITE_RECHECK_SECONDS)
             return
-        if isinstance(decision, Plan):
+        if isinstance(decision, PlanAttempt):
             await self._plan(view, top_up=decision.top_up)
             return
         if isinstance(decision, Pin):
@@ -516,7 +516,7 @@ class GangController:
             # the cache may have moved while we waited for the lock: decide again on fresh state
             fresh = await self._view(key)
             current = decide(fresh, now=ctx.clock.now(), knobs=self.knobs)
-            if not isinstance(current, Plan):
+            if not isinstance(current, PlanAttempt):
                 self.queue.add_after(key, 0)
                 return
             view = fresh

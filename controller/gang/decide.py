@@ -124,7 +124,7 @@ class DeleteNodes:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class PlanAttempt:
     """Solve the gated members in one call and, if they fit, start an attempt."""
 
     top_up: bool  # the gang runs already: add members to it (replace-member policy)
@@ -176,13 +176,14 @@ class MarkFinished:
     names: tuple[str, ...]
 
 
-Decision = (
+# the one step `decide()` asks the gang controller to take next
+GangStep = (
     Wait
     | SizeUnknown
     | WaitForMembers
     | DeleteClaims
     | DeleteNodes
-    | Plan
+    | PlanAttempt
     | Pin
     | Rollback
     | Admit
@@ -225,7 +226,7 @@ def _attempt_of_pod(pod: PodView) -> str | None:
     return rec.id if rec is not None else None
 
 
-def _strays(v: GangView) -> Decision | None:
+def _strays(v: GangView) -> GangStep | None:
     """Stray Nodes of the gang are deleted, and waited for while the pods could still land there."""
     alive = tuple(sorted(n for n, node in v.strays.items() if not node.deleting))
     if alive:
@@ -251,7 +252,7 @@ def completed_at(pods: Sequence[PodView], size: int) -> datetime | None:
 # --- the decision -------------------------------------------------------------------------------
 
 
-def decide(v: GangView, *, now: datetime, knobs: Knobs) -> Decision:
+def decide(v: GangView, *, now: datetime, knobs: Knobs) -> GangStep:
     pend = v.pending
     adm = v.admitted
     live = {n: c for n, c in v.claims.items() if not c.deleting}
@@ -327,7 +328,7 @@ def decide(v: GangView, *, now: datetime, knobs: Knobs) -> Decision:
     stray = _strays(v)
     if stray is not None:
         return stray
-    return Plan(top_up=bool(v.released))
+    return PlanAttempt(top_up=bool(v.released))
 
 
 def _wait_for_members(v: GangView, *, now: datetime, knobs: Knobs, deadline: datetime | None) -> WaitForMembers:
@@ -344,7 +345,7 @@ def _wait_for_members(v: GangView, *, now: datetime, knobs: Knobs, deadline: dat
 
 def _provisioning(
     v: GangView, pend: Record, live: Mapping[str, NodeClaimView], *, now: datetime, knobs: Knobs
-) -> Decision:
+) -> GangStep:
     names = pend.nodeclaims
     running = set(v.admitted.nodeclaims) if v.admitted is not None else set()
     failures: list[tuple[str, str, str]] = []  # (claim, reason, what happened)

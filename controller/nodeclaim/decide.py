@@ -81,7 +81,8 @@ class Wait:
     why: str
 
 
-Decision = AddFinalizer | Launch | SyncNode | Register | Initialize | NotInitialized | TimedOut | Wait
+# the one step `decide()` asks the lifecycle controller to take next
+NextStep = AddFinalizer | Launch | SyncNode | Register | Initialize | NotInitialized | TimedOut | Wait
 
 
 def _elapsed(since: datetime | None, now: datetime) -> float:
@@ -103,7 +104,7 @@ def not_initialized_update(reason: str, message: str) -> list[ConditionUpdate]:
     ]
 
 
-def decide(*, claim: NodeClaimView, node: NodeView | None, now: datetime, settings: Settings) -> Decision:
+def decide(*, claim: NodeClaimView, node: NodeView | None, now: datetime, settings: Settings) -> NextStep:
     """The next lifecycle step for `claim`, whose Node (found by providerID) is `node`."""
     if claim.deleting:
         return Wait(None, "being deleted: the termination controller owns it now")

@@ -54,7 +54,9 @@ BATCH_SIZE = metrics.histogram(
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Batch:
+    """One decided batch: the pods it was made for, the solver's plan for them, the valid NodePools."""
+
     plan: Plan
     pending: dict[str, PodView]  # pod key -> pod, the pods this plan was made for
     pools: dict[str, Obj]  # NodePool name -> NodePool, the valid ones
@@ -221,7 +223,7 @@ class Provisioner:
                 for key in keys:
                     self._nominations[key] = claim_name
 
-    async def decide(self) -> Decision | None:
+    async def decide(self) -> Batch | None:
         cluster = self.ctx.cluster
         await cluster.wait_synced()
         pending_objs = {p.key: p for p in cluster.pod_views() if p.is_unschedulable and not p.is_daemon}
@@ -274,10 +276,10 @@ class Provisioner:
             price_per_hour=round(plan.total_price, 4),
             seconds=round(elapsed, 4),
         )
-        return Decision(plan=plan, pending=pending_objs, pools={n: p for n, (p, _) in pools.items()})
+        return Batch(plan=plan, pending=pending_objs, pools={n: p for n, (p, _) in pools.items()})
 
     # --- write -----------------------------------------------------------------------------
-    async def apply(self, decision: Decision) -> list[Obj]:
+    async def apply(self, decision: Batch) -> list[Obj]:
         """Write the plan's NodeClaims (under the writer's lock, held since deciding), then tell the
         pods, off the critical path."""
         requests = [

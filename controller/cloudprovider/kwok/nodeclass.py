@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.v1.types import parse_duration
-from controller.cloudprovider.types import Offering
+from controller.cloudprovider.types import OfferingId
 from controller.state.views import Obj, condition_of
 
 
@@ -32,7 +32,7 @@ class OfferingMatcher:
     zones: frozenset[str] = frozenset()
     capacity_types: frozenset[str] = frozenset()
 
-    def matches(self, offering: Offering) -> bool:
+    def matches(self, offering: OfferingId) -> bool:
         return (
             (not self.instance_types or offering.instance_type in self.instance_types)
             and (not self.zones or offering.zone in self.zones)
@@ -56,7 +56,7 @@ class Failures:
     never_ready: InstanceTypeSet = InstanceTypeSet()
     hide_gpus: InstanceTypeSet = InstanceTypeSet()
 
-    def insufficient(self, offering: Offering) -> bool:
+    def insufficient(self, offering: OfferingId) -> bool:
         return any(m.matches(offering) for m in self.insufficient_capacity)
 
 

@@ -23,7 +23,7 @@ from api.v1.labels import (
     normalize_label_key,
 )
 from controller.cloudprovider.kwok.nodeclass import Failures
-from controller.cloudprovider.types import Offering
+from controller.cloudprovider.types import OfferingId
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.instancetypes import Offering as CatalogOffering
 from controller.scheduling.quantity import QuantityError
@@ -42,8 +42,8 @@ class Candidate:
     rank: int  # position of the instance type in the NodeClaim's list (tie-break after price)
 
     @property
-    def key(self) -> Offering:
-        return Offering(
+    def key(self) -> OfferingId:
+        return OfferingId(
             instance_type=self.instance_type.name,
             zone=self.offering.zone,
             capacity_type=self.offering.capacity_type,
@@ -55,7 +55,7 @@ class Choice:
     """The chosen candidate, or None with every compatible offering that had no capacity."""
 
     chosen: Candidate | None
-    exhausted: tuple[Offering, ...]
+    exhausted: tuple[OfferingId, ...]
     reasons: tuple[str, ...] = ()
 
 
@@ -128,13 +128,13 @@ def compatible(*, nodeclaim: Obj, catalog: Sequence[InstanceType]) -> list[Candi
     return out
 
 
-def choose(*, candidates: Iterable[Candidate], unavailable: frozenset[Offering], failures: Failures) -> Choice:
+def choose(*, candidates: Iterable[Candidate], unavailable: frozenset[OfferingId], failures: Failures) -> Choice:
     """The cheapest available candidate (ties: the NodeClaim's order, then zone, then capacity type)."""
     ordered = sorted(
         candidates,
         key=lambda c: (Decimal(str(c.offering.price)), c.rank, c.offering.zone, c.offering.capacity_type),
     )
-    exhausted: list[Offering] = []
+    exhausted: list[OfferingId] = []
     reasons: list[str] = []
     for cand in ordered:
         key = cand.key

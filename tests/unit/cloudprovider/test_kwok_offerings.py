@@ -19,7 +19,7 @@ from api.v1.labels import (
 from controller.cloudprovider.kwok.node import ANNOTATION_LAUNCHED_BY, LAUNCHED_BY_KWOK, build_node
 from controller.cloudprovider.kwok.nodeclass import Failures, parse_nodeclass
 from controller.cloudprovider.kwok.offerings import Candidate, choose, compatible
-from controller.cloudprovider.types import Offering
+from controller.cloudprovider.types import OfferingId
 from controller.scheduling.instancetypes import InstanceType, parse_catalog
 from controller.state.views import NodeClaimView
 from tests.unit.nodeclaim.harness import CATALOG
@@ -47,7 +47,7 @@ def claim(
     }
 
 
-def pick(nodeclaim: Obj, *, unavailable: frozenset[Offering] = frozenset(), failures: Failures = NO_FAILURES) -> str:
+def pick(nodeclaim: Obj, *, unavailable: frozenset[OfferingId] = frozenset(), failures: Failures = NO_FAILURES) -> str:
     choice = choose(
         candidates=compatible(nodeclaim=nodeclaim, catalog=TYPES), unavailable=unavailable, failures=failures
     )
@@ -71,7 +71,7 @@ def test_zone_and_capacity_type_requirements_narrow_the_offerings() -> None:
 
 
 def test_an_unavailable_offering_falls_back_to_the_next_cheapest() -> None:
-    gone = frozenset({Offering("cpu-4", "zone-a", "spot")})
+    gone = frozenset({OfferingId("cpu-4", "zone-a", "spot")})
     assert pick(claim(types=["cpu-4"]), unavailable=gone) == "cpu-4/zone-a/on-demand"
 
 
@@ -93,9 +93,9 @@ def test_when_every_offering_is_out_of_capacity_all_of_them_are_reported() -> No
     )
     assert choice.chosen is None
     assert set(choice.exhausted) == {
-        Offering("gpu-1", "zone-a", "on-demand"),
-        Offering("gpu-1", "zone-a", "spot"),
-        Offering("gpu-1", "zone-b", "spot"),
+        OfferingId("gpu-1", "zone-a", "on-demand"),
+        OfferingId("gpu-1", "zone-a", "spot"),
+        OfferingId("gpu-1", "zone-b", "spot"),
     }
     assert any("not offered by the catalog" in r for r in choice.reasons)
 
@@ -158,8 +158,8 @@ def test_nodeclass_parsing_reads_delay_and_failures() -> None:
         }
     )
     assert spec.registration_delay_seconds == 90
-    assert spec.failures.insufficient(Offering("gpu-1", "zone-a", "spot"))
-    assert not spec.failures.insufficient(Offering("gpu-1", "zone-b", "spot"))
+    assert spec.failures.insufficient(OfferingId("gpu-1", "zone-a", "spot"))
+    assert not spec.failures.insufficient(OfferingId("gpu-1", "zone-b", "spot"))
     assert "gpu-8" in spec.failures.never_register
     assert "gpu-1" not in spec.failures.never_register
     assert "cpu-4" in spec.failures.never_ready

@@ -14,7 +14,7 @@ from controller.cloudprovider.types import (
     InsufficientCapacityError,
     NodeClaimNotFoundError,
     NodeClassNotReadyError,
-    Offering,
+    OfferingId,
 )
 from controller.kube.resources import CONFIGMAPS, NODECLAIMS, NODES
 from controller.scheduling.instancetypes import parse_catalog
@@ -109,14 +109,14 @@ async def test_insufficient_capacity_everywhere_lists_the_offerings_tried(harnes
     claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
     with pytest.raises(InsufficientCapacityError) as err:
         await harness.cloud.create(claim)
-    assert Offering("cpu-4", "zone-a", "spot") in err.value.offerings
+    assert OfferingId("cpu-4", "zone-a", "spot") in err.value.offerings
     assert len(err.value.offerings) == 3
     assert harness.node("nc-1") is None
 
 
 async def test_offerings_marked_unavailable_are_avoided(harness: Harness) -> None:
     await harness.create_nodeclass()
-    harness.ctx.unavailable.mark(Offering("cpu-4", "zone-a", "spot"))
+    harness.ctx.unavailable.mark(OfferingId("cpu-4", "zone-a", "spot"))
     claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
     instance = await harness.cloud.create(claim)
     assert (instance.zone, instance.capacity_type) == ("zone-a", "on-demand")

@@ -16,7 +16,7 @@ from controller.gang.decide import (
     MarkFinished,
     MemberLost,
     Pin,
-    Plan,
+    PlanAttempt,
     Rollback,
     SizeUnknown,
     Wait,
@@ -64,12 +64,12 @@ def test_an_unknown_size_is_said_in_actionable_words() -> None:
 
 def test_a_complete_gang_is_planned_in_one_go() -> None:
     d = decide(view([member("a"), member("b"), member("c")]), now=T0, knobs=KNOBS)
-    assert d == Plan(top_up=False)
+    assert d == PlanAttempt(top_up=False)
 
 
 def test_more_members_than_the_size_is_fine() -> None:
     d = decide(view([member(n) for n in "abcd"]), now=T0, knobs=KNOBS)
-    assert d == Plan(top_up=False)
+    assert d == PlanAttempt(top_up=False)
 
 
 def test_after_a_rollback_the_gang_backs_off_then_plans_again() -> None:
@@ -78,7 +78,7 @@ def test_after_a_rollback_the_gang_backs_off_then_plans_again() -> None:
     d = decide(gang, now=T0 + timedelta(seconds=10), knobs=KNOBS)
     assert isinstance(d, Wait)
     assert d.seconds == 20
-    assert decide(gang, now=T0 + timedelta(seconds=30), knobs=KNOBS) == Plan(top_up=False)
+    assert decide(gang, now=T0 + timedelta(seconds=30), knobs=KNOBS) == PlanAttempt(top_up=False)
 
 
 def test_leftovers_of_a_rolled_back_attempt_are_deleted_first() -> None:
@@ -250,7 +250,7 @@ def test_a_replacement_member_of_a_running_gang_is_planned_on_its_own() -> None:
     released = [member(n, gated=False, record=adm) for n in "ab"]
     claims = [claim(n, initialized=True, admitted=True) for n in ("c0", "c1")]
     d = decide(view([member("c")], released=released, claims=claims, admitted=adm), now=T0, knobs=KNOBS)
-    assert d == Plan(top_up=True)
+    assert d == PlanAttempt(top_up=True)
 
 
 def test_a_finished_gang_releases_its_nodes_to_consolidation() -> None:
@@ -288,7 +288,7 @@ def test_a_node_with_the_gangs_label_but_no_nodeclaim_never_hosts_a_member() -> 
     going = node("stray", deleting=True)
     assert isinstance(decide(view(fresh, strays=[going]), now=T0, knobs=KNOBS), Wait), "it could still attract pods"
     tainted = node("stray", deleting=True, taints=[{"key": "joiner.sh/disrupted", "effect": "NoSchedule"}])
-    assert decide(view(fresh, strays=[tainted]), now=T0, knobs=KNOBS) == Plan(top_up=False)
+    assert decide(view(fresh, strays=[tainted]), now=T0, knobs=KNOBS) == PlanAttempt(top_up=False)
     rec = provisioning(*CLAIMS)
     ready = [claim(n, initialized=True) for n in CLAIMS]
     gang = view(pinned("a", "b", "c"), pending=rec, claims=ready, strays=[going])

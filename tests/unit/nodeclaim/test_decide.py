@@ -13,9 +13,9 @@ from api.v1.labels import FINALIZER_TERMINATION, LABEL_NODEPOOL, TAINT_UNREGISTE
 from controller.clock import format_time
 from controller.nodeclaim.decide import (
     AddFinalizer,
-    Decision,
     Initialize,
     Launch,
+    NextStep,
     NotInitialized,
     Register,
     SyncNode,
@@ -31,7 +31,7 @@ from controller.state.views import NodeClaimView, NodeView
 Obj = dict[str, Any]
 
 
-def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -> Decision:
+def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -> NextStep:
     """The cache hands the lifecycle views: make them from the test's dicts."""
     return decide_on_views(
         claim=NodeClaimView.of(claim), node=NodeView.of(node) if node is not None else None, now=now, settings=settings

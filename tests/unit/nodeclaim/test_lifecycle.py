@@ -15,7 +15,7 @@ from api.v1.labels import (
     TAINT_UNREGISTERED,
 )
 from controller.cloudprovider.kwok.provider import KWOKCloudProvider
-from controller.cloudprovider.types import Offering
+from controller.cloudprovider.types import OfferingId
 from controller.kube.resources import NODES
 from controller.metrics import REGISTRY
 from controller.nodeclaim.lifecycle import LifecycleController
@@ -95,8 +95,8 @@ async def test_insufficient_capacity_marks_offerings_and_deletes_the_claim(world
     await h.create_nodeclass(failures={"insufficientCapacity": [{"instanceType": "cpu-4"}]})
     await h.create_claim("nc-1", instance_types=["cpu-4"])
     await h.eventually(lambda: deleted(h, "nc-1"), "claim deleted")
-    assert h.ctx.unavailable.is_unavailable(Offering("cpu-4", "zone-a", "spot"))
-    assert h.ctx.unavailable.is_unavailable(Offering("cpu-4", "zone-b", "on-demand"))
+    assert h.ctx.unavailable.is_unavailable(OfferingId("cpu-4", "zone-a", "spot"))
+    assert h.ctx.unavailable.is_unavailable(OfferingId("cpu-4", "zone-b", "on-demand"))
     events = [e for e in h.kube.events("nc-1") if e["reason"] == "InsufficientCapacity"]
     assert events
     assert events[0]["type"] == "Warning"
