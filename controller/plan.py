@@ -212,6 +212,7 @@ def _workload_pods(obj: Mapping[str, Any], where: str, *, room: int) -> list[dic
     template = spec.get("template")
     if not isinstance(template, Mapping):
         raise ScenarioError(f"{where}: spec.template: required (an object)")
+    _object_field(template, "spec", where, "spec.template.spec")
     meta = _object_field(obj, "metadata", where, "metadata")
     name = _name(obj)
     tmeta = dict(_object_field(template, "metadata", where, "spec.template.metadata"))
@@ -569,21 +570,50 @@ def _one_line(err: Exception) -> str:
     return " ".join(str(err).split())
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Outcome:
+    """What ``joiner plan`` prints and returns: the exit status, stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+    plan: Plan | None = None
+
+
+def execute(
+    texts: Sequence[tuple[str, str]],
+    *,
+    catalog: tuple[InstanceType, ...] | None = None,
+    catalog_text: str | None = None,
+    output: str = "table",
+) -> Outcome:
+    """``joiner plan`` in process: scenario texts (and a catalog, given or as JSON text) in, what it
+    prints out. Bad input gives ``code`` 1 and one ``error:`` line, never an exception."""
     warnings: list[str] = []
+    try:
+        if catalog is None:
+            catalog = parse_catalog_text(catalog_text, source="catalog") if catalog_text is not None else load_catalog()
+        plan = plan_scenario(texts, catalog=catalog, warnings=warnings)
+    except (ScenarioError, CatalogError, OSError) as error:
+        return Outcome(1, "", f"error: {_one_line(error)}\n")
+    told = "".join(f"warning: {_one_line(Exception(w))}\n" for w in warnings)
+    if output == "json":
+        out = json.dumps(plan_to_dict(plan), indent=2, allow_nan=False) + "\n"
+    elif output == "yaml":
+        out = yaml.safe_dump(plan_to_dict(plan), sort_keys=False)
+    else:
+        out = plan_to_table(plan) + "\n"
+    return Outcome(0, out, told, plan)
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         catalog = load_catalog(args.catalog)
         texts = [_read(name) for name in args.filename]
-        plan = plan_scenario(texts, catalog=catalog, warnings=warnings)
     except (ScenarioError, CatalogError, OSError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 1
-    for warning in warnings:
-        print(f"warning: {_one_line(Exception(warning))}", file=sys.stderr)
-    if args.output == "json":
-        print(json.dumps(plan_to_dict(plan), indent=2, allow_nan=False))
-    elif args.output == "yaml":
-        print(yaml.safe_dump(plan_to_dict(plan), sort_keys=False), end="")
-    else:
-        print(plan_to_table(plan))
-    return 0
+    outcome = execute(texts, catalog=catalog, output=args.output)
+    sys.stderr.write(outcome.err)
+    sys.stdout.write(outcome.out)
+    return outcome.code

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from api.v1.types import MAX_QUANTITY
 from controller.scheduling.frozen import FrozenLabels, freeze
 from controller.scheduling.labels import LABEL_INSTANCE_TYPE
 from controller.scheduling.quantity import QuantityError
@@ -83,6 +84,8 @@ def _parse_resources(value: Any, where: str) -> Resources:
     for name, amount in parsed.items:
         if amount < 0:
             raise CatalogError(f"{where}.{name}: must not be negative, got {value.get(name)!r}")
+        if amount > MAX_QUANTITY * 1000:
+            raise CatalogError(f"{where}.{name}: must be at most 2^63-1, got {value.get(name)!r}")
     return parsed
 
 

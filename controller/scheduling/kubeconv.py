@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from api.v1.common import Taint as ApiTaint
 from api.v1.nodepool import NodePool
+from api.v1.types import MAX_QUANTITY
 from api.v1.validation import InvalidObjectError, validate
 from controller.scheduling.frozen import FrozenLabels
 from controller.scheduling.instancetypes import InstanceType
@@ -43,6 +44,8 @@ from controller.scheduling.resources import EMPTY, PODS, Resources, sum_resource
 from controller.scheduling.taints import Taint, Toleration
 
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+MAX_MILLI: Final = MAX_QUANTITY * 1000
+"""The largest amount a resource list may hold (what the API models accept), in milli-units."""
 
 Obj = Mapping[str, Any]
 
@@ -171,9 +174,11 @@ def _resources(value: Any, where: str) -> Resources:
         parsed = Resources.parse({str(k): v for k, v in value.items()})
     except QuantityError as err:
         raise ConversionError(f"{where}: {err}") from err
-    negative = [name for name, amount in parsed.items if amount < 0]
-    if negative:
-        raise ConversionError(f"{where}.{negative[0]}: must not be negative, got {value.get(negative[0])!r}")
+    for name, amount in parsed.items:
+        if amount < 0:
+            raise ConversionError(f"{where}.{name}: must not be negative, got {value.get(name)!r}")
+        if amount > MAX_MILLI:
+            raise ConversionError(f"{where}.{name}: must be at most 2^63-1, got {value.get(name)!r}")
     return parsed
 
 

@@ -91,6 +91,14 @@ def plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *ar
         (pod(spec="{containers: [{name: c}], tolerations: [oops]}"), ("spec.tolerations[0]: must be an object",)),
         (pod(meta=", namespace: [a]"), ("metadata.namespace: must be a string",)),
         ("apiVersion: v1\nkind: [Pod]\n", ("kind: unknown kind",)),
+        (
+            "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {template: {spec: x}}\n",
+            ("Deployment 'd'", "spec.template.spec: must be an object"),
+        ),
+        (
+            pod(spec="{containers: [{name: c, resources: {requests: {cpu: '1e30'}}}]}"),
+            ("spec.containers[0].resources.requests.cpu: must be at most 2^63-1",),
+        ),
     ],
 )
 def test_malformed_objects_end_in_one_line_naming_document_and_field(
@@ -222,6 +230,7 @@ def _catalog(tmp_path: Path, entry: str) -> str:
          "overhead.memory: must not be negative"),
         ('{"name": "a", "capacity": {"cpu": "4", "pods": "0"}}', "capacity.pods: must be at least 1"),
         ("[" * 5000 + "]" * 5000, "nested too deep"),
+        ('{"name": "a", "capacity": {"cpu": "1e30"}}', "capacity.cpu: must be at most 2^63-1"),
     ],
 )  # fmt: skip
 def test_bad_catalogs_are_refused_with_a_message(
