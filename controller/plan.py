@@ -155,11 +155,38 @@ def _shape_problem(doc: Any) -> str | None:
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+_CHEAP_DEPTH: Final = 5_000
+"""Below this bound on the nesting a text can have, it is parsed without a first pass."""
+
+
+def _check_nesting(text: str, source: str) -> None:
+    """Refuse text nested more than ``MAX_DEPTH`` deep before building it: libyaml's composer
+    recurses in C and overflows the stack (a crash, not an exception) somewhere past 20,000 levels.
+
+    Every level of nesting needs a ``[`` or ``{``, or one more character of its line (indentation,
+    ``- ``, ``? ``), so short lines and few brackets bound the depth without parsing; only text
+    that might be deep gets a pass over its events (libyaml's parser itself is iterative).
+    """
+    longest = max((len(line) for line in text.splitlines()), default=0)
+    if text.count("[") + text.count("{") + longest <= _CHEAP_DEPTH:
+        return
+    depth = 0
+    for event in yaml.parse(text, Loader=_SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                raise ScenarioError(f"{source}: line {line}: nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def read_documents(texts: Iterable[tuple[str, str]]) -> list[tuple[str, Mapping[str, Any]]]:
     """(where, object) for every document, ``List`` items flattened."""
     out: list[tuple[str, Mapping[str, Any]]] = []
     for source, text in texts:
         try:
+            _check_nesting(text, source)
             docs = list(yaml.load_all(text, Loader=_SafeLoader))
         except yaml.YAMLError as err:
             raise ScenarioError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err

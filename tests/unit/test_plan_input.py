@@ -85,7 +85,7 @@ def plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *ar
             "spec: {replicas: 100000000, template: {spec: {containers: [{name: c}]}}}\n",
             ("Deployment 'd'", "spec.replicas", "1,000,000 pods"),
         ),
-        ("a: " + "[" * 5000 + "]" * 5000 + "\n", ("document 1", "nested more than 100 levels")),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", ("scenario.yaml: line 8: nested more than 100 levels",)),
         (pod(spec="{containers: [{name: c, resources: " + "[" * 5000 + "]" * 5000 + "}]}"), ("nested more than",)),
         ("a: &x [*x]\n", ("refers to itself",)),
         (pod(spec="{containers: [{name: c}], tolerations: [oops]}"), ("spec.tolerations[0]: must be an object",)),
@@ -109,6 +109,21 @@ def test_malformed_objects_end_in_one_line_naming_document_and_field(
 
 def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     expect_error(tmp_path, capsys, b"\xff\xfeapiVersion: v1\n", "not UTF-8 text", "offset 0")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: " + "[" * 60_000 + "]" * 60_000 + "\n",
+        "a:\n" + "- " * 60_000 + "x\n",
+        "a: " + "{b: " * 60_000 + "1" + "}" * 60_000 + "\n",
+    ],
+)
+def test_nesting_deep_enough_to_crash_the_yaml_parser_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """libyaml's composer recurses in C: past ~20,000 levels the process died with SIGSEGV."""
+    expect_error(tmp_path, capsys, text, "scenario.yaml: line ", ": nested more than 100 levels deep")
 
 
 def test_an_alias_bomb_is_refused_quickly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
