@@ -15,9 +15,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.cloudprovider.catalog import load_catalog
 from controller.plan import Outcome, build_inputs, execute, load_scenario, read_documents
 from controller.scheduling import parse_catalog
 from controller.scheduling.resources import ONE_POD, Resources, sum_resources
+from tests.unit.scheduling.builders import check_plan
 
 Obj = dict[str, Any]
 ARCH = "kubernetes.io/arch"
@@ -163,6 +165,56 @@ def scenarios(draw: st.DrawFn) -> list[Obj]:
     return docs
 
 
+@st.composite
+def rich_scenarios(draw: st.DrawFn) -> list[Obj]:
+    """A scenario with every kind: its catalog in a ConfigMap, a DaemonSet, an in-flight NodeClaim,
+    a gang Job, maybe all under a ``List``."""
+    docs = draw(scenarios())
+    catalog = draw(catalogs())
+    daemon = draw(pod_specs())
+    daemon["containers"][0]["resources"]["limits"] = {}  # a GPU daemon on a CPU node never runs: see report
+    job_meta = {"labels": {"joiner.sh/gang": "g"}, "annotations": {"joiner.sh/gang-size": str(draw(st.integers(1, 3)))}}
+    docs += [
+        {
+            "apiVersion": "joiner.sh/v1",
+            "kind": "KWOKNodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"catalog": "default/catalog"},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "catalog"},
+            "data": {"catalog.json": json.dumps(catalog)},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "ds"},
+            "spec": {"template": {"spec": daemon}},
+        },
+        {
+            "apiVersion": "joiner.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {
+                "name": "nc",
+                "labels": {"joiner.sh/nodepool": "pool-0", "node.kubernetes.io/instance-type": "type-0"},
+            },
+            "spec": {
+                "nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"},
+                "requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}],
+            },
+        },
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "train"},
+            "spec": {"parallelism": 2, "template": {"metadata": job_meta, "spec": draw(pod_specs())}},
+        },
+    ]
+    return [{"apiVersion": "v1", "kind": "List", "items": docs}] if draw(st.booleans()) else docs
+
+
 # --- mutations ----------------------------------------------------------------------------------
 
 WEIRD: list[Any] = [
@@ -247,6 +299,9 @@ def expect_sound_plan(docs: list[Obj], catalog: Obj, outcome: Outcome) -> None:
     assert plan is not None
     types = {it.name: it for it in parse_catalog(catalog)}
     inputs = build_inputs(load_scenario(read_documents(_texts(docs))), tuple(types.values()))
+    # the solver tests' independent checker: every pod once, offerings, requirements, taints,
+    # resources of every candidate, existing nodes' room
+    check_plan(plan, pending=inputs.pods, pools=inputs.pools, existing=inputs.existing, daemons=inputs.daemons)
     pods = {f"{p.namespace}/{p.name}": p for p in inputs.pods}
     pools = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "NodePool"}
     specs = {f"default/{d['metadata']['name']}": d["spec"] for d in docs if d.get("kind") == "Pod"}
@@ -306,6 +361,24 @@ def test_a_mutated_scenario_is_planned_soundly_or_refused_in_one_line(docs: list
 def test_a_mutated_catalog_is_used_soundly_or_refused_in_one_line(docs: list[Obj], catalog: Any) -> None:
     outcome = execute(_texts(docs), catalog_text=json.dumps(catalog), output="json")
     expect_well_behaved(outcome)
+
+
+@SETTINGS
+@given(rich_scenarios())
+def test_a_scenario_with_every_kind_gives_a_sound_plan(docs: list[Obj]) -> None:
+    texts = [("scenario.yaml", yaml.safe_dump_all(docs))]
+    outcome = execute(texts, output="json")
+    assert outcome.code == 0, outcome.err
+    expect_well_behaved(outcome)
+    assert outcome.plan is not None
+    inputs = build_inputs(load_scenario(read_documents(texts)), load_catalog())
+    check_plan(outcome.plan, pending=inputs.pods, pools=inputs.pools, existing=inputs.existing, daemons=inputs.daemons)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated(rich_scenarios()))
+def test_a_mutated_scenario_with_every_kind_is_planned_or_refused_in_one_line(docs: list[Any]) -> None:
+    expect_well_behaved(execute([("scenario.yaml", yaml.safe_dump_all(docs))], output="json"))
 
 
 @settings(max_examples=60, deadline=None)
