@@ -286,3 +286,25 @@ def test_a_zero_limit_is_reported_as_reached_in_the_nodepool_status() -> None:
     reached = next(c for c in status["conditions"] if c["type"] == "LimitsReached")
     assert reached["status"] == "True"
     assert reached["message"] == "nvidia.com/gpu: 0 of 0 in use"
+
+
+def test_the_controller_reads_a_zero_limit_as_no_room_too() -> None:
+    """The provisioner and the gang controller build their pools with the same conversion."""
+    from controller.cloudprovider.catalog import load_catalog
+    from controller.scheduling.kubeconv import nodepool_from_dict
+
+    pool = {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "cpu-only"},
+        "spec": {
+            "limits": {"nvidia.com/gpu": "0", "cpu": "1000"},
+            "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "d"}}},
+        },
+    }
+    catalog = load_catalog()
+    template = nodepool_from_dict(pool, catalog)
+    assert template.instance_types
+    assert all(it.capacity.get("nvidia.com/gpu") == 0 for it in template.instance_types)
+    assert len(template.instance_types) == sum(1 for it in catalog if it.capacity.get("nvidia.com/gpu") == 0)
+    assert template.limits.get("cpu") == 1_000_000
