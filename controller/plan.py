@@ -11,8 +11,14 @@ A scenario is multi-document YAML (or JSON) holding, in any order:
 * ``Node``, ``DaemonSet``, and ``ConfigMap`` (a KWOKNodeClass's ``spec.catalog``);
 * ``List`` -- any of the above under ``items`` (what ``kubectl get -o yaml`` prints).
 
-Exit status: 0 when a plan was printed (even with unschedulable pods), 1 for bad input (the
-message names the document and field), 2 for usage errors.
+Exit status: 0 when a plan was printed (even with unschedulable pods), 1 for bad input (one line
+that names the document, the object and the field), 2 for usage errors. Bad input is never
+planned around: a negative request, a pod named twice, a document nested deeper than
+``MAX_DEPTH`` or workloads that expand to more than ``MAX_PODS`` pods are errors. A NodePool whose
+NodeClass is not in the scenario is planned with the built-in catalog and a warning on stderr
+(the controller would not launch from it until the NodeClass exists). A gang with fewer pending or
+running members than its ``joiner.sh/gang-size`` is reported unschedulable, as the controller
+waits for the rest before buying anything. See docs/errors.md.
 """
 
 from __future__ import annotations
@@ -21,14 +27,14 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
 from controller.cloudprovider.catalog import load_catalog, parse_catalog_text
-from controller.gang.markers import ANNOTATION_GANG_SAME_ZONE
+from controller.gang.markers import ANNOTATION_GANG_SAME_ZONE, gang_options
 from controller.scheduling import (
     CatalogError,
     ExistingNode,
@@ -50,6 +56,7 @@ from controller.scheduling.kubeconv import (
     pod_from_dict,
     pool_usage,
 )
+from controller.state.views import PodView
 
 Obj = dict[str, Any]
 WORKLOAD_KINDS: Final = ("Deployment", "StatefulSet", "ReplicaSet", "Job")
@@ -65,6 +72,12 @@ KNOWN_KINDS: Final = (
     "List",
 )
 CATALOG_KEY: Final = "catalog.json"
+MAX_DEPTH: Final = 100
+"""Deepest nesting a document may have (Kubernetes objects need about 15 levels)."""
+MAX_NODES: Final = 20_000_000
+"""Most values a document may hold once YAML aliases are expanded (a guard against alias bombs)."""
+MAX_PODS: Final = 1_000_000
+"""Most pods the pods and workloads of a scenario may expand to."""
 
 
 class ScenarioError(ValueError):
@@ -74,6 +87,8 @@ class ScenarioError(ValueError):
 @dataclass
 class Scenario:
     pods: list[dict[str, Any]] = field(default_factory=list)
+    pod_where: dict[str, str] = field(default_factory=dict)  # namespace/name -> the document it came from
+    warnings: list[str] = field(default_factory=list)
     nodepools: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     nodeclasses: dict[str, dict[str, Any]] = field(default_factory=dict)
     nodeclaims: list[dict[str, Any]] = field(default_factory=list)
@@ -93,14 +108,78 @@ def _name(obj: Mapping[str, Any]) -> str:
 def _where(source: str, index: int, obj: Mapping[str, Any] | None = None) -> str:
     what = f"{source}: document {index}"
     if obj is not None:
-        kind = obj.get("kind") or "object"
+        kind = obj.get("kind") if isinstance(obj.get("kind"), str) and obj.get("kind") else "object"
         name = _name(obj)
         what += f" ({kind} {name!r})" if name else f" ({kind})"
     return what
 
 
+def _shape_problem(doc: Any) -> str | None:
+    """Why a parsed document cannot be read safely (too deep, self-referencing, alias bomb), or None.
+
+    Iterative, and each container is measured once, so neither deep nesting nor shared (aliased)
+    sub-trees make it slow or recurse.
+    """
+    height: dict[int, int] = {}
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(doc, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if done:
+            on_path.discard(key)
+            subs = [c for c in children if isinstance(c, dict | list)]
+            height[key] = 1 + max((height[id(c)] for c in subs), default=0)
+            size[key] = 1 + len(children) + sum(size[id(c)] for c in subs)
+            if height[key] > MAX_DEPTH:
+                return f"nested more than {MAX_DEPTH} levels deep"
+            if size[key] > MAX_NODES:
+                return f"holds more than {MAX_NODES:,} values once its YAML aliases are expanded"
+            continue
+        if key in height:
+            continue
+        if key in on_path:
+            return "refers to itself (a YAML alias inside its own anchor)"
+        if len(on_path) >= MAX_DEPTH:
+            return f"nested more than {MAX_DEPTH} levels deep"
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, dict | list))
+    return None
+
+
 # libyaml's parser when PyYAML was built with it (the wheels are): ten times the pure-Python one's speed
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+_CHEAP_DEPTH: Final = 5_000
+"""Below this bound on the nesting a text can have, it is parsed without a first pass."""
+
+
+def _check_nesting(text: str, source: str) -> None:
+    """Refuse text nested more than ``MAX_DEPTH`` deep before building it: libyaml's composer
+    recurses in C and overflows the stack (a crash, not an exception) somewhere past 20,000 levels.
+
+    Every level of nesting needs a ``[`` or ``{``, or one more character of its line (indentation,
+    ``- ``, ``? ``), so short lines and few brackets bound the depth without parsing; only text
+    that might be deep gets a pass over its events (libyaml's parser itself is iterative).
+    """
+    longest = max((len(line) for line in text.splitlines()), default=0)
+    if text.count("[") + text.count("{") + longest <= _CHEAP_DEPTH:
+        return
+    depth = 0
+    for event in yaml.parse(text, Loader=_SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                raise ScenarioError(f"{source}: line {line}: nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def read_documents(texts: Iterable[tuple[str, str]]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -108,12 +187,18 @@ def read_documents(texts: Iterable[tuple[str, str]]) -> list[tuple[str, Mapping[
     out: list[tuple[str, Mapping[str, Any]]] = []
     for source, text in texts:
         try:
+            _check_nesting(text, source)
             docs = list(yaml.load_all(text, Loader=_SafeLoader))
         except yaml.YAMLError as err:
-            raise ScenarioError(f"{source}: not valid YAML: {err}") from err
+            raise ScenarioError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
+        except RecursionError as err:
+            raise ScenarioError(f"{source}: not readable: nested more than {MAX_DEPTH} levels deep") from err
         for index, doc in enumerate(docs, start=1):
             if doc is None:
                 continue
+            problem = _shape_problem(doc)
+            if problem is not None:
+                raise ScenarioError(f"{_where(source, index)}: {problem}")
             if not isinstance(doc, Mapping):
                 raise ScenarioError(f"{_where(source, index)}: must be an object with apiVersion and kind")
             if doc.get("kind") == "List":
@@ -129,24 +214,42 @@ def read_documents(texts: Iterable[tuple[str, str]]) -> list[tuple[str, Mapping[
     return out
 
 
-def _workload_pods(obj: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    spec = obj.get("spec") or {}
+def _object_field(obj: Mapping[str, Any], key: str, where: str, path: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ScenarioError(f"{where}: {path}: must be an object, got {type(value).__name__}")
+    return value
+
+
+def _workload_pods(obj: Mapping[str, Any], where: str, *, room: int) -> list[dict[str, Any]]:
+    spec = _object_field(obj, "spec", where, "spec")
     kind = str(obj.get("kind"))
-    count = spec.get("parallelism", 1) if kind == "Job" else spec.get("replicas", 1)
-    if not isinstance(count, int) or count < 0:
-        raise ScenarioError(f"{where}: spec.{'parallelism' if kind == 'Job' else 'replicas'}: must be a count")
+    field_name = "parallelism" if kind == "Job" else "replicas"
+    count = spec.get(field_name, 1)
+    if count is None:
+        count = 1
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ScenarioError(f"{where}: spec.{field_name}: must be a count (a whole number, 0 or more), got {count!r}")
+    if count > room:
+        raise ScenarioError(
+            f"{where}: spec.{field_name}: {count:,} pods would take the scenario past {MAX_PODS:,} pods"
+            " (the most joiner plan reads)"
+        )
     template = spec.get("template")
     if not isinstance(template, Mapping):
-        raise ScenarioError(f"{where}: spec.template: required")
-    meta = obj.get("metadata") or {}
+        raise ScenarioError(f"{where}: spec.template: required (an object)")
+    _object_field(template, "spec", where, "spec.template.spec")
+    meta = _object_field(obj, "metadata", where, "metadata")
     name = _name(obj)
-    tmeta = dict(template.get("metadata") or {})
+    tmeta = dict(_object_field(template, "metadata", where, "spec.template.metadata"))
     owner = {"apiVersion": obj.get("apiVersion", "apps/v1"), "kind": kind, "name": name, "uid": f"{kind}/{name}"}
     pods = []
     for i in range(count):
         pmeta = {**tmeta, "name": f"{name}-{i}", "namespace": meta.get("namespace") or "default"}
         pmeta["ownerReferences"] = [{**owner, "controller": True}]
-        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": pmeta, "spec": template.get("spec") or {}})
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": pmeta, "spec": template.get("spec")})
     return pods
 
 
@@ -163,20 +266,58 @@ def _validated(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
     return dumped
 
 
+def _pod_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{_name(obj)}"
+
+
+def _add_pods(sc: Scenario, pods: Sequence[dict[str, Any]], where: str) -> None:
+    for pod in pods:
+        key = _pod_key(pod)
+        first = sc.pod_where.get(key)
+        if first is not None:
+            raise ScenarioError(f"{where}: metadata.name: pod {key} is also in {first}; pod names must be unique")
+        sc.pod_where[key] = where
+        sc.pods.append(pod)
+
+
 def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]]) -> Scenario:
     sc = Scenario()
+    pool_where: dict[str, str] = {}
     for where, obj in documents:
         kind = obj.get("kind")
-        if kind not in KNOWN_KINDS:
+        if not isinstance(kind, str) or kind not in KNOWN_KINDS:
             raise ScenarioError(f"{where}: kind: unknown kind {kind!r} (expected one of {', '.join(KNOWN_KINDS)})")
+        meta = obj.get("metadata")
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ScenarioError(f"{where}: metadata: must be an object, got {type(meta).__name__}")
+        name = (meta or {}).get("name")
+        if name is not None and not isinstance(name, str):
+            raise ScenarioError(f"{where}: metadata.name: must be a string, got {name!r}")
+        namespace = (meta or {}).get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise ScenarioError(f"{where}: metadata.namespace: must be a string, got {namespace!r}")
         if kind in ("Pod", "Node", "DaemonSet", "ConfigMap", *WORKLOAD_KINDS) and not _name(obj):
             raise ScenarioError(f"{where}: metadata.name: required")
+        if kind in ("Pod", "Node", "DaemonSet", "ConfigMap", *WORKLOAD_KINDS):
+            for part in ("spec", "status", "data"):
+                _object_field(obj, part, where, part)
         if kind == "Pod":
-            sc.pods.append(dict(obj))
+            if len(sc.pods) >= MAX_PODS:
+                raise ScenarioError(
+                    f"{where}: the scenario has more than {MAX_PODS:,} pods (the most joiner plan reads)"
+                )
+            _add_pods(sc, [dict(obj)], where)
         elif kind in WORKLOAD_KINDS:
-            sc.pods.extend(_workload_pods(obj, where))
+            _add_pods(sc, _workload_pods(obj, where, room=MAX_PODS - len(sc.pods)), where)
         elif kind == "NodePool":
-            sc.nodepools.append((where, _validated(obj, where)))
+            pool = _validated(obj, where)
+            if _name(pool) in pool_where:
+                raise ScenarioError(
+                    f"{where}: metadata.name: NodePool {_name(pool)!r} is also in {pool_where[_name(pool)]}"
+                )
+            pool_where[_name(pool)] = where
+            sc.nodepools.append((where, pool))
         elif kind == "KWOKNodeClass":
             sc.nodeclasses[_name(obj)] = _validated(obj, where)
         elif kind == "NodeClaim":
@@ -226,38 +367,80 @@ class Inputs:
     gangs: tuple[Gang, ...]
 
 
+def _pod(obj: Obj, sc: Scenario, *, detect_gang: bool = True) -> Pod:
+    try:
+        return pod_from_dict(obj, detect_gang=detect_gang)
+    except ConversionError as err:
+        raise ScenarioError(f"{sc.pod_where.get(_pod_key(obj), 'scenario')}: {err}") from err
+
+
+def _converted(where: str, convert: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return convert(*args, **kwargs)
+    except ConversionError as err:
+        raise ScenarioError(f"{where}: {err}") from err
+
+
+def _missing_nodeclasses(sc: Scenario) -> list[str]:
+    """Warnings for NodePools whose NodeClass is not in the scenario (planned with the built-in catalog)."""
+    out = []
+    for where, np_obj in sc.nodepools:
+        ref = np_obj["spec"]["template"]["spec"]["nodeClassRef"]
+        if ref.get("kind") != "KWOKNodeClass" or (sc.nodeclasses and ref.get("name") not in sc.nodeclasses):
+            out.append(
+                f"{where}: spec.template.spec.nodeClassRef: {ref.get('kind')} {ref.get('name')!r} is not in the "
+                "scenario; planned with the built-in catalog (the controller launches nothing from this pool "
+                "until the NodeClass exists)"
+            )
+    return out
+
+
+def _short_gangs(sc: Scenario) -> dict[str, str]:
+    """Gang -> why it waits: fewer members exist than its ``joiner.sh/gang-size`` (the controller waits too)."""
+    members: dict[str, list[Obj]] = {}
+    for obj in sc.pods:
+        gid = gang_of(obj)
+        if gid is not None and not is_terminal(obj):
+            members.setdefault(gid, []).append(obj)
+    out = {}
+    for gid, pods in members.items():
+        options = gang_options([PodView.of(p) for p in pods])
+        if options.problems:
+            raise ScenarioError(f"{sc.pod_where.get(_pod_key(pods[0]), 'scenario')}: gang {gid}: {options.problems[0]}")
+        if options.size is not None and len(pods) < options.size:
+            out[gid] = (
+                f"gang {gid} has {len(pods)} of {options.size} members: joiner waits for every member "
+                "before it buys nodes for any"
+            )
+    return out
+
+
 def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
     pending: list[Pod] = []
     bound: dict[str, list[Pod]] = {}
-    try:
-        for obj in sc.pods:
-            if is_terminal(obj):
-                continue
-            node_name = (obj.get("spec") or {}).get("nodeName")
-            if node_name:
-                bound.setdefault(str(node_name), []).append(pod_from_dict(obj, detect_gang=False))
-            else:
-                pending.append(pod_from_dict(obj))
-        existing = [node_from_dict(n, pods=bound.pop(_name(n), [])) for n in sc.nodes]
-        if bound:
-            missing = ", ".join(sorted(bound))
-            raise ScenarioError(f"pods are bound (spec.nodeName) to nodes not in the scenario: {missing}")
-        default_types = catalog
-        for claim in sc.nodeclaims:
-            in_flight = nodeclaim_from_dict(claim, instance_types=default_types)
-            if in_flight is not None and not any(e.name == in_flight.name for e in existing):
-                existing.append(in_flight)
-        pools = []
-        for where, np_obj in sc.nodepools:
-            types = _catalog_for(np_obj, sc, catalog, where)
-            name = _name(np_obj)
-            try:
-                pools.append(nodepool_from_dict(np_obj, types, usage=pool_usage(name, existing)))
-            except ConversionError as err:
-                raise ScenarioError(f"{where}: {err}") from err
-        daemons = [daemonset_from_dict(d) for d in sc.daemonsets]
-    except ConversionError as err:
-        raise ScenarioError(str(err)) from err
+    for obj in sc.pods:
+        if is_terminal(obj):
+            continue
+        node_name = (obj.get("spec") or {}).get("nodeName")
+        if node_name:
+            bound.setdefault(str(node_name), []).append(_pod(obj, sc, detect_gang=False))
+        else:
+            pending.append(_pod(obj, sc))
+    existing = [_converted(f"Node {_name(n)!r}", node_from_dict, n, pods=bound.pop(_name(n), [])) for n in sc.nodes]
+    if bound:
+        missing = ", ".join(sorted(bound))
+        raise ScenarioError(f"pods are bound (spec.nodeName) to nodes not in the scenario: {missing}")
+    default_types = catalog
+    for claim in sc.nodeclaims:
+        in_flight = _converted(f"NodeClaim {_name(claim)!r}", nodeclaim_from_dict, claim, instance_types=default_types)
+        if in_flight is not None and not any(e.name == in_flight.name for e in existing):
+            existing.append(in_flight)
+    pools = []
+    for where, np_obj in sc.nodepools:
+        types = _catalog_for(np_obj, sc, catalog, where)
+        name = _name(np_obj)
+        pools.append(_converted(where, nodepool_from_dict, np_obj, types, usage=pool_usage(name, existing)))
+    daemons = [_converted(f"DaemonSet {_name(d)!r}", daemonset_from_dict, d) for d in sc.daemonsets]
     # as the controller does: a gang's nodes share one zone unless the gang's annotation or
     # every NodePool's spec.gang.sameZone says otherwise
     members: dict[str, list[Obj]] = {}
@@ -283,16 +466,27 @@ def _same_zone(pods: list[Obj], *, default: bool) -> bool:
     return default
 
 
-def plan_scenario(texts: Iterable[tuple[str, str]], *, catalog: tuple[InstanceType, ...]) -> Plan:
+def plan_scenario(
+    texts: Iterable[tuple[str, str]], *, catalog: tuple[InstanceType, ...], warnings: list[str] | None = None
+) -> Plan:
+    """The plan for a scenario; ``warnings`` (if given) receives what the user should know."""
     sc = load_scenario(read_documents(texts))
     inputs = build_inputs(sc, catalog)
-    return solve(
-        pods=inputs.pods,
+    if warnings is not None:
+        warnings.extend(_missing_nodeclasses(sc))
+    waiting = _short_gangs(sc)
+    pods = tuple(p for p in inputs.pods if p.gang not in waiting)
+    plan = solve(
+        pods=pods,
         node_pools=inputs.pools,
         existing_nodes=inputs.existing,
         daemon_pods=inputs.daemons,
-        gangs=inputs.gangs,
+        gangs=tuple(g for g in inputs.gangs if g.id not in waiting),
     )
+    if not waiting:
+        return plan
+    held = {f"{p.namespace}/{p.name}": waiting[p.gang] for p in inputs.pods if p.gang in waiting}
+    return replace(plan, unschedulable={**plan.unschedulable, **held})
 
 
 # --- output ----------------------------------------------------------------------------------
@@ -388,26 +582,66 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _read(name: str) -> tuple[str, str]:
-    if name == "-":
-        return ("<stdin>", sys.stdin.read())
-    return (name, Path(name).read_text(encoding="utf-8"))
+    source = "<stdin>" if name == "-" else name
+    try:
+        if name == "-":
+            buffer = getattr(sys.stdin, "buffer", None)
+            return (source, buffer.read().decode("utf-8") if buffer is not None else sys.stdin.read())
+        return (source, Path(name).read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ScenarioError(
+            f"{source}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start})"
+        ) from err
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``joiner plan`` prints and returns: the exit status, stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+    plan: Plan | None = None
+
+
+def execute(
+    texts: Sequence[tuple[str, str]],
+    *,
+    catalog: tuple[InstanceType, ...] | None = None,
+    catalog_text: str | None = None,
+    output: str = "table",
+) -> Outcome:
+    """``joiner plan`` in process: scenario texts (and a catalog, given or as JSON text) in, what it
+    prints out. Bad input gives ``code`` 1 and one ``error:`` line, never an exception."""
+    warnings: list[str] = []
+    try:
+        if catalog is None:
+            catalog = parse_catalog_text(catalog_text, source="catalog") if catalog_text is not None else load_catalog()
+        plan = plan_scenario(texts, catalog=catalog, warnings=warnings)
+    except (ScenarioError, CatalogError, OSError) as error:
+        return Outcome(1, "", f"error: {_one_line(error)}\n")
+    told = "".join(f"warning: {_one_line(Exception(w))}\n" for w in warnings)
+    if output == "json":
+        out = json.dumps(plan_to_dict(plan), indent=2, allow_nan=False) + "\n"
+    elif output == "yaml":
+        out = yaml.safe_dump(plan_to_dict(plan), sort_keys=False)
+    else:
+        out = plan_to_table(plan) + "\n"
+    return Outcome(0, out, told, plan)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         catalog = load_catalog(args.catalog)
         texts = [_read(name) for name in args.filename]
-        plan = plan_scenario(texts, catalog=catalog)
-    except (ScenarioError, CatalogError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ScenarioError, CatalogError, OSError) as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         return 1
-    except OSError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    if args.output == "json":
-        print(json.dumps(plan_to_dict(plan), indent=2))
-    elif args.output == "yaml":
-        print(yaml.safe_dump(plan_to_dict(plan), sort_keys=False), end="")
-    else:
-        print(plan_to_table(plan))
-    return 0
+    outcome = execute(texts, catalog=catalog, output=args.output)
+    sys.stderr.write(outcome.err)
+    sys.stdout.write(outcome.out)
+    return outcome.code

@@ -326,6 +326,95 @@ class Taint(SpecModel):
     """When a ``NoExecute`` taint was added (set by Kubernetes)."""
 
 
+def duplicate_taint_messages(taints: Iterable[Taint]) -> list[str]:
+    """One message per taint key and effect that appears more than once (Kubernetes keeps one)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for taint in taints:
+        pair = (taint.key, taint.effect)
+        if pair in seen:
+            out.append(f"taint '{taint.key}:{taint.effect}' is listed twice (a key and effect may appear once)")
+        seen.add(pair)
+    return out
+
+
+UNIQUE_TAINTS_RULE: Final = cel_rule(
+    "self.all(a, self.exists_one(b, b.key == a.key && b.effect == a.effect))",
+    "a taint key and effect may appear once",
+)
+
+
+# --- contradictions between requirements ------------------------------------------------------
+
+
+def _integer(value: str) -> int | None:
+    return int(value) if is_integer_string(value) else None
+
+
+def requirement_conflicts(requirements: Iterable[RequirementBase], labels: Mapping[str, str] = {}) -> list[str]:
+    """Why no node could ever satisfy these requirements together (with ``labels`` read as ``In``),
+    one message per key; empty when they can be met."""
+    by_key: dict[str, list[tuple[str, list[str]]]] = {}
+    for key, value in labels.items():
+        by_key.setdefault(key, []).append(("In", [value]))
+    for req in requirements:
+        by_key.setdefault(req.key, []).append((req.operator, list(req.values)))
+    out = []
+    for key, reqs in by_key.items():
+        problem = _conflict(reqs)
+        if problem is not None:
+            out.append(f"requirements on '{key}' contradict each other: {problem}")
+    return out
+
+
+def _conflict(reqs: list[tuple[str, list[str]]]) -> str | None:
+    ops = {op for op, _ in reqs}
+    if "DoesNotExist" in ops and ops & {"In", "Exists", "Gt", "Lt"}:
+        other = sorted(ops & {"In", "Exists", "Gt", "Lt"})[0]
+        return f"DoesNotExist with {other}"
+    gts = [n for op, values in reqs if op == "Gt" for n in map(_integer, values) if n is not None]
+    lts = [n for op, values in reqs if op == "Lt" for n in map(_integer, values) if n is not None]
+    low = max(gts) if gts else None
+    high = min(lts) if lts else None
+    if low is not None and high is not None and high - low < 2:
+        return f"no integer is greater than {low} and less than {high}"
+    excluded = {v for op, values in reqs if op == "NotIn" for v in values}
+    allowed: set[str] | None = None
+    for op, values in reqs:
+        if op == "In":
+            allowed = set(values) if allowed is None else allowed & set(values)
+    if allowed is None:
+        return None
+    left = {
+        v
+        for v in allowed - excluded
+        if (low is None and high is None)
+        or ((n := _integer(v)) is not None and (low is None or n > low) and (high is None or n < high))
+    }
+    if not left:
+        return f"no value is allowed by every In, NotIn, Gt and Lt (In {sorted(allowed)}, NotIn {sorted(excluded)})"
+    return None
+
+
+REQUIREMENTS_CONFLICT_RULES: Final = (
+    cel_rule(
+        "self.all(a, a.operator != 'DoesNotExist'"
+        " || !self.exists(b, b.key == a.key && b.operator in ['In', 'Exists', 'Gt', 'Lt']))",
+        "requirements: DoesNotExist contradicts In, Exists, Gt or Lt on the same key",
+    ),
+    cel_rule(
+        "self.all(a, a.operator != 'Gt' || !has(a.values) || size(a.values) != 1"
+        " || !a.values[0].matches('^[0-9]{1,18}$')"
+        " || !self.exists(b, b.key == a.key && b.operator == 'Lt' && has(b.values) && size(b.values) == 1"
+        " && b.values[0].matches('^[0-9]{1,18}$') && int(b.values[0]) - int(a.values[0]) < 2))",
+        "requirements: no integer is greater than the Gt value and less than the Lt value on the same key",
+    ),
+)
+"""The contradictions the CRD can afford to check (CEL cost grows with every value compared): an
+``In`` whose every value a ``NotIn`` excludes is caught by the models (and so by the controller's
+``ValidationSucceeded`` condition) only."""
+
+
 # --- node class reference ---------------------------------------------------------------------
 
 NODE_CLASS_KIND_PATTERN: Final = r"^[A-Z][A-Za-z0-9]*$"

@@ -11,17 +11,29 @@ from api.v1.common import (
     MAX_LABELS,
     MAX_REQUIREMENTS,
     MAX_TAINTS,
+    REQUIREMENTS_CONFLICT_RULES,
     TEMPLATE_LABELS_SCHEMA_EXTRA,
+    UNIQUE_TAINTS_RULE,
     NodeClassReference,
     NodePoolRequirement,
     Taint,
     cel_rule,
     check_template_labels,
+    duplicate_taint_messages,
+    requirement_conflicts,
 )
 from api.v1.conditions import Condition
 from api.v1.labels import API_VERSION
 from api.v1.meta import ObjectMeta, SpecModel, StatusModel
-from api.v1.types import BudgetDuration, BudgetNodes, CronSchedule, Duration, NillableDuration, Quantity
+from api.v1.types import (
+    BudgetDuration,
+    BudgetNodes,
+    CronSchedule,
+    NillableDuration,
+    NillablePositiveDuration,
+    PositiveDuration,
+    Quantity,
+)
 
 DEFAULT_EXPIRE_AFTER: Final = "720h"
 DEFAULT_CONSOLIDATE_AFTER: Final = "0s"
@@ -65,19 +77,50 @@ class NodeClaimTemplateSpec(SpecModel):
     node_class_ref: NodeClassReference
     """The node class (provider settings) for the nodes, e.g. ``{group: joiner.sh, kind:
     KWOKNodeClass, name: default}``."""
-    requirements: list[NodePoolRequirement] = Field(default_factory=list, max_length=MAX_REQUIREMENTS)
+    requirements: list[NodePoolRequirement] = Field(
+        default_factory=list,
+        max_length=MAX_REQUIREMENTS,
+        json_schema_extra={"x-kubernetes-validations": list(REQUIREMENTS_CONFLICT_RULES)},
+    )
     """Constraints on the nodes' labels (instance type, zone, capacity type, GPU name, ...).
-    Pods' own constraints are intersected with these. At most 100."""
-    taints: list[Taint] = Field(default_factory=list, max_length=MAX_TAINTS)
-    """Taints every node of the pool carries; only pods that tolerate them land there."""
-    startup_taints: list[Taint] = Field(default_factory=list, max_length=MAX_TAINTS)
+    Pods' own constraints are intersected with these. At most 100. Requirements on one key that
+    no node could meet together (``In [a]`` with ``NotIn [a]``, ``Gt 8`` with ``Lt 2``) are refused."""
+    taints: list[Taint] = Field(
+        default_factory=list,
+        max_length=MAX_TAINTS,
+        json_schema_extra={"x-kubernetes-validations": [UNIQUE_TAINTS_RULE]},
+    )
+    """Taints every node of the pool carries; only pods that tolerate them land there. A key and
+    effect may appear once."""
+    startup_taints: list[Taint] = Field(
+        default_factory=list,
+        max_length=MAX_TAINTS,
+        json_schema_extra={"x-kubernetes-validations": [UNIQUE_TAINTS_RULE]},
+    )
     """Taints a node carries at first and that something else (e.g. a GPU operator) removes once
-    the node is ready. Pods need not tolerate them to trigger provisioning."""
-    expire_after: NillableDuration = DEFAULT_EXPIRE_AFTER
-    """How long a node may live before joiner replaces it (e.g. ``720h``), or ``Never``."""
-    termination_grace_period: Duration | None = None
+    the node is ready. Pods need not tolerate them to trigger provisioning. A key and effect may
+    appear once."""
+    expire_after: NillablePositiveDuration = DEFAULT_EXPIRE_AFTER
+    """How long a node may live before joiner replaces it (e.g. ``720h``), or ``Never``. Not ``0s``."""
+    termination_grace_period: PositiveDuration | None = None
     """How long draining a node may take before its pods are deleted regardless of PDBs and
-    ``do-not-disrupt``. Unset: wait indefinitely."""
+    ``do-not-disrupt`` (longer than zero). Unset: wait indefinitely."""
+
+    @field_validator("requirements")
+    @classmethod
+    def _requirements_can_be_met(cls, value: list[NodePoolRequirement]) -> list[NodePoolRequirement]:
+        problems = requirement_conflicts(value)
+        if problems:
+            raise PydanticCustomError("requirements_conflict", "{problems}", {"problems": "; ".join(problems)})
+        return value
+
+    @field_validator("taints", "startup_taints")
+    @classmethod
+    def _taints_unique(cls, value: list[Taint]) -> list[Taint]:
+        problems = duplicate_taint_messages(value)
+        if problems:
+            raise PydanticCustomError("duplicate_taints", "{problems}", {"problems": "; ".join(problems)})
+        return value
 
 
 class NodeClaimTemplate(SpecModel):
@@ -89,6 +132,15 @@ class NodeClaimTemplate(SpecModel):
     """Labels and annotations for the nodes."""
     spec: NodeClaimTemplateSpec
     """The NodeClaim spec the pool's claims start from."""
+
+    @model_validator(mode="after")
+    def _labels_meet_requirements(self) -> Self:
+        problems = requirement_conflicts(self.spec.requirements, self.metadata.labels) if self.metadata.labels else []
+        if problems:
+            raise PydanticCustomError(
+                "template_labels", "labels act as In requirements: {problems}", {"problems": "; ".join(problems)}
+            )
+        return self
 
 
 class Budget(SpecModel):
@@ -158,7 +210,7 @@ class GangDefaults(SpecModel):
     """How gangs (pods that must start together) are provisioned from this pool, unless the pods'
     annotations say otherwise."""
 
-    timeout: Duration | None = None
+    timeout: PositiveDuration | None = None
     """How long every NodeClaim of a gang attempt may take to be Initialized before the attempt is
     rolled back (all of its NodeClaims deleted) and retried, e.g. ``20m``. Unset: the operator's
     default (15m). The pods' annotation ``joiner.sh/gang-timeout`` overrides it."""

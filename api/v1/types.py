@@ -13,6 +13,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Final
 
+from croniter import croniter
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -48,6 +49,11 @@ OBJECT_REF_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]
 """A ``namespace/name`` reference to a namespaced object."""
 CONDITION_REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 INTEGER_PATTERN: Final = r"^[0-9]+$"
+MAX_QUANTITY: Final = 2**63 - 1
+"""The largest quantity the models accept, in base units: what Kubernetes' ``Quantity.Value()``
+holds in an int64 (8 EiB of memory, 9.2e18 GPUs). Larger values (``1e400``) are refused, not read."""
+POSITIVE_DURATION_CEL: Final = "self.matches('[1-9]')"
+"""A duration that matches :data:`DURATION_PATTERN` is positive exactly when it has a non-zero digit."""
 
 _DURATION_RE: Final = re.compile(DURATION_PATTERN)
 _NILLABLE_DURATION_RE: Final = re.compile(NILLABLE_DURATION_PATTERN)
@@ -174,12 +180,13 @@ def _check_budget_nodes(value: str) -> str:
 
 
 def _check_cron(value: str) -> str:
-    if _CRON_RE.fullmatch(value) is None:
+    if _CRON_RE.fullmatch(value) is None or not croniter.is_valid(value):
         raise PydanticCustomError(
             "cron",
             "must be a cron schedule of five fields (minute hour day-of-month month day-of-week) "
             "such as '0 9 * * 1-5', or one of @yearly, @annually, @monthly, @weekly, @daily, "
-            "@midnight, @hourly, got '{value}'",
+            "@midnight, @hourly, each field in range (minute 0-59, hour 0-23, day 1-31, month 1-12, "
+            "day-of-week 0-7), got '{value}'",
             {"value": value},
         )
     return value
@@ -197,6 +204,46 @@ def _check_quantity(value: Any) -> Any:
         raise PydanticCustomError(
             "quantity",
             "must be a non-negative quantity such as 500m, 16Gi or 8, got '{value}'",
+            {"value": value},
+        )
+    try:
+        too_large = (
+            value * NANO_PER_UNIT if isinstance(value, int) else parse_nano(value)
+        ) > MAX_QUANTITY * NANO_PER_UNIT
+    except QuantityError:
+        too_large = True
+    if too_large:
+        raise PydanticCustomError(
+            "quantity_range",
+            "must be at most 2^63-1, about 9.2e18 (7Ei of memory), got '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+NANO_PER_UNIT: Final = 10**9
+
+
+def is_positive_duration(value: str) -> bool:
+    """Whether a duration (already matching the pattern) is longer than zero (``0s``, ``0h0m`` are not)."""
+    return re.search("[1-9]", value) is not None
+
+
+def _check_positive_duration(value: str) -> str:
+    _check_duration(value)
+    if not is_positive_duration(value):
+        raise PydanticCustomError(
+            "duration_positive", "must be longer than zero, such as 30s, 20m or 720h, got '{value}'", {"value": value}
+        )
+    return value
+
+
+def _check_nillable_positive_duration(value: str) -> str:
+    _check_nillable_duration(value)
+    if value != NEVER and not is_positive_duration(value):
+        raise PydanticCustomError(
+            "duration_positive",
+            "must be longer than zero, such as 30s, 20m or 720h, or Never, got '{value}'",
             {"value": value},
         )
     return value
@@ -267,6 +314,41 @@ NillableDuration = Annotated[
 ]
 """A :data:`Duration` or ``Never``."""
 
+PositiveDuration = Annotated[
+    str,
+    AfterValidator(_check_positive_duration),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": DURATION_PATTERN,
+            "maxLength": 64,
+            "x-kubernetes-validations": [
+                {"rule": POSITIVE_DURATION_CEL, "message": "must be longer than zero, such as 30s, 20m or 720h"}
+            ],
+        }
+    ),
+]
+"""A :data:`Duration` longer than zero (``0s`` is refused)."""
+
+NillablePositiveDuration = Annotated[
+    str,
+    AfterValidator(_check_nillable_positive_duration),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": NILLABLE_DURATION_PATTERN,
+            "maxLength": 64,
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self == '{NEVER}' || {POSITIVE_DURATION_CEL}",
+                    "message": "must be longer than zero, such as 30s, 20m or 720h, or Never",
+                }
+            ],
+        }
+    ),
+]
+"""A :data:`NillableDuration` longer than zero (``0s`` is refused, ``Never`` is fine)."""
+
 BudgetDuration = Annotated[
     str,
     AfterValidator(_check_budget_duration),
@@ -294,6 +376,7 @@ Quantity = Annotated[
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
             "minimum": 0,
+            "maximum": MAX_QUANTITY,
         }
     ),
 ]

@@ -25,13 +25,21 @@ def builtin_catalog_text() -> str:
 def parse_catalog_text(text: str, *, source: str) -> tuple[InstanceType, ...]:
     """Parse catalog JSON text; errors name ``source`` (a path, a ConfigMap) and the field."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         raise CatalogError(f"{source}: not valid JSON: {err}") from err
+    except ValueError as err:  # NaN, Infinity: not JSON, and no price
+        raise CatalogError(f"{source}: not valid JSON: {err}") from err
+    except RecursionError as err:
+        raise CatalogError(f"{source}: not readable: nested too deep") from err
     try:
         return parse_catalog(data)
     except CatalogError as err:
         raise CatalogError(f"{source}: {err}") from err
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows (prices must be finite)")
 
 
 def load_catalog(path: str | Path | None = None) -> tuple[InstanceType, ...]:
@@ -43,4 +51,9 @@ def load_catalog(path: str | Path | None = None) -> tuple[InstanceType, ...]:
     if not path:
         return parse_catalog_text(builtin_catalog_text(), source="built-in catalog")
     file = Path(path)
-    return parse_catalog_text(file.read_text(encoding="utf-8"), source=str(file))
+    data = file.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CatalogError(f"{file}: not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start})") from err
+    return parse_catalog_text(text, source=str(file))

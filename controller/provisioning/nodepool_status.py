@@ -18,7 +18,7 @@ from controller.clock import format_time
 from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import NODEPOOLS
-from controller.scheduling.quantity import format_human
+from controller.scheduling.quantity import QuantityError, format_human, parse_quantity
 from controller.scheduling.resources import Resources, sum_resources
 from controller.state.queue import WorkQueue
 
@@ -29,6 +29,20 @@ CLAIM_COALESCE_SECONDS = 1.0
 
 def _condition(ctype: str, ok: bool, reason: str, message: str) -> Obj:
     return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def _limits(pool: Obj) -> dict[str, int]:
+    """``spec.limits`` in milli-units, zeros kept (a resource list drops them); unreadable ones left out
+    (validation reports them)."""
+    raw = (pool.get("spec") or {}).get("limits")
+    out: dict[str, int] = {}
+    if isinstance(raw, dict):
+        for res, amount in raw.items():
+            try:
+                out[str(res)] = parse_quantity(amount)
+            except QuantityError:
+                continue
+    return out
 
 
 def desired_status(
@@ -49,11 +63,10 @@ def desired_status(
     except InvalidObjectError as err:
         error = str(err)
     ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
-    limits = Resources.parse((pool.get("spec") or {}).get("limits"))
     reached = [
         f"{res}: {format_human(res, used.get(res))} of {format_human(res, limit)} in use"
-        for res in limits
-        if (limit := limits.get(res)) >= 0 and used.get(res) >= limit
+        for res, limit in _limits(pool).items()
+        if used.get(res) >= limit  # a limit of 0 is reached from the start: the pool may buy none of it
     ]
     conditions = [
         _condition(

@@ -232,11 +232,13 @@ class Provisioner:
             PODS_UNSCHEDULABLE.set(0)
             return None
         pods: list[Pod] = []
+        unreadable: dict[str, str] = {}  # told to the pod as FailedProvisioning, like an unschedulable one
         for key, obj in pending_objs.items():
             try:
                 pods.append(kubeconv.pod_from_dict(obj.raw, detect_gang=False))
             except ValueError as err:
                 log.warning("provisioner.pod_unreadable", pod=key, error=str(err))
+                unreadable[key] = f"joiner cannot provision this pod: {err}"
         pools = await self._valid_pools()
         all_types = {it.name: it for _, its in pools.values() for it in its}
         existing = self._existing(list(all_types.values()))
@@ -244,7 +246,7 @@ class Provisioner:
         for key in [k for k in self._nominations if k not in live]:
             del self._nominations[key]
         pods, existing = self._with_nominations(pods, existing)
-        if not pods:
+        if not pods and not unreadable:
             return None
         templates: list[NodePoolTemplate] = []
         for name, (pool, its) in pools.items():
@@ -276,6 +278,8 @@ class Provisioner:
             price_per_hour=round(plan.total_price, 4),
             seconds=round(elapsed, 4),
         )
+        if unreadable:
+            plan = replace(plan, unschedulable={**plan.unschedulable, **unreadable})
         return Batch(plan=plan, pending=pending_objs, pools={n: p for n, (p, _) in pools.items()})
 
     # --- write -----------------------------------------------------------------------------

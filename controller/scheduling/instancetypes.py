@@ -12,10 +12,12 @@ The catalog format is documented in ``docs/catalog.md``::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from api.v1.types import MAX_QUANTITY
 from controller.scheduling.frozen import FrozenLabels, freeze
 from controller.scheduling.labels import LABEL_INSTANCE_TYPE
 from controller.scheduling.quantity import QuantityError
@@ -76,9 +78,15 @@ def _parse_resources(value: Any, where: str) -> Resources:
     if not isinstance(value, Mapping):
         raise CatalogError(f"{where}: must be an object of resource name -> quantity")
     try:
-        return Resources.parse({str(k): v for k, v in value.items()})
+        parsed = Resources.parse({str(k): v for k, v in value.items()})
     except QuantityError as err:
         raise CatalogError(f"{where}: {err}") from err
+    for name, amount in parsed.items:
+        if amount < 0:
+            raise CatalogError(f"{where}.{name}: must not be negative, got {value.get(name)!r}")
+        if amount > MAX_QUANTITY * 1000:
+            raise CatalogError(f"{where}.{name}: must be at most 2^63-1, got {value.get(name)!r}")
+    return parsed
 
 
 def _parse_offering(data: Any, where: str) -> Offering:
@@ -91,8 +99,8 @@ def _parse_offering(data: Any, where: str) -> Offering:
     if capacity_type not in CAPACITY_TYPES:
         raise CatalogError(f"{where}.capacityType: must be one of {', '.join(CAPACITY_TYPES)}, got {capacity_type!r}")
     price = data.get("price")
-    if isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
-        raise CatalogError(f"{where}.price: must be a non-negative number (per hour), got {price!r}")
+    if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price < 0:
+        raise CatalogError(f"{where}.price: must be a non-negative number (per hour, finite), got {price!r}")
     available = data.get("available", True)
     if not isinstance(available, bool):
         raise CatalogError(f"{where}.available: must be true or false, got {available!r}")
@@ -108,6 +116,12 @@ def parse_instance_type(data: Any, *, index: int = 0) -> InstanceType:
     if not isinstance(name, str) or not name:
         raise CatalogError(f"{where}.name: must be a non-empty string")
     capacity = _parse_resources(data.get("capacity"), f"{where}.capacity")
+    raw_capacity = data.get("capacity") or {}
+    if PODS in raw_capacity and PODS not in capacity:
+        raise CatalogError(
+            f"{where}.capacity.pods: must be at least 1 (a machine that runs no pod is of no use), "
+            f"got {raw_capacity[PODS]!r}; leave it out for the default of {DEFAULT_PODS}"
+        )
     if PODS not in capacity:
         capacity = capacity + Resources({PODS: DEFAULT_PODS * 1000})
     overhead = _parse_resources(data.get("overhead"), f"{where}.overhead")

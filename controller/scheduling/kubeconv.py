@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from api.v1.common import Taint as ApiTaint
 from api.v1.nodepool import NodePool
+from api.v1.types import MAX_QUANTITY
 from api.v1.validation import InvalidObjectError, validate
 from controller.scheduling.frozen import FrozenLabels
 from controller.scheduling.instancetypes import InstanceType
@@ -37,10 +38,14 @@ from controller.scheduling.model import (
     PreferredTerm,
     TopologySpread,
 )
-from controller.scheduling.quantity import QuantityError
+from controller.scheduling.quantity import QuantityError, parse_quantity
 from controller.scheduling.requirements import Requirement, RequirementError, Requirements, label_selector
 from controller.scheduling.resources import EMPTY, PODS, Resources, sum_resources
 from controller.scheduling.taints import Taint, Toleration
+
+TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+MAX_MILLI: Final = MAX_QUANTITY * 1000
+"""The largest amount a resource list may hold (what the API models accept), in milli-units."""
 
 Obj = Mapping[str, Any]
 
@@ -74,31 +79,120 @@ def _meta(obj: Obj) -> Mapping[str, Any]:
     return meta
 
 
+def _obj(value: Any, where: str) -> Mapping[str, Any]:
+    """``value`` as an object (``None`` reads as empty); anything else is an error naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConversionError(f"{where}: must be an object, got {_kind_of(value)}")
+    return value
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
+
+
+def _int(value: Any, where: str, *, default: int, minimum: int, maximum: int | None = None) -> int:
+    """An integer field (``None`` reads as ``default``), within ``[minimum, maximum]``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConversionError(f"{where}: must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ConversionError(f"{where}: must be {bound}, got {value}")
+    return value
+
+
+def _values(value: Any, where: str) -> list[str]:
+    """A requirement's ``values``: a list of strings (numbers are read as their text)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConversionError(f"{where}: must be a list of strings, got {_kind_of(value)} {value!r}")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise ConversionError(f"{where}[{i}]: must be a string, got {_kind_of(item)}")
+        out.append(str(item))
+    return out
+
+
+def _expressions(value: Any, where: str) -> list[dict[str, Any]]:
+    """``matchExpressions``: checked for shape (key, operator, a list of values) and normalised."""
+    out = []
+    for i, expr in enumerate(_list(value, where)):
+        at = f"{where}[{i}]"
+        expr = _obj(expr, at)
+        key = expr.get("key")
+        if not isinstance(key, str) or not key:
+            raise ConversionError(f"{at}.key: required (a label key)")
+        operator = expr.get("operator")
+        if not isinstance(operator, str):
+            raise ConversionError(f"{at}.operator: required (In, NotIn, Exists, DoesNotExist, Gt or Lt)")
+        normalised: dict[str, Any] = {
+            "key": key,
+            "operator": operator,
+            "values": _values(expr.get("values"), f"{at}.values"),
+        }
+        if expr.get("minValues") is not None:
+            normalised["minValues"] = _int(expr.get("minValues"), f"{at}.minValues", default=1, minimum=1)
+        out.append(normalised)
+    return out
+
+
 def _str_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConversionError(f"{where}: must be an object of string -> string")
+        raise ConversionError(f"{where}: must be an object of string -> string, got {_kind_of(value)}")
+    for k, v in value.items():
+        if isinstance(v, list | tuple | Mapping):
+            raise ConversionError(f"{where}.{k}: must be a string, got {_kind_of(v)}")
     return {str(k): str(v) for k, v in value.items()}
 
 
 def _resources(value: Any, where: str) -> Resources:
-    if not value:
+    """A resource list; a negative quantity is an error (Kubernetes rejects it too)."""
+    if value is None:
         return EMPTY
     if not isinstance(value, Mapping):
-        raise ConversionError(f"{where}: must be an object of resource -> quantity")
+        raise ConversionError(f"{where}: must be an object of resource -> quantity, got {_kind_of(value)}")
+    if not value:
+        return EMPTY
     try:
-        return Resources.parse({str(k): v for k, v in value.items()})
+        parsed = Resources.parse({str(k): v for k, v in value.items()})
     except QuantityError as err:
         raise ConversionError(f"{where}: {err}") from err
+    for name, amount in parsed.items:
+        if amount < 0:
+            raise ConversionError(f"{where}.{name}: must not be negative, got {value.get(name)!r}")
+        if amount > MAX_MILLI:
+            raise ConversionError(f"{where}.{name}: must be at most 2^63-1, got {value.get(name)!r}")
+    return parsed
 
 
 def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise ConversionError(f"{where}: must be a list")
+        raise ConversionError(f"{where}: must be a list, got {_kind_of(value)}")
     return value
+
+
+def _objects(value: Any, where: str) -> list[Mapping[str, Any]]:
+    """A list of objects (``None`` reads as empty)."""
+    return [_obj(item, f"{where}[{i}]") for i, item in enumerate(_list(value, where))]
 
 
 # --- pods -------------------------------------------------------------------------------------
@@ -106,7 +200,8 @@ def _list(value: Any, where: str) -> list[Any]:
 
 def _container_requests(container: Obj, where: str) -> Resources:
     """Requests, with limits standing in for missing requests (as apiserver defaulting does)."""
-    res = container.get("resources") or {}
+    container = _obj(container, where)
+    res = _obj(container.get("resources"), f"{where}.resources")
     requests = _resources(res.get("requests"), f"{where}.resources.requests")
     limits = _resources(res.get("limits"), f"{where}.resources.limits")
     missing = {name: amount for name, amount in limits.items if name not in requests}
@@ -120,12 +215,13 @@ def pod_requests(spec: Obj, where: str = "spec") -> Resources:
     per resource, where sidecars are init containers with ``restartPolicy: Always``.
     """
     containers = [
-        _container_requests(c, f"{where}.containers[{i}]") for i, c in enumerate(_list(spec.get("containers"), where))
+        _container_requests(c, f"{where}.containers[{i}]")
+        for i, c in enumerate(_list(spec.get("containers"), f"{where}.containers"))
     ]
     total = sum_resources(containers)
     sidecars = EMPTY
     peak: dict[str, int] = {}
-    for i, init in enumerate(_list(spec.get("initContainers"), f"{where}.initContainers")):
+    for i, init in enumerate(_objects(spec.get("initContainers"), f"{where}.initContainers")):
         req = _container_requests(init, f"{where}.initContainers[{i}]")
         if init.get("restartPolicy") == "Always":
             sidecars = sidecars + req
@@ -141,10 +237,11 @@ def pod_requests(spec: Obj, where: str = "spec") -> Resources:
     return Resources(merged) + _resources(spec.get("overhead"), f"{where}.overhead")
 
 
-def _node_selector_term(term: Obj, where: str) -> Requirements | None:
+def _node_selector_term(term: Any, where: str) -> Requirements | None:
     """A nodeSelectorTerm; None when it is empty (which matches no node)."""
-    exprs = _list(term.get("matchExpressions"), f"{where}.matchExpressions")
-    fields = _list(term.get("matchFields"), f"{where}.matchFields")
+    term = _obj(term, where)
+    exprs = _expressions(term.get("matchExpressions"), f"{where}.matchExpressions")
+    fields = _expressions(term.get("matchFields"), f"{where}.matchFields")
     if not exprs and not fields:
         return None
     try:
@@ -152,7 +249,7 @@ def _node_selector_term(term: Obj, where: str) -> Requirements | None:
         for i, f in enumerate(fields):
             if f.get("key") != METADATA_NAME:
                 raise ConversionError(f"{where}.matchFields[{i}].key: only metadata.name is supported")
-            reqs = reqs.with_(Requirement.new(METADATA_NAME, str(f.get("operator")), f.get("values") or ()))
+            reqs = reqs.with_(Requirement.new(METADATA_NAME, str(f.get("operator")), f["values"]))
     except (RequirementError, KeyError) as err:
         raise ConversionError(f"{where}: {err}") from err
     return reqs
@@ -162,11 +259,11 @@ def _selector(value: Any, where: str) -> Requirements | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise ConversionError(f"{where}: must be a label selector")
+        raise ConversionError(f"{where}: must be a label selector (an object), got {_kind_of(value)}")
     try:
         return label_selector(
             _str_map(value.get("matchLabels"), f"{where}.matchLabels"),
-            _list(value.get("matchExpressions"), f"{where}.matchExpressions"),
+            _expressions(value.get("matchExpressions"), f"{where}.matchExpressions"),
         )
     except (RequirementError, KeyError) as err:
         raise ConversionError(f"{where}: {err}") from err
@@ -180,8 +277,8 @@ def _with_label_keys(
 ) -> Requirements | None:
     if selector is None:
         return None
-    extra = [Requirement.in_(k, labels[k]) for k in match if k in labels]
-    extra += [Requirement.new(k, "NotIn", [labels[k]]) for k in mismatch if k in labels]
+    extra = [Requirement.in_(k, labels[k]) for k in match if isinstance(k, str) and k in labels]
+    extra += [Requirement.new(k, "NotIn", [labels[k]]) for k in mismatch if isinstance(k, str) and k in labels]
     return selector.with_(*extra) if extra else selector
 
 
@@ -191,6 +288,7 @@ def _affinity_terms(
     out = []
     for i, term in enumerate(terms):
         at = f"{where}[{i}]"
+        term = _obj(term, at)
         key = term.get("topologyKey")
         if not isinstance(key, str) or not key:
             raise ConversionError(f"{at}.topologyKey: required")
@@ -222,8 +320,8 @@ def gang_of(obj: Obj) -> str | None:
     """The gang a pod belongs to, as ``namespace/name``, from the markers users already write."""
     meta = _meta(obj)
     namespace = str(meta.get("namespace") or "default")
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
+    labels = _str_map(meta.get("labels"), "metadata.labels")
+    annotations = _str_map(meta.get("annotations"), "metadata.annotations")
     for key in GANG_LABELS:
         if labels.get(key):
             return f"{namespace}/{labels[key]}"
@@ -234,7 +332,7 @@ def gang_of(obj: Obj) -> str | None:
 
 
 def _owner(meta: Mapping[str, Any]) -> str | None:
-    refs = _list(meta.get("ownerReferences"), "metadata.ownerReferences")
+    refs = _objects(meta.get("ownerReferences"), "metadata.ownerReferences")
     chosen = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
     if chosen is None:
         return None
@@ -256,17 +354,16 @@ def pod_from_dict(obj: Obj, *, gang: str | None = None, detect_gang: bool = True
 def _pod(obj: Obj, meta: Mapping[str, Any], name: str, *, gang: str | None) -> Pod:
     namespace = str(meta.get("namespace") or "default")
     labels = _str_map(meta.get("labels"), "metadata.labels")
-    spec = obj.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise ConversionError("spec: must be an object")
+    spec = _obj(obj.get("spec"), "spec")
     requests = pod_requests(spec)
     node_selector = _str_map(spec.get("nodeSelector"), "spec.nodeSelector")
     base = Requirements.from_labels(node_selector)
-    affinity = spec.get("affinity") or {}
-    node_aff = affinity.get("nodeAffinity") or {}
+    affinity = _obj(spec.get("affinity"), "spec.affinity")
+    node_aff = _obj(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required_terms: list[Requirements] = []
     req_sel = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
     if req_sel is not None:
+        req_sel = _obj(req_sel, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
         terms = _list(req_sel.get("nodeSelectorTerms"), "spec.affinity.nodeAffinity.required.nodeSelectorTerms")
         for i, term in enumerate(terms):
             reqs = _node_selector_term(term, f"spec.affinity.nodeAffinity.required.nodeSelectorTerms[{i}]")
@@ -277,21 +374,23 @@ def _pod(obj: Obj, meta: Mapping[str, Any], name: str, *, gang: str | None) -> P
     elif node_selector:
         required_terms = [base]
     preferred = []
+    preferred_where = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
     for i, pref in enumerate(
-        _list(
-            node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"),
-            "spec.affinity.nodeAffinity.preferred",
-        )
+        _objects(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), preferred_where)
     ):
-        reqs = _node_selector_term(pref.get("preference") or {}, f"spec.affinity.nodeAffinity.preferred[{i}]")
+        weight = _int(pref.get("weight"), f"{preferred_where}[{i}].weight", default=1, minimum=1, maximum=100)
+        reqs = _node_selector_term(pref.get("preference"), f"{preferred_where}[{i}].preference")
         if reqs is not None:
-            preferred.append(PreferredTerm(weight=int(pref.get("weight", 1)), requirements=reqs))
-    tolerations = tuple(
-        Toleration.from_dict(t) for t in _list(spec.get("tolerations"), "spec.tolerations") if isinstance(t, Mapping)
-    )
+            preferred.append(PreferredTerm(weight=weight, requirements=reqs))
+    tolerations = tuple(Toleration.from_dict(t) for t in _objects(spec.get("tolerations"), "spec.tolerations"))
     spread = []
-    for i, tsc in enumerate(_list(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")):
+    for i, tsc in enumerate(_objects(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")):
         where = f"spec.topologySpreadConstraints[{i}]"
+        # kube-apiserver rejects these; a pod that got past it (or a scenario) must not be planned
+        max_skew = _int(tsc.get("maxSkew"), f"{where}.maxSkew", default=1, minimum=1)
+        min_domains = tsc.get("minDomains")
+        if min_domains is not None:
+            min_domains = _int(min_domains, f"{where}.minDomains", default=1, minimum=1)
         if tsc.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
             continue
         key = tsc.get("topologyKey")
@@ -302,19 +401,18 @@ def _pod(obj: Obj, meta: Mapping[str, Any], name: str, *, gang: str | None) -> P
             labels,
             _list(tsc.get("matchLabelKeys"), f"{where}.matchLabelKeys"),
         )
-        min_domains = tsc.get("minDomains")
         spread.append(
             TopologySpread(
                 topology_key=key,
-                max_skew=int(tsc.get("maxSkew", 1)),
+                max_skew=max_skew,
                 selector=selector,
-                min_domains=int(min_domains) if min_domains is not None else None,
+                min_domains=min_domains,
                 honor_node_affinity=tsc.get("nodeAffinityPolicy", "Honor") == "Honor",
                 honor_node_taints=tsc.get("nodeTaintsPolicy", "Ignore") == "Honor",
             )
         )
-    pod_aff = affinity.get("podAffinity") or {}
-    pod_anti = affinity.get("podAntiAffinity") or {}
+    pod_aff = _obj(affinity.get("podAffinity"), "spec.affinity.podAffinity")
+    pod_anti = _obj(affinity.get("podAntiAffinity"), "spec.affinity.podAntiAffinity")
     aff = _affinity_terms(
         _list(pod_aff.get("requiredDuringSchedulingIgnoredDuringExecution"), "podAffinity.required"),
         namespace=namespace,
@@ -346,7 +444,8 @@ def _pod(obj: Obj, meta: Mapping[str, Any], name: str, *, gang: str | None) -> P
 
 def is_terminal(obj: Obj) -> bool:
     """Succeeded/Failed pods hold no resources."""
-    phase = (obj.get("status") or {}).get("phase")
+    status = obj.get("status")
+    phase = status.get("phase") if isinstance(status, Mapping) else None
     return phase in ("Succeeded", "Failed")
 
 
@@ -358,6 +457,10 @@ def _taints(value: Any, where: str) -> tuple[Taint, ...]:
     for i, t in enumerate(_list(value, where)):
         if not isinstance(t, Mapping) or "effect" not in t:
             raise ConversionError(f"{where}[{i}]: a taint needs key and effect")
+        if t["effect"] not in TAINT_EFFECTS:
+            raise ConversionError(
+                f"{where}[{i}].effect: must be one of {', '.join(TAINT_EFFECTS)}, got {t['effect']!r}"
+            )
         out.append(Taint.from_dict(t))
     return tuple(out)
 
@@ -376,8 +479,8 @@ def node_from_dict(
     if not isinstance(name, str) or not name:
         raise ConversionError("Node: metadata.name is required")
     try:
-        status = obj.get("status") or {}
-        spec = obj.get("spec") or {}
+        status = _obj(obj.get("status"), "status")
+        spec = _obj(obj.get("spec"), "spec")
         capacity = _resources(status.get("capacity"), "status.capacity")
         allocatable = _resources(status.get("allocatable"), "status.allocatable") or capacity
         if PODS not in allocatable:
@@ -432,13 +535,13 @@ def nodeclaim_from_dict(
     """
     meta = _meta(obj)
     name = str(meta.get("name") or "")
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    spec = _obj(obj.get("spec"), "spec")
+    status = _obj(obj.get("status"), "status")
     labels = _str_map(meta.get("labels"), "metadata.labels")
-    for expr in _list(spec.get("requirements"), "spec.requirements"):
-        values = expr.get("values") or []
-        if expr.get("operator") == "In" and len(values) == 1:
-            labels.setdefault(str(expr["key"]), str(values[0]))
+    for expr in _expressions(spec.get("requirements"), "spec.requirements"):
+        values = expr["values"]
+        if expr["operator"] == "In" and len(values) == 1:
+            labels.setdefault(expr["key"], values[0])
     allocatable = _resources(status.get("allocatable"), "status.allocatable")
     capacity = _resources(status.get("capacity"), "status.capacity")
     if not allocatable:
@@ -472,13 +575,16 @@ def daemonset_from_dict(obj: Obj) -> Pod:
     """The pod a DaemonSet would run on each matching node."""
     meta = _meta(obj)
     name = str(meta.get("name") or "")
-    template = ((obj.get("spec") or {}).get("template")) or {}
-    tmeta = dict(template.get("metadata") or {})
+    try:
+        template = _obj(_obj(obj.get("spec"), "spec").get("template"), "spec.template")
+        tmeta = dict(_obj(template.get("metadata"), "spec.template.metadata"))
+    except ConversionError as err:
+        raise ConversionError(f"DaemonSet {name}: {err}") from err
     tmeta["name"] = name or "daemonset"
     tmeta.setdefault("namespace", meta.get("namespace") or "default")
     tmeta.pop("ownerReferences", None)
     try:
-        pod = _pod({"metadata": tmeta, "spec": template.get("spec") or {}}, tmeta, tmeta["name"], gang=None)
+        pod = _pod({"metadata": tmeta, "spec": template.get("spec")}, tmeta, tmeta["name"], gang=None)
     except ConversionError as err:
         raise ConversionError(f"DaemonSet {name}: spec.template.{err}") from err
     return Pod(
@@ -504,7 +610,10 @@ def nodepool_template(
 ) -> NodePoolTemplate:
     """A validated NodePool -> the solver's :class:`NodePoolTemplate`.
 
-    Karpenter label keys (``karpenter.sh/capacity-type``) are mapped to joiner's.
+    Karpenter label keys (``karpenter.sh/capacity-type``) are mapped to joiner's. A limit of zero
+    (``nvidia.com/gpu: "0"``) leaves no room at all: the instance types that have any of that
+    resource are taken out of the pool (a resource list cannot hold a zero, so the solver's
+    ``limits`` alone would read it as no limit).
     """
     tspec = pool.spec.template.spec
     try:
@@ -515,8 +624,11 @@ def nodepool_template(
             for req in tspec.requirements
         )
         limits = Resources.parse(pool.spec.limits)
+        zero = [name for name, amount in pool.spec.limits.items() if parse_quantity(amount) == 0]
     except (RequirementError, QuantityError) as err:
         raise ConversionError(f"NodePool {pool.name}: {err}") from err
+    if zero:
+        instance_types = [it for it in instance_types if not any(it.capacity.get(name) > 0 for name in zero)]
     return NodePoolTemplate(
         name=pool.name,
         instance_types=tuple(instance_types),

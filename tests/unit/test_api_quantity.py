@@ -93,9 +93,33 @@ def test_white_space_is_not_part_of_a_quantity(text: str) -> None:
 
 @pytest.mark.parametrize(("text", "milli"), [("1e31", 10**34), ("1e100", 10**103), ("1e-31", 1), ("1e-100", 1)])
 def test_exponents_beyond_thirty_are_quantities(text: str, milli: int) -> None:
-    """The solver refused exponents beyond +-30; the API and ParseQuantity accept them."""
-    assert limits_valid(text)
+    """The solver refused exponents beyond +-30; the grammar and ParseQuantity accept them. The
+    models refuse values above 2^63-1 (issue 14): a quantity, but no sane limit or request."""
+    assert is_quantity(text)
     assert parse_milli(text) == milli
+    assert limits_valid(text) == (milli <= (2**63 - 1) * 1000)
+
+
+@pytest.mark.parametrize("value", ["1e400", "1e19", "8Ei", "9223372036854775808", 2**63, "1e99999"])
+def test_values_above_int64_are_refused_by_the_models(value: str | int) -> None:
+    assert not limits_valid(value)
+    with pytest.raises(ValueError, match="must be at most 2\\^63-1"):
+        NodePool.model_validate(
+            {
+                "metadata": {"name": "p"},
+                "spec": {
+                    "limits": {"cpu": value},
+                    "template": {
+                        "spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "d"}}
+                    },
+                },
+            }
+        )
+
+
+@pytest.mark.parametrize("value", ["7Ei", "9223372036854775807", 2**63 - 1, "1e18"])
+def test_values_up_to_int64_are_accepted(value: str | int) -> None:
+    assert limits_valid(value)
 
 
 def test_values_finer_than_a_nano_unit_round_up_to_one() -> None:
@@ -149,7 +173,7 @@ _PIECES = st.sampled_from(["", "+", "-", "0", "1", "9", "12", ".", "5", "e", "E"
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_PIECES, max_size=6).map("".join))
 def test_the_api_and_the_solver_accept_the_same_strings(text: str) -> None:
-    """For any string without a minus sign, the NodePool model and the solver agree on it."""
+    """For any string without a minus sign, the NodePool model and the solver agree on it (up to 2^63-1)."""
     milli: int | None = None
     try:
         milli = parse_milli(text)
@@ -159,6 +183,7 @@ def test_the_api_and_the_solver_accept_the_same_strings(text: str) -> None:
     if text.startswith("-"):
         assert not limits_valid(text)
         return
-    assert limits_valid(text) == (milli is not None)
-    if milli is not None:
+    # the models also refuse values above 2^63-1 base units (issue 14); the grammar is the same
+    assert limits_valid(text) == (milli is not None and milli <= (2**63 - 1) * 1000)
+    if milli is not None and limits_valid(text):
         assert milli - 1 < Fraction(parse_quantity(text)) * 1000 <= milli

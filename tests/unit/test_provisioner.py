@@ -3,6 +3,7 @@ pods already planned, and what makes it look again."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -184,3 +185,37 @@ async def test_a_burst_of_launches_updates_the_nodepool_status_once(h: Harness) 
     pool = h.kube.obj(NODEPOOLS, "default")
     assert pool is not None
     assert pool["status"]["resources"]["cpu"] == "20"
+
+
+async def test_a_pod_joiner_cannot_read_gets_a_failedprovisioning_event_naming_the_field(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    await pending(h, "negative", "-1")
+    await pending(h, "fine", "1")
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert [n.pods for n in plan.new_nodes] == [("default/fine",)]
+    assert "spec.containers[0].resources.requests.cpu: must not be negative" in plan.unschedulable["default/negative"]
+    await asyncio.gather(*provisioner._event_tasks)
+    [event] = [e for e in h.kube.events("negative") if e["reason"] == "FailedProvisioning"]
+    assert event["type"] == "Warning"
+    assert "spec.containers[0].resources.requests.cpu: must not be negative" in event["message"]
+
+
+async def test_a_batch_of_only_unreadable_pods_still_tells_them_why(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "skewed", "namespace": "default"},
+        "spec": {"containers": [_container("1")], "topologySpreadConstraints": [{"maxSkew": 0, "topologyKey": "z"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+    await h.kube.create(PODS, pod)
+    await h.cached("Pod", "default/skewed")
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert plan.new_nodes == ()
+    assert "maxSkew: must be at least 1" in plan.unschedulable["default/skewed"]
