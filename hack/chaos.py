@@ -29,7 +29,6 @@ invariant broke. ``tests/e2e/test_chaos.py`` runs one short seeded run in the te
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -44,6 +43,7 @@ from typing import Any
 
 from tests.e2e.harness import CLUSTER_DIR, JOINER_KINDS, ROOT, Cluster, clean_cluster
 from tests.e2e.joiner import Joiner
+from tests.e2e.manifests import offline_plan
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
@@ -178,27 +178,7 @@ def expected_pods() -> int:
 
 def offline_nodeclaims(setup: list[Obj], work: list[Obj]) -> int:
     """How many NodeClaims one offline plan of these pods buys (`joiner plan`)."""
-    docs = [d for d in setup if d["kind"] != "KWOKNodeClass"]
-    for w in work:
-        if w["kind"] == "Deployment":
-            template = w["spec"]["template"]
-            for i in range(w["spec"]["replicas"]):
-                meta = {
-                    "name": f"{w['metadata']['name']}-{i}",
-                    "namespace": w["metadata"]["namespace"],
-                    "labels": template["metadata"]["labels"],
-                }
-                docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]})
-        else:
-            docs.append(w)
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "joiner"), "plan", "-f", "-", "-o", "json"],
-        input="\n---\n".join(json.dumps(d) for d in docs),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return len(json.loads(out.stdout)["nodeClaims"])
+    return len(offline_plan(setup, work)["nodeClaims"])
 
 
 # --- faults ------------------------------------------------------------------------------------

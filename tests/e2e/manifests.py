@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +178,29 @@ def cheapest_offering(predicate: Any) -> tuple[str, float]:
                 best = (it["name"], float(off["price"]))
     assert best is not None, "no instance type in the catalog matches"
     return best
+
+
+def offline_plan(setup: list[Obj], workloads: list[Obj]) -> Obj:
+    """`joiner plan -o json` for these NodePools and the pods of these Deployments (Pods as they are)."""
+    docs = list(setup)
+    for w in workloads:
+        if w["kind"] != "Deployment":
+            docs.append(w)
+            continue
+        template = w["spec"]["template"]
+        for i in range(w["spec"]["replicas"]):
+            meta = {
+                "name": f"{w['metadata']['name']}-{i}",
+                "namespace": w["metadata"]["namespace"],
+                "labels": template["metadata"]["labels"],
+            }
+            docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]})
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "joiner"), "plan", "-f", "-", "-o", "json"],
+        input="\n---\n".join(json.dumps(d) for d in docs),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: Obj = json.loads(out.stdout)
+    return result

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 from tests.e2e.harness import Cluster, eventually
@@ -25,6 +21,9 @@ from tests.e2e.manifests import (
     nodepool,
     pod,
     req,
+)
+from tests.e2e.manifests import (
+    offline_plan as plan_of,
 )
 
 GPU_COUNT = "joiner.sh/gpu-count"
@@ -109,31 +108,8 @@ def plan_price(setup: list[dict[str, Any]], workloads: list[dict[str, Any]]) -> 
 
 
 def offline_plan(setup: list[dict[str, Any]], workloads: list[dict[str, Any]]) -> dict[str, Any]:
-    """`joiner plan -o json` for the pods of these Deployments on these NodePools."""
-    docs = list(setup)
-    for dep in workloads:
-        template = dep["spec"]["template"]
-        for i in range(dep["spec"]["replicas"]):
-            docs.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": f"{dep['metadata']['name']}-{i}",
-                        "namespace": dep["metadata"]["namespace"],
-                        "labels": template["metadata"]["labels"],
-                    },
-                    "spec": template["spec"],
-                }
-            )
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "joiner"), "plan", "-f", "-", "-o", "json"],
-        input="\n---\n".join(json.dumps(d) for d in docs),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout)
+    """`joiner plan -o json` for the pods of these Deployments on these NodePools; all must fit."""
+    result = plan_of(setup, workloads)
     assert not result["unschedulable"], result["unschedulable"]
     return result
 
