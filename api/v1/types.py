@@ -52,6 +52,10 @@ INTEGER_PATTERN: Final = r"^[0-9]+$"
 MAX_QUANTITY: Final = 2**63 - 1
 """The largest quantity the models accept, in base units: what Kubernetes' ``Quantity.Value()``
 holds in an int64 (8 EiB of memory, 9.2e18 GPUs). Larger values (``1e400``) are refused, not read."""
+CRD_MAX_INTEGER_QUANTITY: Final = 2**63 - 1024
+"""The CRD's ``maximum`` for integer quantities. The apiserver reads OpenAPI bounds as float64: 2^63-1
+rounds up to 2^63, which overflows int64 and then rejects every value; this is the largest float64
+below 2^63. (The models keep :data:`MAX_QUANTITY`; strings are bounded by the models alone.)"""
 POSITIVE_DURATION_CEL: Final = "self.matches('[1-9]')"
 """A duration that matches :data:`DURATION_PATTERN` is positive exactly when it has a non-zero digit."""
 
@@ -376,7 +380,7 @@ Quantity = Annotated[
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
             "minimum": 0,
-            "maximum": MAX_QUANTITY,
+            "maximum": CRD_MAX_INTEGER_QUANTITY,
         }
     ),
 ]
