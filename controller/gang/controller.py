@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 import structlog
 
 from api.v1.labels import LABEL_GANG
+from controller.cloudprovider.types import OfferingId
 from controller.context import Context
 from controller.gang import claims as cl
 from controller.gang import metrics
@@ -95,6 +96,16 @@ WRITE_RECHECK_SECONDS: Final = 5.0
 BLOCKED_RECHECK_SECONDS: Final = 30.0
 NEVER_FITS_RECHECK_SECONDS: Final = 300.0
 EVENT_PODS: Final = 64  # at most this many members get each Event (the log names the gang)
+
+
+MAX_AVOIDED: Final = 32
+
+
+def _accumulate(before: Iterable[str], failed: Iterable[str]) -> tuple[str, ...]:
+    """The offerings a gang avoids: every one an attempt failed on since it was last admitted (so two
+    broken offerings cannot take turns), the newest first when there are too many to keep."""
+    merged = list(dict.fromkeys([*failed, *before]))[:MAX_AVOIDED]
+    return tuple(sorted(merged))
 
 
 def _offering_keys(values: Iterable[str]) -> frozenset[OfferingKey]:
@@ -500,6 +511,13 @@ class GangController:
         pods = [p for p in view.gated if p.name in wanted]
         await self._patch_pods(pods, lambda p: pin_patch(p, view.gid, pending))
 
+    def _mark_unavailable(self, offerings: Iterable[str]) -> None:
+        unavailable = self.ctx.unavailable
+        for instance_type, zone, capacity_type in _offering_keys(offerings):
+            offering = OfferingId(instance_type, zone, capacity_type)
+            if not unavailable.is_unavailable(offering):
+                unavailable.mark(offering)
+
     def _next_seq(self, view: GangView) -> int:
         seqs = [r.seq for r in (view.pending, view.admitted) if r is not None]
         override = self._overrides.get(view.key)
@@ -576,6 +594,10 @@ class GangController:
             if isinstance(result, NoFit):
                 await self._no_fit(view, result, fingerprint=fingerprint)
                 return
+            if result.avoided:
+                # the NodeClaims list every instance type that fits, cheapest first: the launch must
+                # skip the offerings earlier attempts failed on, as the plan did
+                self._mark_unavailable(avoid)
             self._blocked.discard(key)
             await self._provision(
                 view,
@@ -660,6 +682,8 @@ class GangController:
             deadline=now + timedelta(seconds=seconds),
             rollbacks=rollbacks,
             last_failure=view.pending.last_failure if view.pending is not None else "",
+            # what earlier attempts failed on stays avoided until the gang is admitted
+            avoid=view.pending.avoid if view.pending is not None else (),
             members=len(view.gated),
         )
         # 1. the record and the pin on every gated member, 2. the NodeClaims (through the writer, which
@@ -742,8 +766,10 @@ class GangController:
             rollbacks=rollbacks,
             retry_at=now + timedelta(seconds=delay),
             last_failure=d.message,
-            avoid=d.avoid,
+            avoid=_accumulate(pending.avoid, d.avoid),
         )
+        # the offerings that failed are avoided by every decider (and by the launch) for a while
+        self._mark_unavailable(d.avoid)
         uids = frozenset(p.uid or "" for p in view.gated)
         # 1. the pods learn first that the attempt is over (a crash after this only leaves claims to delete)
         self._overrides[view.key] = (record, uids)

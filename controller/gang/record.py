@@ -10,7 +10,8 @@ It is the only state a restarted controller needs (with the NodeClaims labelled 
 * ``deadline``: when a ``Provisioning`` attempt is rolled back if not every NodeClaim is
   Initialized.
 * ``rollbacks``, ``retryAt``, ``lastFailure``, ``avoid``: the backoff, what failed and why, and the
-  offerings (``type/zone/capacity-type``) the next attempt avoids.
+  offerings (``type/zone/capacity-type``) later attempts avoid: every one an attempt failed on since
+  the gang was last admitted (at most 32), so two broken offerings cannot take turns.
 * ``seq``: incremented on every write, so the newest record among the members wins when a write
   reached only some of them before a crash.
 """

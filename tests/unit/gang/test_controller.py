@@ -13,9 +13,10 @@ from controller.gang.controller import GangController
 from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, record_of
 from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODEPOOLS, PODS
 from controller.nodeclaim.lifecycle import LifecycleController
+from controller.settings import Settings
 from controller.state.views import PodView
 from controller.termination.controller import TerminationController
-from tests.unit.nodeclaim.harness import Harness
+from tests.unit.nodeclaim.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 GID = "ml.train"
@@ -48,10 +49,11 @@ async def gang_pod(
     gang: str = "train",
     size: int = 3,
     gpus: int = 8,
+    cpu: str = "1",
     node_selector: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> Obj:
-    requests = {"cpu": "1", "memory": "1Gi"}
+    requests = {"cpu": cpu, "memory": "1Gi"}
     if gpus:
         requests["nvidia.com/gpu"] = str(gpus)
     spec: Obj = {
@@ -405,3 +407,45 @@ async def test_the_size_comes_from_the_podgroup_when_its_crd_exists(world: Harne
         )
     start_gangs(h)
     await h.eventually(lambda: len(gang_claims(h, "ml.pg")) == 2, "2 NodeClaims sized by minMember")
+
+
+# --- what failed stays avoided ----------------------------------------------------------------------
+
+
+async def test_offerings_that_never_register_stay_avoided_until_the_gang_runs_on_a_dearer_type() -> None:
+    """The cheapest type of the launcher's pool never registers, in either capacity type; a dearer
+    type would work. Every rollback adds what failed to what the gang avoids, the launch skips it too,
+    and the third attempt is admitted on the dearer type instead of alternating between the two
+    broken offerings forever."""
+    settings = Settings(registration_timeout_seconds=60, gang_timeout_seconds=600, gang_backoff_seconds=5)
+    h = await make_harness(settings)
+    try:
+        h.start(LifecycleController(h.ctx), TerminationController(h.ctx))
+        await h.create_nodeclass(failures={"neverRegister": ["cpu-4"]})
+        await nodepool(h)
+        await gang_pod(h, "w0", cpu="95")  # fills an 8-GPU machine: the launcher needs its own
+        await gang_pod(h, "w1", cpu="95")
+        await gang_pod(h, "launcher", gpus=0, cpu="2")
+        start_gangs(h)
+        attempts: dict[str, str] = {}  # attempt id -> the launcher's offering, in order
+        for _ in range(60):
+            await h.advance(10)
+            for name, claim in gang_claims(h).items():
+                if (
+                    h.condition_status(name, "Registered") == "True"
+                    and h.condition_status(name, "Initialized") != "True"
+                ):
+                    await h.make_ready(name)
+                offering = claim["metadata"]["annotations"]["joiner.sh/gang-offering"]
+                attempt = claim["metadata"]["annotations"]["joiner.sh/gang-attempt"]
+                if not offering.startswith("gpu-8/"):
+                    attempts[attempt] = offering
+            if not any(gated(h, n) for n in ("w0", "w1", "launcher")):
+                break
+        assert not any(gated(h, n) for n in ("w0", "w1", "launcher")), f"never admitted; attempts: {attempts}"
+        assert list(attempts.values())[:2] == ["cpu-4/zone-a/spot", "cpu-4/zone-a/on-demand"], attempts
+        assert list(attempts.values())[-1] == "gpu-1/zone-a/on-demand", attempts
+        assert len(attempts) == 3, attempts
+        assert set(record(h, "w0").avoid) == set(), "an admitted gang avoids nothing"
+    finally:
+        await h.close()
