@@ -308,3 +308,41 @@ def test_killing_the_controller_mid_gang_ends_admitted_or_rolled_back_with_nothi
 
     eventually(settled, timeout=60, what="exactly the gang's 4 NodeClaims and Nodes, marked admitted")
     assert {p["spec"]["nodeName"] for p in running} == {n["metadata"]["name"] for n in cluster.items("nodes")}
+
+
+def test_a_gang_whose_cheapest_type_never_registers_is_admitted_on_a_dearer_one(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    """The launcher's pool offers two types; the cheapest never registers. The retry must not launch
+    it again (the NodeClaim lists it first, cheapest first): the gang runs on the dearer type."""
+    ns = _ns(cluster)
+    cheap, dearer = LAUNCHER_TYPE, "m6i.large"  # m6i.large spot is the next cheapest after m7a.medium spot
+    cpu_pool = nodepool("cpu", requirements=[req(INSTANCE_TYPE, "In", cheap, dearer)])
+    cluster.apply(
+        [nodeclass(registrationDelay="1s", failures={"neverRegister": [cheap]}), nodepool("general"), cpu_pool]
+    )
+    joiner = start_joiner(registration_timeout="5", **FAST_GANGS)
+    members = h100_gang(ns, "train", 3)[:2]
+    for m in members:
+        m["metadata"]["annotations"]["joiner.sh/gang-size"] = "3"
+    members.append(
+        gang_pod(
+            "train-launcher",
+            ns,
+            gang="train",
+            size=3,
+            gpus=0,
+            cpu="250m",
+            memory="256Mi",
+            node_selector={"joiner.sh/nodepool": "cpu"},
+        )
+    )
+    with PartialStartWatch(cluster, ns, "train"):
+        cluster.apply(members)
+        event = expect_event(cluster, namespace=ns, name="train-0", reason="GangRolledBack", timeout=60)
+        assert cheap in event["message"]
+        running = expect_gang_running(cluster, ns, "train", 3, timeout=90)
+    launcher = next(p for p in running if p["metadata"]["name"] == "train-launcher")
+    node = cluster.get("nodes", launcher["spec"]["nodeName"])
+    assert node["metadata"]["labels"][INSTANCE_TYPE] == dearer
+    assert joiner.metric("joiner_gang_rollbacks_total") == 1, "the second attempt launched the dearer type"
