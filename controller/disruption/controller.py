@@ -107,6 +107,7 @@ class DisruptionController:
     async def run(self) -> None:
         cluster = self.ctx.cluster
         await cluster.wait_synced()
+        await self.recover()
         try:
             while True:
                 try:
@@ -122,6 +123,40 @@ class DisruptionController:
         finally:
             for task in list(self.running):
                 task.cancel()
+
+    async def recover(self) -> None:
+        """Commands live in memory: after a restart, finish what the objects say was under way.
+
+        A replacement (annotation ``joiner.sh/disruption-replacement-for``) is left alone for as long
+        as it may still take to come up, plus the grace its pods get to land, so a pass does not take
+        it for an empty node. A NodeClaim still marked ``DisruptionReason=True`` and not being deleted
+        lost its command: the mark is cleared (reason ``Interrupted``), and the next pass decides
+        afresh, counting the replacement as the capacity it is."""
+        now = self.ctx.clock.now()
+        settings = self.ctx.settings
+        coming_up = timedelta(
+            seconds=settings.launch_timeout_seconds
+            + settings.registration_timeout_seconds
+            + settings.initialization_timeout_seconds
+        )
+        grace = timedelta(seconds=REPLACEMENT_GRACE_SECONDS)
+        claims = self.ctx.cluster.claim_views()
+        for name, claim in claims.items():
+            if claim.deleting or name in self.protected:
+                continue
+            if claim.annotations.get(ANNOTATION_REPLACEMENT_FOR):
+                self.protected[name] = now + grace + (timedelta(0) if claim.initialized else coming_up)
+                log.info(
+                    "disruption.replacement_recovered",
+                    nodeclaim=name,
+                    protected_until=format_time(self.protected[name]),
+                )
+        for name, claim in claims.items():
+            if claim.deleting or name in self.active or not claim.is_true(DISRUPTION_REASON):
+                continue
+            why = "the controller restarted before the command finished; the next pass decides again"
+            await self._write_status(claim, [ConditionUpdate(DISRUPTION_REASON, "False", "Interrupted", why)])
+            log.info("disruption.command_interrupted", nodeclaim=name)
 
     def _on_change(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
         self.changes += 1

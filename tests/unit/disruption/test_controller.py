@@ -4,7 +4,7 @@ Nodes and Events, and in which order things happen."""
 from __future__ import annotations
 
 from controller.disruption import metrics
-from controller.disruption.controller import ANNOTATION_REPLACEMENT_FOR
+from controller.disruption.controller import ANNOTATION_REPLACEMENT_FOR, DisruptionController
 from controller.kube.resources import NODECLAIMS, NODEPOOLS
 from controller.state.deletion import ANNOTATION_TERMINATION_REASON
 from tests.unit.disruption.world import World
@@ -182,3 +182,33 @@ async def test_a_quiet_cluster_gets_no_status_writes(world: World) -> None:
         await world.controller.reconcile()
         await world.settle()
     assert [c for c in world.kube.calls if c[0] != "get" and c[1] == "nodeclaims"] == []
+
+
+async def test_a_restart_mid_replace_protects_the_replacement_and_clears_the_stale_mark(world: World) -> None:
+    """Commands live in memory; the objects say what was under way. After a restart the replacement
+    is not mistaken for an empty node, and the old NodeClaim is not left marked as being disrupted."""
+    await world.nodepool()
+    await world.node("pricey")
+    await world.pod("web-1", "pricey")
+    await world.advance(31)
+    [command] = (await world.controller.reconcile()).commands
+    assert command.action == "replace"
+    await world.advance(5)
+    [replacement] = [n for n in world.claims() if n != "pricey"]
+    assert world.condition("pricey", "DisruptionReason")["status"] == "True"  # type: ignore[index]
+    for task in list(world.controller.running):  # the process dies mid-command
+        task.cancel()
+    await world.settle()
+
+    restarted = DisruptionController(world.h.ctx, offload=False)
+    await restarted.recover()
+    await world.settle()
+    mark = world.condition("pricey", "DisruptionReason")
+    assert mark is not None
+    assert (mark["status"], mark["reason"]) == ("False", "Interrupted")
+    assert replacement in restarted.protected
+    # a pass right away does not take the replacement (no pod yet) for an empty node
+    decision = await restarted.reconcile()
+    assert all(replacement not in c.candidates for c in decision.commands)
+    await world.settle()
+    assert world.claim(replacement) is not None
