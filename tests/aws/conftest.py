@@ -176,6 +176,7 @@ class World:
     images: list[str]
     role: str
     ec2: Any
+    iam: Any
     classes: dict[str, Obj] = field(default_factory=dict)
 
     def tag_image(self, image: str, *, on: bool) -> None:
@@ -248,6 +249,7 @@ def world(boto_clients: tuple[Any, Any], amazon_images: tuple[str, str]) -> Worl
         images=images,
         role=role,
         ec2=ec2,
+        iam=iam,
     )
 
 

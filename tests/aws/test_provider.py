@@ -183,3 +183,74 @@ async def test_a_nodeclass_that_is_not_ready_stops_the_launch(
     await resolve_into(world, api, broken, clock)
     with pytest.raises(NodeClassNotReadyError, match="no subnet matches"):
         await provider.create(nodeclaim("nc-nr", types=["m5.large"]))
+
+
+def reservations_answer(*, rid: str, instance_type: str, zone: str, available: int) -> str:
+    return (
+        '<DescribeCapacityReservationsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        "<requestId>injected</requestId><capacityReservationSet><item>"
+        f"<capacityReservationId>{rid}</capacityReservationId><instanceType>{instance_type}</instanceType>"
+        f"<availabilityZone>{zone}</availabilityZone><availableInstanceCount>{available}</availableInstanceCount>"
+        f"<totalInstanceCount>{available}</totalInstanceCount><state>active</state>"
+        "<reservationType>default</reservationType></item></capacityReservationSet>"
+        "</DescribeCapacityReservationsResponse>"
+    )
+
+
+async def test_reserved_capacity_is_used_first_and_counted_as_it_fills(
+    provider: AWSCloudProvider, world: World, api: AWSApi, proxy: FaultProxy, clock: FakeClock
+) -> None:
+    # moto has no DescribeCapacityReservations: the proxy answers it like EC2 would
+    answer = reservations_answer(rid="cr-0abc", instance_type="g6.xlarge", zone="us-east-1b", available=2)
+    proxy.rules.append(lambda action, params: (200, answer) if action == "DescribeCapacityReservations" else None)
+    obj = await resolve_into(world, api, world.nodeclass(capacityReservationSelectorTerms=[{"id": "cr-0abc"}]), clock)
+    assert [(c["id"], c["availableInstanceCount"]) for c in obj["status"]["capacityReservations"]] == [("cr-0abc", 2)]
+    pool = {"metadata": {"name": "gpu"}, "spec": {"template": {"spec": {"nodeClassRef": {"name": "gpu"}}}}}
+    g6 = next(it for it in await provider.instance_types(pool) if it.name == "g6.xlarge")
+    reserved = [o for o in g6.offerings if o.capacity_type == "reserved"]
+    assert [(o.zone, o.available) for o in reserved] == [("us-east-1b", True)]
+    assert reserved[0].price < min(o.price for o in g6.offerings if o.capacity_type == "on-demand")
+
+    every = ["reserved", "spot", "on-demand"]
+    launched = [
+        await provider.create(nodeclaim(f"nc-r{i}", types=["g6.xlarge"], capacity_types=every)) for i in range(3)
+    ]
+    assert [(i.capacity_type, i.zone) for i in launched[:2]] == [("reserved", "us-east-1b")] * 2
+    assert launched[2].capacity_type == "spot"
+    g6 = next(it for it in await provider.instance_types(pool) if it.name == "g6.xlarge")
+    assert [o.available for o in g6.offerings if o.capacity_type == "reserved"] == [False]
+    fleets = [p for a, p in proxy.requests if a == "CreateFleet"]
+    assert fleets[0]["TargetCapacitySpecification.DefaultTargetCapacityType"] == "on-demand"
+    assert fleets[2]["TargetCapacitySpecification.DefaultTargetCapacityType"] == "spot"
+    assert fleets[2]["SpotOptions.AllocationStrategy"] == "price-capacity-optimized"
+    templates = [p for a, p in proxy.requests if a == "CreateLaunchTemplate"]
+    targeted = [
+        t
+        for t in templates
+        if "cr-0abc"
+        in t.get(
+            "LaunchTemplateData.CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId", ""
+        )
+    ]
+    assert len(targeted) == 1
+
+
+async def test_a_crash_between_create_fleet_and_the_status_write_leaves_no_orphan(
+    provider: AWSCloudProvider, world: World, api: AWSApi, clock: FakeClock
+) -> None:
+    from controller.nodeclaim.gc import orphaned_instances
+
+    claim = nodeclaim("nc-crash", types=["m5.large"], capacity_types=["on-demand"])
+    launched = await provider.create(claim)
+    # the process dies here: the NodeClaim never records the providerID. After the restart ...
+    restarted = AWSCloudProvider(api=api, cluster_name=world.cluster, nodeclasses=lambda: world.classes, clock=clock)
+    instances = await restarted.list()
+    assert [(i.provider_id, i.nodeclaim) for i in instances] == [(launched.provider_id, "nc-crash")]
+    # ... while the NodeClaim lives, it accounts for the instance and a new create returns it
+    assert orphaned_instances(instances=instances, claims={"nc-crash": claim}) == []
+    assert (await restarted.create(claim)).provider_id == launched.provider_id
+    # once the NodeClaim is gone, garbage collection terminates the instance through the provider
+    orphans = orphaned_instances(instances=instances, claims={})
+    assert [o.provider_id for o in orphans] == [launched.provider_id]
+    await restarted.delete({"metadata": {"name": "nc-crash"}, "status": {"providerID": orphans[0].provider_id}})
+    assert await restarted.list() == []
