@@ -13,6 +13,7 @@ which moto brings along; only the provider under test uses aioboto3.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import urllib.error
@@ -49,6 +50,7 @@ def moto_url() -> Iterator[str]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ["AWS_DEFAULT_REGION"] = REGION
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -87,3 +87,33 @@ async def test_transition_time_kept_while_ready_does_not_change(world: World, ap
     changed = desired_status(obj, Resolution(ready=False, reason="AMINotFound", message="x"), now="later")
     assert not _same(obj["status"], changed)
     assert next(c for c in changed["conditions"] if c["type"] == "Ready")["lastTransitionTime"] == "later"
+
+
+async def test_the_status_controller_writes_status_once_and_again_only_on_change(
+    world: World, api: AWSApi, clock: FakeClock
+) -> None:
+    from controller.cloudprovider.aws.status import EC2NodeClassStatusController
+    from controller.kube.resources import EC2NODECLASSES
+    from controller.state.cluster import ClusterState
+    from tests.unit.nodeclaim.fakeapi import FakeKube
+
+    kube = FakeKube(clock=clock)
+    created = await kube.create(EC2NODECLASSES, world.nodeclass())
+    cluster = ClusterState(source=kube, clock=clock, watched=(EC2NODECLASSES,))
+    cluster.informers["EC2NodeClass"]._apply("ADDED", created)
+    controller = EC2NodeClassStatusController(
+        api=api, client=kube, cluster=cluster, clock=clock, cluster_name=world.cluster
+    )
+    assert await controller.reconcile("gpu") == controller.refresh_seconds
+    written = await kube.get(EC2NODECLASSES, "gpu")
+    assert ready(written)["status"] == "True"
+    assert len(written["status"]["subnets"]) == 3
+    patches = [c for c in kube.calls if c[0] == "patch"]
+    cluster.informers["EC2NodeClass"]._apply("MODIFIED", written)
+    await controller.reconcile("gpu")
+    assert [c for c in kube.calls if c[0] == "patch"] == patches  # nothing changed: no write
+    world.tag_image(world.images[0], on=False)  # the only image is no longer selected
+    await controller.reconcile("gpu")
+    after = await kube.get(EC2NODECLASSES, "gpu")
+    assert (ready(after)["status"], ready(after)["reason"]) == ("False", "AMINotFound")
+    assert after["status"]["amis"] == []
