@@ -166,6 +166,14 @@ async def run_operator(
         settings=settings,
         writer=NodeClaimWriter(client=client, cluster=cluster, clock=clock),
     )
+    if aws is not None and aws.interruption_queue:
+        from controller.cloudprovider.aws.provider import AWSCloudProvider
+        from controller.cloudprovider.aws.sqs import SQSSource
+        from controller.interruption.controller import InterruptionController
+
+        assert isinstance(raw_cloud, AWSCloudProvider)
+        source = SQSSource(api=raw_cloud.api, queue_url=aws.interruption_queue)
+        provider_loops.append(InterruptionController(ctx, source=source))
     elector = LeaderElector(client=client, clock=clock, namespace=leader_namespace) if leader_elect else None
 
     def not_ready() -> list[str]:
