@@ -112,4 +112,5 @@ def test_price_table_and_ids() -> None:
     assert instance_id_of(pid) == "i-0abc"
     assert instance_id_of("kwok://x") is None
     assert client_token("uid-1") == client_token("uid-1") != client_token("uid-2")
+    assert client_token("uid-1", {"Overrides": ["a"]}) != client_token("uid-1", {"Overrides": ["b"]})
     assert len(client_token("u" * 300)) <= 64

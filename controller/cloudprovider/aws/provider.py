@@ -95,9 +95,13 @@ def instance_id_of(provider_id: str | None) -> str | None:
     return tail if tail.startswith("i-") else None
 
 
-def client_token(uid: str) -> str:
-    """A CreateFleet ClientToken (at most 64 characters) that is the same for every try of a NodeClaim."""
-    return "joiner-" + hashlib.sha256(uid.encode()).hexdigest()[:48]
+def client_token(uid: str, request: Obj | None = None) -> str:
+    """A CreateFleet ClientToken (at most 64 characters): the same for every try of the same request
+    for a NodeClaim, so EC2 launches it once; a different one when the request changed (other
+    overrides after a capacity error), which EC2 would otherwise refuse as a token reused with other
+    parameters."""
+    text = uid + "\n" + json.dumps(request or {}, sort_keys=True, default=str)
+    return "joiner-" + hashlib.sha256(text.encode()).hexdigest()[:48]
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,7 +568,6 @@ class AWSCloudProvider:
             default = "on-demand"
         request: Obj = {
             "Type": "instant",
-            "ClientToken": client_token(str(meta.get("uid") or name)),
             "LaunchTemplateConfigs": configs,
             "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": default},
             "TagSpecifications": [
@@ -576,6 +579,7 @@ class AWSCloudProvider:
             request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
         else:
             request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+        request["ClientToken"] = client_token(str(meta.get("uid") or name), request)
         return request
 
     # --- delete / get / list -----------------------------------------------------------------
