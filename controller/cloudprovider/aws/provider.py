@@ -66,6 +66,7 @@ TAG_CLUSTER: Final = "joiner.sh/cluster"
 TAG_NODEPOOL: Final = "joiner.sh/nodepool"
 TAG_NODECLAIM: Final = "joiner.sh/nodeclaim"
 TAG_NODECLASS: Final = "joiner.sh/ec2nodeclass"
+TAG_NODECLAIM_UID: Final = "joiner.sh/nodeclaim-uid"
 ICE_CODES: Final = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -279,7 +280,7 @@ class AWSCloudProvider:
         meta = nodeclaim["metadata"]
         name = str(meta["name"])
         nodeclass = self.nodeclass_for(nodeclaim)
-        existing = await self._tagged(name)
+        existing = await self._tagged(name, uid=str(meta.get("uid") or ""))
         if existing is not None:
             log.info("aws.instance_found", nodeclaim=name, instance=existing["InstanceId"], reason="already launched")
             return self._instance(existing)
@@ -299,19 +300,27 @@ class AWSCloudProvider:
         by_type: dict[str, list[Candidate]] = {}
         for c in candidates:
             by_type.setdefault(c.offering.capacity_type, []).append(c)
+        reservation: Reservation | None = None
+        if CAPACITY_TYPE_RESERVED in by_type:
+            first = sorted(by_type[CAPACITY_TYPE_RESERVED], key=lambda c: (c.offering.price, c.rank))[0]
+            reservation = next(
+                (
+                    r
+                    for r in self._reservations(nodeclass)
+                    if r.instance_type == first.instance_type.name and r.zone == first.offering.zone and r.available > 0
+                ),
+                None,
+            )
+            if reservation is None:  # filled since the offerings were listed
+                del by_type[CAPACITY_TYPE_RESERVED]
+            else:
+                by_type[CAPACITY_TYPE_RESERVED] = [first]
+        if not by_type:
+            raise InsufficientCapacityError(f"the capacity reservations for NodeClaim {name} are full", offerings=())
         capacity_type = next(
             ct for ct in (CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_DEMAND) if ct in by_type
         )
         chosen = sorted(by_type[capacity_type], key=lambda c: (c.offering.price, c.rank))
-        reservation = None
-        if capacity_type == CAPACITY_TYPE_RESERVED:
-            first = chosen[0]
-            reservation = next(
-                r
-                for r in self._reservations(nodeclass)
-                if r.instance_type == first.instance_type.name and r.zone == first.offering.zone and r.available > 0
-            )
-            chosen = [first]
         configs, tried = await self._launch_configs(
             nodeclaim=nodeclaim, nodeclass=nodeclass, candidates=chosen, cache=cache, reservation=reservation
         )
@@ -325,6 +334,8 @@ class AWSCloudProvider:
         try:
             answer = await self.api.call("ec2", "create_fleet", **request)
         except AWSError as err:
+            if err.code.startswith("InvalidLaunchTemplate"):
+                self._templates.clear()  # deleted behind our back: create it again next time
             if err.code in ICE_CODES:
                 raise InsufficientCapacityError(f"{err.code}: {err.message}", offerings=tuple(tried)) from None
             raise CreateError(f"CreateFleet failed: {err.code}: {err.message}", reason=err.code) from None
@@ -336,6 +347,8 @@ class AWSCloudProvider:
                 self._unavailable.mark(key)
         if not launched:
             codes = sorted({str(e.get("ErrorCode")) for e in errors}) or ["NoInstances"]
+            if any(code.startswith("InvalidLaunchTemplate") for code in codes):
+                self._templates.clear()
             detail = "; ".join(f"{e.get('ErrorCode')}: {e.get('ErrorMessage')}" for e in errors[:5])
             if all(code in ICE_CODES for code in codes):
                 raise InsufficientCapacityError(
@@ -555,6 +568,7 @@ class AWSCloudProvider:
                 TAG_CLUSTER: self.cluster_name,
                 TAG_NODEPOOL: (meta.get("labels") or {}).get(LABEL_NODEPOOL, ""),
                 TAG_NODECLAIM: name,
+                TAG_NODECLAIM_UID: str(meta.get("uid") or ""),
                 TAG_NODECLASS: nodeclass.name,
                 "Name": f"{self.cluster_name}/{name}",
             }
@@ -596,14 +610,19 @@ class AWSCloudProvider:
             raise
         return [i for r in reservations for i in r.get("Instances") or []]
 
-    async def _tagged(self, nodeclaim: str) -> Obj | None:
+    async def _tagged(self, nodeclaim: str, *, uid: str = "") -> Obj | None:
+        """A live instance launched for this NodeClaim (and, when ``uid`` is given, this very object)."""
         found = await self._describe(
             filters=[
                 {"Name": f"tag:{TAG_NODECLAIM}", "Values": [nodeclaim]},
                 {"Name": "instance-state-name", "Values": ["pending", "running"]},
             ]
         )
-        return found[0] if found else None
+        for raw in found:
+            tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+            if not uid or tags.get(TAG_NODECLAIM_UID) in (None, uid):
+                return raw
+        return None
 
     def _instance(self, raw: Obj) -> Instance:
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
