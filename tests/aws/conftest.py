@@ -32,6 +32,7 @@ from moto.server import ThreadedMotoServer
 from api.v1.ec2nodeclass import EC2NodeClass
 from controller.clock import FakeClock, format_time
 from controller.cloudprovider.aws.api import AWSApi, RetryPolicy
+from controller.cloudprovider.aws.instancetypes import on_demand_prices
 from controller.cloudprovider.aws.nodeclass import resolve
 from controller.cloudprovider.aws.provider import AWSCloudProvider
 from controller.cloudprovider.aws.status import desired_status
@@ -43,6 +44,9 @@ Obj = dict[str, Any]
 Params = dict[str, str]
 Rule = Callable[[str, Params], tuple[int, str] | None]
 _ids = itertools.count(1)
+TEST_TYPES = ("m5.large", "m5.xlarge", "g6.xlarge", "g6.2xlarge", "p5.48xlarge")
+# the shipped prices of a few types: fewer types to describe keeps the moto answers small and fast
+TEST_PRICES = {name: price for name, price in on_demand_prices(REGION).items() if name in TEST_TYPES}
 
 
 @pytest.fixture(scope="session")
@@ -174,7 +178,8 @@ class World:
     cluster: str
     vpc: str
     subnets: dict[str, str]  # zone -> subnet id
-    security_group: str
+    security_group: str  # the VPC's default group, tagged for the test
+    named_group: str  # another group, untagged, named nodes-<tag>
     images: list[str]
     role: str
     ec2: Any
@@ -236,8 +241,13 @@ def world(boto_clients: tuple[Any, Any], amazon_images: tuple[str, str]) -> Worl
         subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.{n % 250}.{i}.0/24", AvailabilityZone=zone)["Subnet"]
         ec2.create_tags(Resources=[subnet["SubnetId"]], Tags=test_tag)
         subnets[zone] = subnet["SubnetId"]
-    group = ec2.create_security_group(GroupName=f"nodes-{tag}", Description="nodes", VpcId=vpc)["GroupId"]
+    # moto puts every instance in its VPC's default group whatever the launch template says, so the
+    # world's classes select that group: what moto launches is then what AWS would launch
+    group = ec2.describe_security_groups(
+        Filters=[{"Name": "vpc-id", "Values": [vpc]}, {"Name": "group-name", "Values": ["default"]}]
+    )["SecurityGroups"][0]["GroupId"]
     ec2.create_tags(Resources=[group], Tags=test_tag)
+    named = ec2.create_security_group(GroupName=f"nodes-{tag}", Description="nodes", VpcId=vpc)["GroupId"]
     images = list(amazon_images)
     ec2.create_tags(Resources=[images[0]], Tags=test_tag)
     role = f"node-role-{tag}"
@@ -248,6 +258,7 @@ def world(boto_clients: tuple[Any, Any], amazon_images: tuple[str, str]) -> Worl
         vpc=vpc,
         subnets=subnets,
         security_group=group,
+        named_group=named,
         images=images,
         role=role,
         ec2=ec2,
@@ -290,6 +301,7 @@ async def resolve_into(world: World, api: AWSApi, obj: Obj, clock: FakeClock) ->
 async def provider(world: World, api: AWSApi, clock: FakeClock) -> AWSCloudProvider:
     await resolve_into(world, api, world.nodeclass(), clock)
     return AWSCloudProvider(
+        prices=TEST_PRICES,
         api=api,
         cluster_name=world.cluster,
         nodeclasses=lambda: world.classes,

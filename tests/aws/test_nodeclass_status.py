@@ -43,7 +43,7 @@ async def test_selectors_by_id_and_name(world: World, api: AWSApi, clock: FakeCl
     obj = await resolve_into(world, api, world.nodeclass(**spec), clock)
     assert ready(obj)["status"] == "True"
     assert [s["zone"] for s in obj["status"]["subnets"]] == ["us-east-1b"]
-    assert [g["id"] for g in obj["status"]["securityGroups"]] == [world.security_group]
+    assert [g["id"] for g in obj["status"]["securityGroups"]] == [world.named_group]
     assert [a["id"] for a in obj["status"]["amis"]] == [world.images[1]]
 
 

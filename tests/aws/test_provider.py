@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from controller.clock import FakeClock
@@ -15,7 +17,7 @@ from controller.cloudprovider.types import (
     Offering,
 )
 from controller.cloudprovider.unavailable import UnavailableOfferings
-from tests.aws.conftest import FaultProxy, World, ice_answer, nodeclaim, overrides_of, resolve_into
+from tests.aws.conftest import TEST_PRICES, FaultProxy, World, ice_answer, nodeclaim, overrides_of, resolve_into
 
 
 def instance_tags(world: World, instance_id: str) -> dict[str, str]:
@@ -86,7 +88,9 @@ async def test_a_retried_create_buys_once(
     first = await provider.create(claim)
     # the same call again, and from a restarted process (a new provider with an empty memory)
     again = await provider.create(claim)
-    fresh = AWSCloudProvider(api=api, cluster_name=world.cluster, nodeclasses=lambda: world.classes, clock=clock)
+    fresh = AWSCloudProvider(
+        api=api, cluster_name=world.cluster, nodeclasses=lambda: world.classes, clock=clock, prices=TEST_PRICES
+    )
     after_restart = await fresh.create(claim)
     assert first.provider_id == again.provider_id == after_restart.provider_id
     assert proxy.count("CreateFleet") == 1
@@ -145,7 +149,11 @@ async def test_instances_of_another_cluster_are_never_listed_or_deleted(
     provider: AWSCloudProvider, world: World, api: AWSApi, clock: FakeClock
 ) -> None:
     other = AWSCloudProvider(
-        api=api, cluster_name=world.cluster + "-other", nodeclasses=lambda: world.classes, clock=clock
+        prices=TEST_PRICES,
+        api=api,
+        cluster_name=world.cluster + "-other",
+        nodeclasses=lambda: world.classes,
+        clock=clock,
     )
     theirs = await other.create(nodeclaim("nc-theirs", types=["m5.large"], capacity_types=["on-demand"]))
     ours = await provider.create(nodeclaim("nc-ours", types=["m5.large"], capacity_types=["on-demand"]))
@@ -243,7 +251,9 @@ async def test_a_crash_between_create_fleet_and_the_status_write_leaves_no_orpha
     claim = nodeclaim("nc-crash", types=["m5.large"], capacity_types=["on-demand"])
     launched = await provider.create(claim)
     # the process dies here: the NodeClaim never records the providerID. After the restart ...
-    restarted = AWSCloudProvider(api=api, cluster_name=world.cluster, nodeclasses=lambda: world.classes, clock=clock)
+    restarted = AWSCloudProvider(
+        api=api, cluster_name=world.cluster, nodeclasses=lambda: world.classes, clock=clock, prices=TEST_PRICES
+    )
     instances = await restarted.list()
     assert [(i.provider_id, i.nodeclaim) for i in instances] == [(launched.provider_id, "nc-crash")]
     # ... while the NodeClaim lives, it accounts for the instance and a new create returns it
@@ -254,3 +264,34 @@ async def test_a_crash_between_create_fleet_and_the_status_write_leaves_no_orpha
     assert [o.provider_id for o in orphans] == [launched.provider_id]
     await restarted.delete({"metadata": {"name": "nc-crash"}, "status": {"providerID": orphans[0].provider_id}})
     assert await restarted.list() == []
+
+
+async def test_gpu_launch_uses_the_nodeclass_launch_template(
+    provider: AWSCloudProvider, world: World, proxy: FaultProxy
+) -> None:
+    inst = await provider.create(nodeclaim("nc-p5", types=["p5.48xlarge"], capacity_types=["spot"]))
+    assert (inst.instance_type, inst.capacity_type) == ("p5.48xlarge", "spot")
+    assert inst.capacity["nvidia.com/gpu"] == "8"
+    assert inst.labels["joiner.sh/gpu-name"] == "H100"
+    assert inst.labels["topology.kubernetes.io/region"] == "us-east-1"
+    template = next(p for a, p in proxy.requests if a == "CreateLaunchTemplate")
+    data = "LaunchTemplateData."
+    assert template[data + "BlockDeviceMapping.1.Ebs.VolumeSize"] == "200"
+    assert template[data + "BlockDeviceMapping.1.Ebs.VolumeType"] == "gp3"
+    assert template[data + "MetadataOptions.HttpTokens"] == "required"
+    assert template[data + "SecurityGroupId.1"] == world.security_group
+    assert template[data + "IamInstanceProfile.Name"].startswith(f"joiner-{world.cluster}-")
+
+
+async def test_drift_when_the_security_groups_change(
+    provider: AWSCloudProvider, world: World, api: AWSApi, clock: FakeClock
+) -> None:
+    claim = nodeclaim("nc-sg", types=["m5.large"], capacity_types=["on-demand"])
+    inst = await provider.create(claim)
+    claim["status"] = {"providerID": inst.provider_id}
+    assert await provider.is_drifted(claim) is None
+    both: dict[str, Any] = {"securityGroupSelectorTerms": [{"id": world.security_group}, {"id": world.named_group}]}
+    await resolve_into(world, api, world.nodeclass(**both), clock)
+    reason = await provider.is_drifted(claim)
+    assert reason is not None
+    assert reason.startswith("SecurityGroupDrift")

@@ -717,6 +717,10 @@ class AWSCloudProvider:
         if subnets and raw.get("SubnetId") and raw.get("SubnetId") not in subnets:
             return f"SubnetDrift: subnet {raw.get('SubnetId')} is no longer selected by EC2NodeClass {nodeclass.name}"
         groups = {str(g.get("GroupId")) for g in raw.get("SecurityGroups") or []}
+        if not groups:  # some answers list the groups only on the primary network interface
+            for eni in raw.get("NetworkInterfaces") or []:
+                if (eni.get("Attachment") or {}).get("DeviceIndex") == 0:
+                    groups = {str(g.get("GroupId")) for g in eni.get("Groups") or []}
         if groups and groups != set(nodeclass.security_group_ids):
             return (
                 f"SecurityGroupDrift: security groups {sorted(groups)} differ from "
