@@ -7,7 +7,7 @@ import contextlib
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -174,6 +174,12 @@ async def run_operator(
         assert isinstance(raw_cloud, AWSCloudProvider)
         source = SQSSource(api=raw_cloud.api, queue_url=aws.interruption_queue)
         provider_loops.append(InterruptionController(ctx, source=source))
+    if provider == "kwok":
+        # the fake cloud's interruptions: NodeClaims annotated joiner.sh/interruption
+        from controller.interruption.controller import InterruptionController
+        from controller.interruption.kwok import AnnotationInterruptions
+
+        provider_loops.append(AnnotationInterruptions(InterruptionController(ctx, source=_NoMessages())))
     elector = LeaderElector(client=client, clock=clock, namespace=leader_namespace) if leader_elect else None
 
     def not_ready() -> list[str]:
@@ -232,6 +238,16 @@ async def run_operator(
     await client.close()
     log.info("operator.stopped", exit_code=exit_code)
     return exit_code
+
+
+class _NoMessages:
+    """The kwok provider has no queue: its interruptions come from annotations."""
+
+    async def receive(self) -> list[Any]:
+        return []
+
+    async def delete(self, message: Any) -> None:
+        return None
 
 
 async def _supervise(name: str, run: Callable[[], Awaitable[None]], clock: RealClock) -> None:

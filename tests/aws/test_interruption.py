@@ -173,3 +173,30 @@ def test_parse_every_kind() -> None:
     assert parse(json.dumps({"source": "aws.s3", "detail-type": "Object Created", "detail": {}})) == []
     with pytest.raises(MalformedMessage):
         parse("[]")
+
+
+async def test_kwok_nodeclaims_annotated_with_an_interruption_go_through_the_same_handler(h: Harness) -> None:
+    import asyncio
+
+    from controller.interruption.kwok import AnnotationInterruptions
+
+    class NoQueue:
+        async def receive(self) -> list[Any]:
+            return []
+
+        async def delete(self, message: Any) -> None:
+            return None
+
+    simulated = AnnotationInterruptions(InterruptionController(h.ctx, source=NoQueue()))
+    h.start(simulated)
+    for name in ("nc-kwok", "nc-calm"):
+        await h.create_claim(name, instance_types=["cpu-4"])
+        labels = {"node.kubernetes.io/instance-type": "cpu-4", "topology.kubernetes.io/zone": "zone-a"}
+        labels["joiner.sh/capacity-type"] = "spot"
+        await h.kube.patch(NODECLAIMS, name, {"metadata": {"labels": labels}})
+        await h.kube.patch(NODECLAIMS, name, {"status": {"providerID": f"kwok://{name}"}}, subresource="status")
+    await h.kube.patch(NODECLAIMS, "nc-kwok", {"metadata": {"annotations": {"joiner.sh/interruption": "spot"}}})
+    await h.eventually(lambda: h.claim("nc-kwok") is None, what="the interrupted NodeClaim deleted")
+    await asyncio.sleep(0)
+    assert h.claim("nc-calm") is not None
+    assert Offering("cpu-4", "zone-a", "spot") in h.ctx.unavailable.current()
