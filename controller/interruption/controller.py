@@ -8,12 +8,14 @@ goes to another pool. Rebalance recommendations are recorded (metric, log) and n
 
 A message is deleted from the queue only after it was handled; one that fails is left for the
 queue to deliver again. A malformed message is logged, counted and deleted, never crashing the loop.
-Metrics: ``joiner_interruption_messages_total{kind}`` and ``joiner_interruption_actions_total{action}``.
+Metrics: ``joiner_interruption_messages_total{kind}``, ``joiner_interruption_actions_total{action}`` and
+``joiner_interruption_handling_seconds{kind}`` (queue arrival to action).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final, Protocol
 
 import structlog
@@ -28,13 +30,18 @@ from controller.interruption.messages import (
     Notice,
     parse,
 )
-from controller.metrics import counter
+from controller.metrics import counter, histogram
 from controller.nodeclaim.deletion import delete_nodeclaim
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
 MESSAGES = counter("joiner_interruption_messages_total", "Interruption messages received, by kind.", ("kind",))
 ACTIONS = counter("joiner_interruption_actions_total", "Actions taken on interruption notices.", ("action",))
+LATENCY = histogram(
+    "joiner_interruption_handling_seconds",
+    "Time from a message entering the queue to joiner having acted on it (NodeClaim deleted).",
+    ("kind",),
+)
 ERROR_BACKOFF_SECONDS: Final = 5.0
 
 
@@ -43,6 +50,7 @@ class Message:
     id: str
     receipt: str
     body: str
+    sent_at: datetime | None = None  # when the queue received it (for the latency metric)
 
 
 class MessageSource(Protocol):
@@ -83,6 +91,9 @@ class InterruptionController:
                 for notice in notices:
                     MESSAGES.labels(notice.kind).inc()
                     await self.handle(notice)
+                    if message.sent_at is not None:
+                        age = (self.ctx.clock.now() - message.sent_at).total_seconds()
+                        LATENCY.labels(notice.kind).observe(max(0.0, age))
             except Exception:
                 log.exception("interruption.handle_failed", message_id=message.id)
                 continue  # not deleted: the queue delivers it again

@@ -200,3 +200,13 @@ async def test_kwok_nodeclaims_annotated_with_an_interruption_go_through_the_sam
     await asyncio.sleep(0)
     assert h.claim("nc-calm") is not None
     assert Offering("cpu-4", "zone-a", "spot") in h.ctx.unavailable.current()
+
+
+async def test_the_sqs_source_reports_when_a_message_was_sent(api: AWSApi, queue: tuple[Any, str]) -> None:
+    send(queue, spot_warning("i-0000000000000abcd"))
+    source = SQSSource(api=api, queue_url=queue[1], wait_seconds=0)
+    (message,) = await source.receive()
+    assert message.sent_at is not None
+    assert json.loads(message.body)["detail"]["instance-id"] == "i-0000000000000abcd"
+    await source.delete(message)
+    assert left(queue) == 0

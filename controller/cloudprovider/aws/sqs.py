@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from controller.cloudprovider.aws.api import AWSApi
 from controller.interruption.controller import Message
 
@@ -20,11 +23,25 @@ class SQSSource:
             QueueUrl=self.queue_url,
             MaxNumberOfMessages=self.batch,
             WaitTimeSeconds=self.wait_seconds,
+            MessageSystemAttributeNames=["SentTimestamp"],
         )
         return [
-            Message(id=str(m.get("MessageId")), receipt=str(m["ReceiptHandle"]), body=str(m.get("Body") or ""))
+            Message(
+                id=str(m.get("MessageId")),
+                receipt=str(m["ReceiptHandle"]),
+                body=str(m.get("Body") or ""),
+                sent_at=_sent_at(m),
+            )
             for m in answer.get("Messages") or []
         ]
 
     async def delete(self, message: Message) -> None:
         await self.api.call("sqs", "delete_message", QueueUrl=self.queue_url, ReceiptHandle=message.receipt)
+
+
+def _sent_at(message: dict[str, Any]) -> datetime | None:
+    millis = (message.get("Attributes") or {}).get("SentTimestamp")
+    try:
+        return datetime.fromtimestamp(int(millis) / 1000, tz=UTC) if millis else None
+    except ValueError:
+        return None
