@@ -295,3 +295,24 @@ async def test_drift_when_the_security_groups_change(
     reason = await provider.is_drifted(claim)
     assert reason is not None
     assert reason.startswith("SecurityGroupDrift")
+
+
+async def test_an_instance_found_after_a_restart_is_described_in_full(
+    provider: AWSCloudProvider, world: World, api: AWSApi, clock: FakeClock
+) -> None:
+    claim = nodeclaim("nc-full", types=["g6.xlarge"], capacity_types=["on-demand"])
+    first = await provider.create(claim)
+    restarted = AWSCloudProvider(
+        api=api, cluster_name=world.cluster, nodeclasses=lambda: world.classes, clock=clock, prices=TEST_PRICES
+    )
+    again = await restarted.create(claim)
+    assert again.provider_id == first.provider_id
+    assert again.capacity == first.capacity
+    assert again.allocatable == first.allocatable
+    assert again.labels == first.labels
+
+
+async def test_no_fitting_instance_type_is_a_create_error(provider: AWSCloudProvider) -> None:
+    with pytest.raises(CreateError) as err:
+        await provider.create(nodeclaim("nc-none", types=["x9.nonexistent"]))
+    assert err.value.reason == "NoCompatibleInstanceType"

@@ -280,17 +280,20 @@ class AWSCloudProvider:
         meta = nodeclaim["metadata"]
         name = str(meta["name"])
         nodeclass = self.nodeclass_for(nodeclaim)
+        cache = await self._types_for(nodeclass)  # also what describes an instance found below
         existing = await self._tagged(name, uid=str(meta.get("uid") or ""))
         if existing is not None:
             log.info("aws.instance_found", nodeclaim=name, instance=existing["InstanceId"], reason="already launched")
             return self._instance(existing)
-        cache = await self._types_for(nodeclass)
         unavailable = self._unavailable.current() if self._unavailable is not None else frozenset()
-        candidates = [
-            c
-            for c in compatible(nodeclaim=nodeclaim, catalog=cache.types)
-            if c.offering.available and c.key not in unavailable
-        ]
+        fitting = compatible(nodeclaim=nodeclaim, catalog=cache.types)
+        if not fitting:
+            raise CreateError(
+                f"no EC2 instance type offered in the zones of EC2NodeClass {nodeclass.name!r} fits NodeClaim "
+                f"{name}'s requirements and requests",
+                reason="NoCompatibleInstanceType",
+            )
+        candidates = [c for c in fitting if c.offering.available and c.key not in unavailable]
         if not candidates:
             raise InsufficientCapacityError(
                 f"no available offering of NodeClaim {name}'s candidate instance types in the zones of "
@@ -646,6 +649,7 @@ class AWSCloudProvider:
             offering = next((o for o in cached.offerings if o.zone == zone and o.capacity_type == capacity_type), None)
             if offering is not None:
                 labels = offering_labels(cached, offering)
+                labels[LABEL_REGION] = self.api.region
                 price = offering.price
         return Instance(
             provider_id=provider_id_of(zone=zone, instance_id=str(raw["InstanceId"])),
