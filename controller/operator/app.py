@@ -235,6 +235,9 @@ async def run_operator(
     if elector is not None:
         await elector.release()
     await servers.stop()
+    close_cloud = getattr(raw_cloud, "aclose", None)  # the aws provider's HTTP sessions
+    if close_cloud is not None:
+        await close_cloud()
     await client.close()
     log.info("operator.stopped", exit_code=exit_code)
     return exit_code

@@ -36,7 +36,7 @@ async def test_build_cloud_provider_makes_the_aws_provider_with_its_status_loop(
     assert isinstance(provider, Runnable)
     assert provider.name == "aws"
     assert provider.api.region == "eu-west-1"
-    await provider.api.close()
+    await provider.aclose()
     with pytest.raises(ValueError, match="cluster-name"):
         build_cloud_provider(
             provider="aws",

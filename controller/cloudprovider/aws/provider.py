@@ -19,6 +19,7 @@ Throttling and 5xx are retried inside :class:`AWSApi`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -146,6 +147,12 @@ class AWSCloudProvider:
         """The provider's own loop: the EC2NodeClass status controller, when one was given."""
         if self._loop is not None:
             await self._loop.run()
+        else:
+            await asyncio.Event().wait()  # nothing to do; the operator's supervisor expects run() to last
+
+    async def aclose(self) -> None:
+        """Close the AWS clients (at shutdown)."""
+        await self.api.close()
 
     # --- NodeClass ---------------------------------------------------------------------------
 
