@@ -105,6 +105,7 @@ class LifecycleController:
         cluster.subscribe("NodeClaim", self._on_claim)
         cluster.subscribe("Node", self._on_node)
         cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
+        cluster.subscribe("EC2NodeClass", self._on_nodeclass)
         await cluster.wait_synced()
         for name in list(cluster.nodeclaims()):
             self.queue.add(name)

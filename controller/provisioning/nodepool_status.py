@@ -125,6 +125,7 @@ class NodePoolStatusController:
         cluster.subscribe("NodePool", self._on_pool)
         cluster.subscribe("NodeClaim", self._on_claim)
         cluster.subscribe("KWOKNodeClass", self._enqueue_all)
+        cluster.subscribe("EC2NodeClass", self._enqueue_all)
         await cluster.wait_synced()
         self._enqueue_all()
         await self.queue.run(self.reconcile, workers=2)
@@ -136,7 +137,9 @@ class NodePoolStatusController:
             self._reported.pop(name, None)
             return None
         ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
-        nodeclass_exists = ref.get("kind") == "KWOKNodeClass" and ref.get("name") in cluster.nodeclasses()
+        kind = ref.get("kind")
+        watched = kind in ("KWOKNodeClass", "EC2NodeClass") and kind in cluster.informers  # EC2: aws provider only
+        nodeclass_exists = watched and ref.get("name") in cluster.store(str(kind))
         claims = list(cluster.nodeclaims().values())
         registered = {c["metadata"]["name"] for c in claims if cluster.node_for_claim(c) is not None}
         status, error = desired_status(
