@@ -316,3 +316,19 @@ async def test_no_fitting_instance_type_is_a_create_error(provider: AWSCloudProv
     with pytest.raises(CreateError) as err:
         await provider.create(nodeclaim("nc-none", types=["x9.nonexistent"]))
     assert err.value.reason == "NoCompatibleInstanceType"
+
+
+async def test_drift_checks_of_many_nodeclaims_share_one_describe(
+    provider: AWSCloudProvider, proxy: FaultProxy, clock: FakeClock
+) -> None:
+    claims = []
+    for i in range(3):
+        claim = nodeclaim(f"nc-many-{i}", types=["m5.large"], capacity_types=["on-demand"])
+        claim["status"] = {"providerID": (await provider.create(claim)).provider_id}
+        claims.append(claim)
+    before = proxy.count("DescribeInstances")
+    assert [await provider.is_drifted(c) for c in claims] == [None, None, None]
+    assert proxy.count("DescribeInstances") == before + 1
+    await clock.advance(31)
+    await provider.is_drifted(claims[0])
+    assert proxy.count("DescribeInstances") == before + 2

@@ -83,6 +83,7 @@ ICE_CODES: Final = frozenset(
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
 MAX_OVERRIDES: Final = 150
 DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
+DRIFT_CACHE_SECONDS: Final = 30.0
 
 
 def provider_id_of(*, zone: str, instance_id: str) -> str:
@@ -142,6 +143,7 @@ class AWSCloudProvider:
         self._reserved_used: dict[str, int] = {}  # reservation id -> launches since its status was read
         self._reserved_seen: dict[str, int] = {}  # reservation id -> availableInstanceCount last read
         self._loop = loop
+        self._described: tuple[float, dict[str, Obj]] | None = None
 
     async def run(self) -> None:
         """The provider's own loop: the EC2NodeClass status controller, when one was given."""
@@ -709,6 +711,15 @@ class AWSCloudProvider:
 
     # --- drift -------------------------------------------------------------------------------
 
+    async def _all_instances(self) -> Mapping[str, Obj]:
+        """The cluster's live instances by id, described at most every DRIFT_CACHE_SECONDS: a
+        disruption pass asks about every NodeClaim, and one call answers them all."""
+        now = self._clock.monotonic()
+        if self._described is None or now - self._described[0] >= DRIFT_CACHE_SECONDS:
+            found = await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+            self._described = (now, {str(i["InstanceId"]): i for i in found if _alive(i)})
+        return self._described[1]
+
     async def is_drifted(self, nodeclaim: Obj) -> str | None:
         instance_id = instance_id_of((nodeclaim.get("status") or {}).get("providerID"))
         if instance_id is None:
@@ -717,10 +728,9 @@ class AWSCloudProvider:
             nodeclass = self.nodeclass_for(nodeclaim)
         except NodeClassNotReadyError:
             return None  # a NodeClass being fixed is not a reason to replace machines
-        found = [i for i in await self._describe(instance_ids=[instance_id]) if _alive(i)]
-        if not found:
+        raw = (await self._all_instances()).get(instance_id)
+        if raw is None:
             return None
-        raw = found[0]
         amis = {str(a["id"]) for a in nodeclass.amis}
         if amis and raw.get("ImageId") not in amis:
             return f"AMIDrift: image {raw.get('ImageId')} is no longer selected by EC2NodeClass {nodeclass.name}"
