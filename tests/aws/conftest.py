@@ -91,11 +91,11 @@ class FaultProxy:
                 request = urllib.request.Request(proxy.upstream + self.path, data=body, headers=headers, method="POST")
                 try:
                     with urllib.request.urlopen(request, timeout=30) as resp:
-                        self._send(resp.status, resp.read(), resp.headers.get("Content-Type"))
+                        self._send(resp.status, resp.read(), content_type=resp.headers.get("Content-Type"))
                 except urllib.error.HTTPError as err:
-                    self._send(err.code, err.read(), err.headers.get("Content-Type"))
+                    self._send(err.code, err.read(), content_type=err.headers.get("Content-Type"))
 
-            def _send(self, status: int, payload: bytes, content_type: str | None = "text/xml") -> None:
+            def _send(self, status: int, payload: bytes, *, content_type: str | None = "text/xml") -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type or "text/xml")
                 self.send_header("Content-Length", str(len(payload)))
@@ -289,7 +289,7 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-async def resolve_into(world: World, api: AWSApi, obj: Obj, clock: FakeClock) -> Obj:
+async def resolve_into(world: World, obj: Obj, *, api: AWSApi, clock: FakeClock) -> Obj:
     """Resolve an EC2NodeClass the way the status controller does and keep it with its status."""
     resolution = await resolve(api, EC2NodeClass.model_validate(obj), cluster=world.cluster)
     obj = {**obj, "status": desired_status(obj, resolution, now=format_time(clock.now()))}
@@ -299,7 +299,7 @@ async def resolve_into(world: World, api: AWSApi, obj: Obj, clock: FakeClock) ->
 
 @pytest.fixture
 async def provider(world: World, api: AWSApi, clock: FakeClock) -> AWSCloudProvider:
-    await resolve_into(world, api, world.nodeclass(), clock)
+    await resolve_into(world, world.nodeclass(), api=api, clock=clock)
     return AWSCloudProvider(
         prices=TEST_PRICES,
         api=api,

@@ -67,7 +67,7 @@ def controller(h: Harness, api: AWSApi, queue: tuple[Any, str]) -> InterruptionC
     return InterruptionController(h.ctx, source=SQSSource(api=api, queue_url=queue[1], wait_seconds=0))
 
 
-async def launched(h: Harness, name: str, instance: str, *, capacity_type: str = "spot") -> None:
+async def launched(h: Harness, name: str, *, instance: str, capacity_type: str = "spot") -> None:
     await h.create_claim(name, instance_types=["cpu-4"])
     labels = {"node.kubernetes.io/instance-type": "cpu-4", "topology.kubernetes.io/zone": "zone-a"}
     labels["joiner.sh/capacity-type"] = capacity_type
@@ -94,7 +94,7 @@ def left(queue: tuple[Any, str]) -> int:
 async def test_a_spot_warning_deletes_the_nodeclaim_and_marks_the_offering(
     h: Harness, controller: InterruptionController, queue: tuple[Any, str]
 ) -> None:
-    await launched(h, "nc-spot", "i-0000000000000aaaa")
+    await launched(h, "nc-spot", instance="i-0000000000000aaaa")
     send(queue, spot_warning("i-0000000000000aaaa"))
     assert await controller.poll_once() == 1
     await h.settle()
@@ -107,8 +107,8 @@ async def test_scheduled_changes_and_stopping_states_delete_rebalance_is_only_re
     h: Harness, controller: InterruptionController, queue: tuple[Any, str]
 ) -> None:
     for name, instance in (("nc-a", "i-00000000000000a01"), ("nc-b", "i-00000000000000b02"), ("nc-c", "i-0000c03")):
-        await launched(h, name, instance, capacity_type="on-demand")
-    await launched(h, "nc-d", "i-0000d04")
+        await launched(h, name, instance=instance, capacity_type="on-demand")
+    await launched(h, "nc-d", instance="i-0000d04")
     send(
         queue,
         health_event("i-00000000000000a01", "i-00000000000000b02"),
@@ -129,7 +129,7 @@ async def test_scheduled_changes_and_stopping_states_delete_rebalance_is_only_re
 async def test_malformed_messages_are_dropped_and_counted_and_the_rest_handled(
     h: Harness, controller: InterruptionController, queue: tuple[Any, str]
 ) -> None:
-    await launched(h, "nc-ok", "i-00000000000000e05")
+    await launched(h, "nc-ok", instance="i-00000000000000e05")
     before = MESSAGES.labels("malformed")._value.get()
     send(queue, "not json", json.dumps({"detail-type": "EC2 Spot Instance Interruption Warning"}))
     send(queue, ec2_event("EC2 Spot Instance Interruption Warning", "no-instance"))
@@ -145,7 +145,7 @@ async def test_malformed_messages_are_dropped_and_counted_and_the_rest_handled(
 async def test_a_message_whose_handling_fails_stays_in_the_queue(
     h: Harness, controller: InterruptionController, queue: tuple[Any, str]
 ) -> None:
-    await launched(h, "nc-retry", "i-00000000000000f06")
+    await launched(h, "nc-retry", instance="i-00000000000000f06")
     failing = [True]
 
     def refuse(verb: str, plural: str, name: str) -> None:

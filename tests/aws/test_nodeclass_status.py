@@ -17,7 +17,7 @@ def ready(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_a_resolvable_class_is_ready_and_lists_what_matched(world: World, api: AWSApi, clock: FakeClock) -> None:
-    obj = await resolve_into(world, api, world.nodeclass(), clock)
+    obj = await resolve_into(world, world.nodeclass(), api=api, clock=clock)
     cond = ready(obj)
     assert (cond["status"], cond["reason"]) == ("True", "Resolved")
     assert "3 subnet(s) in 3 zone(s)" in cond["message"]
@@ -40,7 +40,7 @@ async def test_selectors_by_id_and_name(world: World, api: AWSApi, clock: FakeCl
         "securityGroupSelectorTerms": [{"name": f"nodes-{world.tag}"}],
         "amiSelectorTerms": [{"id": world.images[1]}],
     }
-    obj = await resolve_into(world, api, world.nodeclass(**spec), clock)
+    obj = await resolve_into(world, world.nodeclass(**spec), api=api, clock=clock)
     assert ready(obj)["status"] == "True"
     assert [s["zone"] for s in obj["status"]["subnets"]] == ["us-east-1b"]
     assert [g["id"] for g in obj["status"]["securityGroups"]] == [world.named_group]
@@ -49,7 +49,7 @@ async def test_selectors_by_id_and_name(world: World, api: AWSApi, clock: FakeCl
 
 async def test_no_subnet_matched_is_not_ready_with_a_message(world: World, api: AWSApi, clock: FakeClock) -> None:
     spec: dict[str, Any] = {"subnetSelectorTerms": [{"tags": {"joiner.sh/test": "no-such-tag"}}]}
-    obj = await resolve_into(world, api, world.nodeclass(**spec), clock)
+    obj = await resolve_into(world, world.nodeclass(**spec), api=api, clock=clock)
     cond = ready(obj)
     assert (cond["status"], cond["reason"]) == ("False", "SubnetsNotFound")
     assert cond["message"] == "no subnet matches spec.subnetSelectorTerms"
@@ -58,7 +58,7 @@ async def test_no_subnet_matched_is_not_ready_with_a_message(world: World, api: 
 
 
 async def test_a_missing_role_is_not_ready_and_says_which(world: World, api: AWSApi, clock: FakeClock) -> None:
-    obj = await resolve_into(world, api, world.nodeclass(role="no-such-role"), clock)
+    obj = await resolve_into(world, world.nodeclass(role="no-such-role"), api=api, clock=clock)
     cond = ready(obj)
     assert (cond["status"], cond["reason"]) == ("False", "RoleNotFound")
     assert "'no-such-role'" in cond["message"]
@@ -69,7 +69,7 @@ async def test_several_problems_are_all_named(world: World, api: AWSApi, clock: 
         "securityGroupSelectorTerms": [{"id": "sg-0000dead"}],
         "amiSelectorTerms": [{"tags": {"joiner.sh/test": "none"}}],
     }
-    obj = await resolve_into(world, api, world.nodeclass(**spec), clock)
+    obj = await resolve_into(world, world.nodeclass(**spec), api=api, clock=clock)
     cond = ready(obj)
     assert cond["reason"] == "SecurityGroupsNotFound"
     assert "no security group matches" in cond["message"]
@@ -77,7 +77,7 @@ async def test_several_problems_are_all_named(world: World, api: AWSApi, clock: 
 
 
 async def test_transition_time_kept_while_ready_does_not_change(world: World, api: AWSApi, clock: FakeClock) -> None:
-    obj = await resolve_into(world, api, world.nodeclass(), clock)
+    obj = await resolve_into(world, world.nodeclass(), api=api, clock=clock)
     first = ready(obj)["lastTransitionTime"]
     await clock.advance(60)
     resolution = await resolve(api, EC2NodeClass.model_validate(obj), cluster=world.cluster)

@@ -177,7 +177,7 @@ async def test_drift_when_the_nodeclass_selects_another_image(
     assert await provider.is_drifted(claim) is None
     world.tag_image(world.images[0], on=False)
     world.tag_image(world.images[1], on=True)
-    await resolve_into(world, api, world.nodeclass(), clock)
+    await resolve_into(world, world.nodeclass(), api=api, clock=clock)
     reason = await provider.is_drifted(claim)
     assert reason is not None
     assert reason.startswith("AMIDrift")
@@ -188,7 +188,7 @@ async def test_a_nodeclass_that_is_not_ready_stops_the_launch(
     provider: AWSCloudProvider, world: World, api: AWSApi, clock: FakeClock
 ) -> None:
     broken = world.nodeclass(subnetSelectorTerms=[{"tags": {"joiner.sh/test": "nothing-has-this"}}])
-    await resolve_into(world, api, broken, clock)
+    await resolve_into(world, broken, api=api, clock=clock)
     with pytest.raises(NodeClassNotReadyError, match="no subnet matches"):
         await provider.create(nodeclaim("nc-nr", types=["m5.large"]))
 
@@ -211,7 +211,9 @@ async def test_reserved_capacity_is_used_first_and_counted_as_it_fills(
     # moto has no DescribeCapacityReservations: the proxy answers it like EC2 would
     answer = reservations_answer(rid="cr-0abc", instance_type="g6.xlarge", zone="us-east-1b", available=2)
     proxy.rules.append(lambda action, params: (200, answer) if action == "DescribeCapacityReservations" else None)
-    obj = await resolve_into(world, api, world.nodeclass(capacityReservationSelectorTerms=[{"id": "cr-0abc"}]), clock)
+    obj = await resolve_into(
+        world, world.nodeclass(capacityReservationSelectorTerms=[{"id": "cr-0abc"}]), api=api, clock=clock
+    )
     assert [(c["id"], c["availableInstanceCount"]) for c in obj["status"]["capacityReservations"]] == [("cr-0abc", 2)]
     pool = {"metadata": {"name": "gpu"}, "spec": {"template": {"spec": {"nodeClassRef": {"name": "gpu"}}}}}
     g6 = next(it for it in await provider.instance_types(pool) if it.name == "g6.xlarge")
@@ -291,7 +293,7 @@ async def test_drift_when_the_security_groups_change(
     claim["status"] = {"providerID": inst.provider_id}
     assert await provider.is_drifted(claim) is None
     both: dict[str, Any] = {"securityGroupSelectorTerms": [{"id": world.security_group}, {"id": world.named_group}]}
-    await resolve_into(world, api, world.nodeclass(**both), clock)
+    await resolve_into(world, world.nodeclass(**both), api=api, clock=clock)
     reason = await provider.is_drifted(claim)
     assert reason is not None
     assert reason.startswith("SecurityGroupDrift")

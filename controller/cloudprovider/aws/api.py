@@ -179,7 +179,7 @@ class AWSApi:
         answer.pop("ResponseMetadata", None)
         return answer
 
-    async def paginate(self, service: str, operation: str, key: str, **params: Any) -> AsyncIterator[Obj]:
+    async def paginate(self, service: str, operation: str, *, key: str, **params: Any) -> AsyncIterator[Obj]:
         """Every item under ``key`` of every page (following ``NextToken``)."""
         token: str | None = None
         while True:
@@ -190,5 +190,5 @@ class AWSApi:
             if not token:
                 return
 
-    async def collect(self, service: str, operation: str, key: str, **params: Any) -> list[Obj]:
-        return [item async for item in self.paginate(service, operation, key, **params)]
+    async def collect(self, service: str, operation: str, *, key: str, **params: Any) -> list[Obj]:
+        return [item async for item in self.paginate(service, operation, key=key, **params)]

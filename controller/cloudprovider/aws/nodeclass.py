@@ -121,7 +121,7 @@ async def _subnets(api: AWSApi, terms: list[SubnetSelectorTerm]) -> list[Obj]:
             params: Obj = {"Filters": [{"Name": "subnet-id", "Values": [term.id]}]}
         else:
             params = {"Filters": _tag_filters(term.tags or {})}
-        for s in await api.collect("ec2", "describe_subnets", "Subnets", **params):
+        for s in await api.collect("ec2", "describe_subnets", key="Subnets", **params):
             found[s["SubnetId"]] = {"id": s["SubnetId"], "zone": s["AvailabilityZone"]} | (
                 {"zoneID": s["AvailabilityZoneId"]} if s.get("AvailabilityZoneId") else {}
             )
@@ -137,7 +137,7 @@ async def _security_groups(api: AWSApi, terms: list[SecurityGroupSelectorTerm]) 
             params = {"Filters": [{"Name": "group-name", "Values": [term.name]}]}
         else:
             params = {"Filters": _tag_filters(term.tags or {})}
-        for g in await api.collect("ec2", "describe_security_groups", "SecurityGroups", **params):
+        for g in await api.collect("ec2", "describe_security_groups", key="SecurityGroups", **params):
             found[g["GroupId"]] = {"id": g["GroupId"], "name": g.get("GroupName")}
     return [found[k] for k in sorted(found)]
 
@@ -174,7 +174,7 @@ async def _amis(api: AWSApi, terms: list[AMISelectorTerm]) -> list[Obj]:
     for term in terms:
         params = _ami_params(term)
         try:
-            images = await api.collect("ec2", "describe_images", "Images", **params)
+            images = await api.collect("ec2", "describe_images", key="Images", **params)
         except AWSError as err:
             if err.code.startswith("InvalidAMIID"):
                 continue
@@ -205,7 +205,7 @@ async def _reservations(api: AWSApi, terms: list[CapacityReservationSelectorTerm
             params["Filters"] += _tag_filters(term.tags or {})
         if term.owner_id:
             params["Filters"].append({"Name": "owner-id", "Values": [term.owner_id]})
-        for cr in await api.collect("ec2", "describe_capacity_reservations", "CapacityReservations", **params):
+        for cr in await api.collect("ec2", "describe_capacity_reservations", key="CapacityReservations", **params):
             entry: Obj = {
                 "id": cr["CapacityReservationId"],
                 "instanceType": cr["InstanceType"],

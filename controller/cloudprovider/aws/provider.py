@@ -231,7 +231,7 @@ class AWSCloudProvider:
             offered = await self.api.collect(
                 "ec2",
                 "describe_instance_type_offerings",
-                "InstanceTypeOfferings",
+                key="InstanceTypeOfferings",
                 LocationType="availability-zone",
                 Filters=[{"Name": "location", "Values": zones}, {"Name": "instance-type", "Values": wanted}],
             )
@@ -243,11 +243,13 @@ class AWSCloudProvider:
             spot_rows: list[Obj] = []
             for i in range(0, len(names), 100):
                 batch = names[i : i + 100]
-                rows += await self.api.collect("ec2", "describe_instance_types", "InstanceTypes", InstanceTypes=batch)
+                rows += await self.api.collect(
+                    "ec2", "describe_instance_types", key="InstanceTypes", InstanceTypes=batch
+                )
                 spot_rows += await self.api.collect(
                     "ec2",
                     "describe_spot_price_history",
-                    "SpotPriceHistory",
+                    key="SpotPriceHistory",
                     InstanceTypes=batch,
                     ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
                     StartTime=self._clock.now(),
@@ -379,7 +381,7 @@ class AWSCloudProvider:
         offering = next(
             (o for o in it.offerings if o.zone == zone and o.capacity_type == capacity_type), chosen[0].offering
         )
-        image = self._image_for(nodeclass, it_name, cache)
+        image = self._image_for(nodeclass, instance_type=it_name, cache=cache)
         labels = offering_labels(it, offering)
         labels[LABEL_REGION] = self.api.region
         log.info(
@@ -424,7 +426,7 @@ class AWSCloudProvider:
                     out.append(offering)
         return out
 
-    def _image_for(self, nodeclass: ResolvedNodeClass, instance_type: str, cache: _TypesCache) -> str:
+    def _image_for(self, nodeclass: ResolvedNodeClass, *, instance_type: str, cache: _TypesCache) -> str:
         arch = cache.architectures.get(instance_type, "amd64")
         maker = cache.gpu_makers.get(instance_type, "")
         wanted = "nvidia" if maker == "nvidia" else "standard"
@@ -434,7 +436,7 @@ class AWSCloudProvider:
                 return str(ami["id"])
         return str(same_arch[0]["id"]) if same_arch else ""
 
-    def _template_data(self, nodeclass: ResolvedNodeClass, image: str, reservation: Reservation | None) -> Obj:
+    def _template_data(self, nodeclass: ResolvedNodeClass, *, image: str, reservation: Reservation | None) -> Obj:
         spec = nodeclass.model.spec
         data: Obj = {
             "ImageId": image,
@@ -536,7 +538,7 @@ class AWSCloudProvider:
             subnet = subnets_by_zone.get(c.offering.zone)
             if subnet is None:
                 continue
-            image = self._image_for(nodeclass, c.instance_type.name, cache)
+            image = self._image_for(nodeclass, instance_type=c.instance_type.name, cache=cache)
             if not image:
                 continue
             override: Obj = {"InstanceType": c.instance_type.name, "SubnetId": subnet}
@@ -554,7 +556,9 @@ class AWSCloudProvider:
             )
         configs = []
         for image, overrides in overrides_by_image.items():
-            template = await self._launch_template(nodeclass, self._template_data(nodeclass, image, reservation))
+            template = await self._launch_template(
+                nodeclass, self._template_data(nodeclass, image=image, reservation=reservation)
+            )
             configs.append(
                 {
                     "LaunchTemplateSpecification": {"LaunchTemplateName": template, "Version": "$Latest"},
@@ -615,7 +619,7 @@ class AWSCloudProvider:
         if instance_ids:
             params["InstanceIds"] = instance_ids
         try:
-            reservations = await self.api.collect("ec2", "describe_instances", "Reservations", **params)
+            reservations = await self.api.collect("ec2", "describe_instances", key="Reservations", **params)
         except AWSError as err:
             if err.code.startswith("InvalidInstanceID"):
                 return []
