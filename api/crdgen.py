@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel
 
 from api.v1 import labels as wk
+from api.v1.ec2nodeclass import EC2NodeClass
 from api.v1.kwoknodeclass import KWOKNodeClass
 from api.v1.nodeclaim import NodeClaim
 from api.v1.nodepool import NodePool
@@ -127,6 +128,19 @@ KINDS: Final = (
         short_names=("kwoknc",),
         columns=(_READY, _AGE),
         required=(),
+    ),
+    Kind(
+        model=EC2NodeClass,
+        plural="ec2nodeclasses",
+        short_names=("ec2nc", "ec2ncs"),
+        columns=(
+            PrinterColumn("Role", ".spec.role"),
+            _READY,
+            _AGE,
+            PrinterColumn("InstanceProfile", ".status.instanceProfile", priority=1),
+            PrinterColumn("AMI", ".status.amis[0].id", priority=1),
+            PrinterColumn("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
+        ),
     ),
 )
 

@@ -25,7 +25,11 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the controller",
         description="Watch unschedulable pods, provision NodeClaims and nodes, and manage their lifecycle.",
     )
-    p.add_argument("--provider", choices=["kwok"], default="kwok", help="the cloud provider (default: kwok)")
+    p.add_argument("--provider", choices=["kwok", "aws"], default="kwok", help="the cloud provider (default: kwok)")
+    p.add_argument("--cluster-name", help="aws: the cluster's name; instances are tagged joiner.sh/cluster=NAME")
+    p.add_argument("--region", help="aws: the region (default: from the standard AWS configuration)")
+    p.add_argument("--interruption-queue", metavar="URL", help="aws: SQS queue URL of interruption events")
+    p.add_argument("--aws-endpoint-url", metavar="URL", help="aws: send AWS calls here (tests, e.g. a moto server)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", choices=["json", "console", "auto"], default="auto")
@@ -99,9 +103,12 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from controller.operator.app import run_operator
+    from controller.operator.app import AWSOptions, run_operator
     from controller.operator.logging import configure
 
+    if args.provider == "aws" and not args.cluster_name:
+        print("joiner run: --provider aws needs --cluster-name", file=sys.stderr)
+        return 2
     configure(level=args.log_level, json_output=None if args.log_format == "auto" else args.log_format == "json")
     settings = Settings(
         batch_idle_seconds=args.batch_idle_duration,
@@ -130,6 +137,14 @@ def _run(args: argparse.Namespace) -> int:
             leader_elect=args.leader_elect,
             leader_namespace=args.leader_elect_namespace,
             catalog=args.catalog,
+            aws=AWSOptions(
+                cluster_name=args.cluster_name,
+                region=args.region,
+                endpoint_url=args.aws_endpoint_url,
+                interruption_queue=args.interruption_queue,
+            )
+            if args.provider == "aws"
+            else None,
         )
     )
 

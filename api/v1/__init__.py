@@ -1,4 +1,4 @@
-"""The joiner.sh/v1 API: NodePool, NodeClaim and KWOKNodeClass as pydantic v2 models.
+"""The joiner.sh/v1 API: NodePool, NodeClaim, KWOKNodeClass and EC2NodeClass as pydantic v2 models.
 
 These models are the single source of truth for the CRDs (``python -m api.crdgen``). Nothing in
 this package does I/O or reads a clock.
@@ -28,6 +28,17 @@ from api.v1.conditions import (
     set_condition,
     with_condition,
     without_condition,
+)
+from api.v1.ec2nodeclass import (
+    AMISelectorTerm,
+    BlockDeviceMapping,
+    CapacityReservationSelectorTerm,
+    EC2NodeClass,
+    EC2NodeClassSpec,
+    EC2NodeClassStatus,
+    MetadataOptions,
+    SecurityGroupSelectorTerm,
+    SubnetSelectorTerm,
 )
 from api.v1.kwoknodeclass import (
     CATALOG_CONFIGMAP_KEY,
@@ -90,9 +101,12 @@ __all__ = [
     "NODECLAIM_KEY_RULES",
     "NODEPOOL_KEY_RULES",
     "VERSION",
+    "AMISelectorTerm",
+    "BlockDeviceMapping",
     "Budget",
     "BudgetDuration",
     "BudgetNodes",
+    "CapacityReservationSelectorTerm",
     "Condition",
     "ConditionStatus",
     "ConsolidationPolicy",
@@ -100,6 +114,9 @@ __all__ = [
     "Disruption",
     "DisruptionReason",
     "Duration",
+    "EC2NodeClass",
+    "EC2NodeClassSpec",
+    "EC2NodeClassStatus",
     "FailureInjection",
     "FieldError",
     "HasConditions",
@@ -109,6 +126,7 @@ __all__ = [
     "KWOKNodeClassSpec",
     "KWOKNodeClassStatus",
     "LabelValue",
+    "MetadataOptions",
     "NillableDuration",
     "NodeClaim",
     "NodeClaimRequirement",
@@ -130,8 +148,10 @@ __all__ = [
     "RequirementBase",
     "RequirementOperator",
     "ResourceRequirements",
+    "SecurityGroupSelectorTerm",
     "SpecModel",
     "StatusModel",
+    "SubnetSelectorTerm",
     "Taint",
     "TaintEffect",
     "conditions",

@@ -42,6 +42,7 @@ CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "Cust
 NODEPOOLS = Resource("joiner.sh", "v1", "nodepools", "NodePool", namespaced=False)
 NODECLAIMS = Resource("joiner.sh", "v1", "nodeclaims", "NodeClaim", namespaced=False)
 KWOKNODECLASSES = Resource("joiner.sh", "v1", "kwoknodeclasses", "KWOKNodeClass", namespaced=False)
+EC2NODECLASSES = Resource("joiner.sh", "v1", "ec2nodeclasses", "EC2NodeClass", namespaced=False)
 
 
 def key_of(obj: dict[str, object]) -> str:

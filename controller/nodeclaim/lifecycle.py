@@ -93,6 +93,7 @@ class LifecycleController:
         cluster.subscribe_views("NodeClaim", self._on_claim)
         cluster.subscribe_views("Node", self._on_node)
         cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
+        cluster.subscribe("EC2NodeClass", self._on_nodeclass)
         await cluster.wait_synced()
         for name in list(cluster.claim_views()):
             self.queue.add(name)

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -17,16 +18,27 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.client import ApiError, KubeClient, NotFoundError
 from controller.kube.events import EventRecorder
-from controller.kube.resources import CRDS
+from controller.kube.resources import CRDS, EC2NODECLASSES
 from controller.metrics import REGISTRY
 from controller.operator.leader import LeaderElector
 from controller.operator.server import Servers
 from controller.settings import Settings
-from controller.state.cluster import ClusterState
+from controller.state.cluster import WATCHED, ClusterState
 from controller.state.writer import NodeClaimWriter
 
 log = structlog.get_logger()
 REQUIRED_CRDS = ("nodepools.joiner.sh", "nodeclaims.joiner.sh", "kwoknodeclasses.joiner.sh")
+AWS_CRDS = ("ec2nodeclasses.joiner.sh",)
+
+
+@dataclass(frozen=True, slots=True)
+class AWSOptions:
+    """Settings of the aws provider (credentials come from the standard AWS chain)."""
+
+    cluster_name: str
+    region: str | None = None
+    endpoint_url: str | None = None
+    interruption_queue: str | None = None
 
 
 @runtime_checkable
@@ -42,7 +54,27 @@ def build_cloud_provider(
     catalog: str | None,
     clock: RealClock,
     unavailable: UnavailableOfferings,
+    aws: AWSOptions | None = None,
 ) -> CloudProvider:
+    if provider == "aws":
+        from controller.cloudprovider.aws.api import AWSApi
+        from controller.cloudprovider.aws.provider import AWSCloudProvider
+        from controller.cloudprovider.aws.status import EC2NodeClassStatusController
+
+        if aws is None or not aws.cluster_name:
+            raise ValueError("the aws provider needs --cluster-name")
+        api = AWSApi(region=aws.region, endpoint_url=aws.endpoint_url, sleep=clock.sleep)
+        status = EC2NodeClassStatusController(
+            api=api, client=client, cluster=cluster, clock=clock, cluster_name=aws.cluster_name
+        )
+        return AWSCloudProvider(
+            api=api,
+            cluster_name=aws.cluster_name,
+            nodeclasses=lambda: cluster.store(EC2NODECLASSES.kind),
+            clock=clock,
+            unavailable=unavailable,
+            loop=status,
+        )
     if provider == "kwok":
         from controller.cloudprovider.catalog import load_catalog
         from controller.cloudprovider.kwok.provider import KWOKCloudProvider
@@ -74,9 +106,9 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
     ]
 
 
-async def missing_crds(client: KubeClient) -> list[str]:
+async def missing_crds(client: KubeClient, *, provider: str = "kwok") -> list[str]:
     missing = []
-    for name in REQUIRED_CRDS:
+    for name in (*REQUIRED_CRDS, *(AWS_CRDS if provider == "aws" else ())):
         try:
             await client.get(CRDS, name)
         except NotFoundError:
@@ -92,12 +124,13 @@ async def run_operator(
     leader_elect: bool,
     leader_namespace: str,
     catalog: str | None,
+    aws: AWSOptions | None = None,
 ) -> int:
     clock = RealClock()
     client = await KubeClient.connect(kubeconfig)
     log.info("operator.starting", apiserver=client.host, provider=provider, leader_elect=leader_elect)
     try:
-        missing = await missing_crds(client)
+        missing = await missing_crds(client, provider=provider)
     except ApiError as err:
         log.error("operator.apiserver_unreachable", error=str(err))
         await client.close()
@@ -107,10 +140,18 @@ async def run_operator(
         await client.close()
         return 1
 
-    cluster = ClusterState(source=client, clock=clock)
+    # the aws provider reads EC2NodeClasses from the cache too
+    watched = (*WATCHED, EC2NODECLASSES) if provider == "aws" else WATCHED
+    cluster = ClusterState(source=client, clock=clock, watched=watched)
     unavailable = UnavailableOfferings(clock=clock, ttl_seconds=settings.unavailable_offering_ttl_seconds)
     raw_cloud = build_cloud_provider(
-        provider=provider, client=client, cluster=cluster, catalog=catalog, clock=clock, unavailable=unavailable
+        provider=provider,
+        client=client,
+        cluster=cluster,
+        catalog=catalog,
+        clock=clock,
+        unavailable=unavailable,
+        aws=aws,
     )
     cloud = MeteredCloudProvider(raw_cloud, clock=clock)
     # a provider may run its own loop (the kwok provider creates Nodes after the registration delay)
@@ -125,6 +166,20 @@ async def run_operator(
         settings=settings,
         writer=NodeClaimWriter(client=client, cluster=cluster, clock=clock),
     )
+    if aws is not None and aws.interruption_queue:
+        from controller.cloudprovider.aws.provider import AWSCloudProvider
+        from controller.cloudprovider.aws.sqs import SQSSource
+        from controller.interruption.controller import InterruptionController
+
+        assert isinstance(raw_cloud, AWSCloudProvider)
+        source = SQSSource(api=raw_cloud.api, queue_url=aws.interruption_queue)
+        provider_loops.append(InterruptionController(ctx, source=source))
+    if provider == "kwok":
+        # the fake cloud's interruptions: NodeClaims annotated joiner.sh/interruption
+        from controller.interruption.controller import InterruptionController
+        from controller.interruption.kwok import AnnotationInterruptions
+
+        provider_loops.append(AnnotationInterruptions(InterruptionController(ctx, source=_NoMessages())))
     elector = LeaderElector(client=client, clock=clock, namespace=leader_namespace) if leader_elect else None
 
     def not_ready() -> list[str]:
@@ -180,9 +235,22 @@ async def run_operator(
     if elector is not None:
         await elector.release()
     await servers.stop()
+    close_cloud = getattr(raw_cloud, "aclose", None)  # the aws provider's HTTP sessions
+    if close_cloud is not None:
+        await close_cloud()
     await client.close()
     log.info("operator.stopped", exit_code=exit_code)
     return exit_code
+
+
+class _NoMessages:
+    """The kwok provider has no queue: its interruptions come from annotations."""
+
+    async def receive(self) -> list[Any]:
+        return []
+
+    async def delete(self, message: Any) -> None:
+        return None
 
 
 async def _supervise(name: str, run: Callable[[], Awaitable[None]], clock: RealClock) -> None:

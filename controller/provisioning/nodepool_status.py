@@ -138,6 +138,7 @@ class NodePoolStatusController:
         cluster.subscribe("NodePool", self._on_pool)
         cluster.subscribe("NodeClaim", self._on_claim)
         cluster.subscribe("KWOKNodeClass", self._enqueue_all)
+        cluster.subscribe("EC2NodeClass", self._enqueue_all)
         await cluster.wait_synced()
         self._enqueue_all()
         await self.queue.run(self.reconcile, workers=2)
@@ -149,7 +150,9 @@ class NodePoolStatusController:
             self._reported.pop(name, None)
             return None
         ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
-        nodeclass_exists = ref.get("kind") == "KWOKNodeClass" and ref.get("name") in cluster.nodeclasses()
+        kind = ref.get("kind")
+        watched = kind in ("KWOKNodeClass", "EC2NodeClass") and kind in cluster.informers  # EC2: aws provider only
+        nodeclass_exists = watched and ref.get("name") in cluster.store(str(kind))
         claims = [c.raw for c in cluster.claim_views().values()]
         registered = {c.name for c in cluster.claim_views().values() if cluster.node_view_for_claim(c) is not None}
         status, error = desired_status(

@@ -116,6 +116,7 @@ class Provisioner:
         cluster.subscribe("NodeClaim", self._on_capacity_change)
         cluster.subscribe("NodePool", self._on_capacity_change)
         cluster.subscribe("KWOKNodeClass", self._on_capacity_change)
+        cluster.subscribe("EC2NodeClass", self._on_capacity_change)
         await cluster.wait_synced()
         self.batcher.trigger()  # pods that were pending before we started
         resync = asyncio.create_task(self._resync(), name="provisioner-resync")

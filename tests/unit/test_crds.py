@@ -19,6 +19,7 @@ FILES = {
     "NodePool": "joiner.sh_nodepools.yaml",
     "NodeClaim": "joiner.sh_nodeclaims.yaml",
     "KWOKNodeClass": "joiner.sh_kwoknodeclasses.yaml",
+    "EC2NodeClass": "joiner.sh_ec2nodeclasses.yaml",
 }
 
 

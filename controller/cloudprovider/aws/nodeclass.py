@@ -1,0 +1,324 @@
+"""Resolve an EC2NodeClass's selectors against EC2 (and IAM) into what its status lists.
+
+:func:`resolve` asks AWS which subnets, security groups, images and capacity reservations the
+selector terms match and which instance profile the nodes get, and says whether the class is
+Ready, and why not (``SubnetsNotFound``, ``SecurityGroupsNotFound``, ``AMINotFound``,
+``RoleNotFound``, ``InstanceProfileNotFound``, ``ResolutionFailed``). :func:`resolved_view` reads a
+class back from the cluster (spec + status) for the provider, without calling AWS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from api.v1.ec2nodeclass import (
+    AMISelectorTerm,
+    CapacityReservationSelectorTerm,
+    EC2NodeClass,
+    SecurityGroupSelectorTerm,
+    SubnetSelectorTerm,
+)
+from controller.cloudprovider.aws.api import AWSApi, AWSError
+
+Obj = dict[str, Any]
+ALIAS_IMAGE_NAMES: Final = {
+    "al2023": ("amazon-eks-node-al2023-*",),
+    "bottlerocket": ("bottlerocket-aws-k8s-*",),
+    "ubuntu": ("ubuntu-eks/k8s_*",),
+}
+ALIAS_OWNERS: Final = {"al2023": "amazon", "bottlerocket": "amazon", "ubuntu": "099720109477"}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """What the selectors matched, and the Ready verdict with its reason and message."""
+
+    subnets: tuple[Obj, ...] = ()
+    security_groups: tuple[Obj, ...] = ()
+    amis: tuple[Obj, ...] = ()
+    capacity_reservations: tuple[Obj, ...] = ()
+    instance_profile: str | None = None
+    ready: bool = False
+    reason: str = ""
+    message: str = ""
+
+    def status(self) -> Obj:
+        """The ``status`` fields (without conditions), as the CRD spells them."""
+        out: Obj = {
+            "subnets": list(self.subnets),
+            "securityGroups": list(self.security_groups),
+            "amis": list(self.amis),
+            "capacityReservations": list(self.capacity_reservations),
+        }
+        if self.instance_profile:
+            out["instanceProfile"] = self.instance_profile
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedNodeClass:
+    """An EC2NodeClass as the provider reads it from the cluster (spec + resolved status)."""
+
+    name: str
+    model: EC2NodeClass
+    subnets: tuple[Obj, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    amis: tuple[Obj, ...] = ()
+    capacity_reservations: tuple[Obj, ...] = ()
+    instance_profile: str | None = None
+    ready: bool = False
+    message: str = ""
+    generation: int = 0
+    zones: tuple[str, ...] = field(default=())
+
+
+def resolved_view(obj: Obj) -> ResolvedNodeClass:
+    """Read an EC2NodeClass object (ValueError naming the field when its spec is invalid)."""
+    try:
+        model = EC2NodeClass.model_validate(obj)
+    except ValidationError as err:
+        raise ValueError(str(err)) from None
+    status = obj.get("status") or {}
+    ready, message = False, "its status has not been resolved yet"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+            message = str(cond.get("message") or cond.get("reason") or "")
+    subnets = tuple(s for s in status.get("subnets") or [] if s.get("id"))
+    return ResolvedNodeClass(
+        name=model.name,
+        model=model,
+        subnets=subnets,
+        security_group_ids=tuple(str(g["id"]) for g in status.get("securityGroups") or [] if g.get("id")),
+        amis=tuple(a for a in status.get("amis") or [] if a.get("id")),
+        capacity_reservations=tuple(status.get("capacityReservations") or []),
+        instance_profile=status.get("instanceProfile"),
+        ready=ready,
+        message=message,
+        generation=int((obj.get("metadata") or {}).get("generation") or 0),
+        zones=tuple(sorted({str(s.get("zone")) for s in subnets if s.get("zone")})),
+    )
+
+
+def _tag_filters(tags: dict[str, str]) -> list[Obj]:
+    out: list[Obj] = []
+    for key, value in sorted(tags.items()):
+        if value == "*":
+            out.append({"Name": "tag-key", "Values": [key]})
+        else:
+            out.append({"Name": f"tag:{key}", "Values": [value]})
+    return out
+
+
+async def _subnets(api: AWSApi, terms: list[SubnetSelectorTerm]) -> list[Obj]:
+    found: dict[str, Obj] = {}
+    for term in terms:
+        if term.id:
+            params: Obj = {"Filters": [{"Name": "subnet-id", "Values": [term.id]}]}
+        else:
+            params = {"Filters": _tag_filters(term.tags or {})}
+        for s in await api.collect("ec2", "describe_subnets", key="Subnets", **params):
+            found[s["SubnetId"]] = {"id": s["SubnetId"], "zone": s["AvailabilityZone"]} | (
+                {"zoneID": s["AvailabilityZoneId"]} if s.get("AvailabilityZoneId") else {}
+            )
+    return [found[k] for k in sorted(found)]
+
+
+async def _security_groups(api: AWSApi, terms: list[SecurityGroupSelectorTerm]) -> list[Obj]:
+    found: dict[str, Obj] = {}
+    for term in terms:
+        if term.id:
+            params: Obj = {"Filters": [{"Name": "group-id", "Values": [term.id]}]}
+        elif term.name:
+            params = {"Filters": [{"Name": "group-name", "Values": [term.name]}]}
+        else:
+            params = {"Filters": _tag_filters(term.tags or {})}
+        for g in await api.collect("ec2", "describe_security_groups", key="SecurityGroups", **params):
+            found[g["GroupId"]] = {"id": g["GroupId"], "name": g.get("GroupName")}
+    return [found[k] for k in sorted(found)]
+
+
+def _ami_params(term: AMISelectorTerm) -> Obj:
+    if term.id:
+        return {"ImageIds": [term.id]}
+    if term.alias:
+        family, _, version = term.alias.partition("@")
+        names = [
+            n if version == "latest" else n.replace("*", f"*{version.lstrip('v')}*") for n in ALIAS_IMAGE_NAMES[family]
+        ]
+        return {"Owners": [ALIAS_OWNERS[family]], "Filters": [{"Name": "name", "Values": names}]}
+    by_name = [{"Name": "name", "Values": [term.name]}]
+    params: Obj = {"Filters": _tag_filters(term.tags) if term.tags else by_name}
+    if term.owner:
+        params["Owners"] = [term.owner]
+    return params
+
+
+def variant_of(image_name: str) -> str:
+    """``nvidia``, ``neuron`` or ``standard``: which accelerators an image's drivers serve."""
+    lowered = image_name.lower()
+    if "nvidia" in lowered or "gpu" in lowered:
+        return "nvidia"
+    if "neuron" in lowered:
+        return "neuron"
+    return "standard"
+
+
+async def _amis(api: AWSApi, terms: list[AMISelectorTerm]) -> list[Obj]:
+    """The matching images, newest first, at most the newest of each (architecture, variant)."""
+    found: dict[str, Obj] = {}
+    for term in terms:
+        params = _ami_params(term)
+        try:
+            images = await api.collect("ec2", "describe_images", key="Images", **params)
+        except AWSError as err:
+            if err.code.startswith("InvalidAMIID"):
+                continue
+            raise
+        for image in images:
+            if image.get("State", "available") != "available":
+                continue
+            arch = {"x86_64": "amd64", "arm64": "arm64"}.get(str(image.get("Architecture")), "amd64")
+            found[image["ImageId"]] = {
+                "id": image["ImageId"],
+                "name": image.get("Name") or "",
+                "architecture": arch,
+                "creationDate": image.get("CreationDate") or "",
+            }
+    newest: dict[tuple[str, str], Obj] = {}
+    for image in sorted(found.values(), key=lambda i: (i["creationDate"], i["id"]), reverse=True):
+        newest.setdefault((image["architecture"], variant_of(image["name"])), image)
+    return sorted(newest.values(), key=lambda i: (i["creationDate"], i["id"]), reverse=True)
+
+
+async def _reservations(api: AWSApi, terms: list[CapacityReservationSelectorTerm]) -> list[Obj]:
+    found: dict[str, Obj] = {}
+    for term in terms:
+        params: Obj = {"Filters": [{"Name": "state", "Values": ["active"]}]}
+        if term.id:
+            params["CapacityReservationIds"] = [term.id]
+        else:
+            params["Filters"] += _tag_filters(term.tags or {})
+        if term.owner_id:
+            params["Filters"].append({"Name": "owner-id", "Values": [term.owner_id]})
+        for cr in await api.collect("ec2", "describe_capacity_reservations", key="CapacityReservations", **params):
+            entry: Obj = {
+                "id": cr["CapacityReservationId"],
+                "instanceType": cr["InstanceType"],
+                "availabilityZone": cr["AvailabilityZone"],
+                "availableInstanceCount": int(cr.get("AvailableInstanceCount") or 0),
+                "totalInstanceCount": int(cr.get("TotalInstanceCount") or 0),
+                "reservationType": "capacity-block" if cr.get("ReservationType") == "capacity-block" else "default",
+            }
+            if cr.get("EndDate"):
+                entry["endTime"] = str(cr["EndDate"])
+            found[entry["id"]] = entry
+    return [found[k] for k in sorted(found)]
+
+
+def instance_profile_name(*, cluster: str, nodeclass: str, role: str) -> str:
+    digest = hashlib.sha256(f"{cluster}/{nodeclass}/{role}".encode()).hexdigest()[:10]
+    return f"joiner-{cluster}-{digest}"[:128]
+
+
+async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -> tuple[str | None, str, str]:
+    """(profile, reason, message): the profile to use, or None with why not."""
+    spec = model.spec
+    if spec.instance_profile:
+        try:
+            await api.call("iam", "get_instance_profile", InstanceProfileName=spec.instance_profile)
+        except AWSError as err:
+            if err.code == "NoSuchEntity":
+                return None, "InstanceProfileNotFound", f"instance profile {spec.instance_profile!r} does not exist"
+            raise
+        return spec.instance_profile, "", ""
+    role = str(spec.role)
+    try:
+        await api.call("iam", "get_role", RoleName=role.rsplit("/", 1)[-1])
+    except AWSError as err:
+        if err.code == "NoSuchEntity":
+            return None, "RoleNotFound", f"IAM role {role!r} (spec.role) does not exist"
+        raise
+    name = instance_profile_name(cluster=cluster, nodeclass=model.name, role=role)
+    try:
+        answer = await api.call("iam", "get_instance_profile", InstanceProfileName=name)
+        roles = [r.get("RoleName") for r in (answer.get("InstanceProfile") or {}).get("Roles") or []]
+    except AWSError as err:
+        if err.code != "NoSuchEntity":
+            raise
+        await api.call(
+            "iam",
+            "create_instance_profile",
+            InstanceProfileName=name,
+            Tags=[{"Key": "joiner.sh/cluster", "Value": cluster}],
+        )
+        roles = []
+    if role.rsplit("/", 1)[-1] not in roles:
+        for old in roles:
+            await api.call("iam", "remove_role_from_instance_profile", InstanceProfileName=name, RoleName=old)
+        await api.call(
+            "iam", "add_role_to_instance_profile", InstanceProfileName=name, RoleName=role.rsplit("/", 1)[-1]
+        )
+    return name, "", ""
+
+
+async def resolve(api: AWSApi, model: EC2NodeClass, *, cluster: str) -> Resolution:
+    """Ask AWS what the selectors match; never raises for an AWS error (ResolutionFailed instead)."""
+    spec = model.spec
+    try:
+        subnets = await _subnets(api, spec.subnet_selector_terms)
+        groups = await _security_groups(api, spec.security_group_selector_terms)
+        terms = spec.ami_selector_terms or [AMISelectorTerm(alias=f"{(spec.ami_family or 'AL2023').lower()}@latest")]
+        amis = await _amis(api, terms)
+        reservations = (
+            await _reservations(api, spec.capacity_reservation_selector_terms)
+            if spec.capacity_reservation_selector_terms
+            else []
+        )
+        profile, why, message = await _instance_profile(api, model, cluster=cluster)
+    except AWSError as err:
+        return Resolution(ready=False, reason="ResolutionFailed", message=f"AWS refused a lookup: {err}")
+    found = Resolution(
+        subnets=tuple(subnets),
+        security_groups=tuple(groups),
+        amis=tuple(amis),
+        capacity_reservations=tuple(reservations),
+        instance_profile=profile,
+    )
+    problems: list[tuple[str, str]] = []
+    if not subnets:
+        problems.append(("SubnetsNotFound", "no subnet matches spec.subnetSelectorTerms"))
+    if not groups:
+        problems.append(("SecurityGroupsNotFound", "no security group matches spec.securityGroupSelectorTerms"))
+    if not amis:
+        problems.append(("AMINotFound", "no image matches spec.amiSelectorTerms"))
+    if profile is None:
+        problems.append((why, message))
+    if problems:
+        return Resolution(
+            subnets=found.subnets,
+            security_groups=found.security_groups,
+            amis=found.amis,
+            capacity_reservations=found.capacity_reservations,
+            instance_profile=profile,
+            ready=False,
+            reason=problems[0][0],
+            message="; ".join(m for _, m in problems),
+        )
+    return Resolution(
+        subnets=found.subnets,
+        security_groups=found.security_groups,
+        amis=found.amis,
+        capacity_reservations=found.capacity_reservations,
+        instance_profile=profile,
+        ready=True,
+        reason="Resolved",
+        message=(
+            f"{len(subnets)} subnet(s) in {len({s['zone'] for s in subnets})} zone(s), {len(groups)} security "
+            f"group(s), {len(amis)} image(s), {len(reservations)} capacity reservation(s)"
+        ),
+    )

@@ -1,0 +1,760 @@
+"""The aws cloud provider: NodeClaims become EC2 instances through one CreateFleet (instant) each.
+
+* ``instance_types``: DescribeInstanceTypes for the types offered in the EC2NodeClass's zones, with
+  on-demand prices from the shipped table, spot prices from the spot price history and the
+  selected capacity reservations; cached for ``cache_ttl_seconds``.
+* ``create``: one CreateFleet over the NodeClaim's candidate types x the subnets of its allowed
+  zones, for one capacity type (reserved while a reservation has room, else spot when allowed,
+  else on-demand), with a launch template per NodeClass + image (created once, then cached). The
+  ClientToken is derived from the NodeClaim's uid, and an instance already tagged with the
+  NodeClaim is returned instead of buying another, so a retried or repeated call buys once.
+* ``delete``/``get``/``list`` see only instances tagged ``joiner.sh/cluster=<cluster name>``.
+* ``is_drifted``: the instance's image, subnet or security groups are no longer what the NodeClass
+  resolves to.
+
+Errors: no capacity in any override -> InsufficientCapacityError naming the offerings (the lifecycle
+marks them unavailable); anything else from AWS -> CreateError carrying the AWS error code.
+Throttling and 5xx are retried inside :class:`AWSApi`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import structlog
+
+from api.v1.labels import (
+    CAPACITY_TYPE_ON_DEMAND,
+    CAPACITY_TYPE_RESERVED,
+    CAPACITY_TYPE_SPOT,
+    LABEL_NODEPOOL,
+    LABEL_REGION,
+)
+from controller.clock import Clock
+from controller.cloudprovider.aws.api import AWSApi, AWSError
+from controller.cloudprovider.aws.instancetypes import (
+    DEFAULT_ROOT_VOLUME_GIB,
+    Reservation,
+    build_instance_type,
+    build_offerings,
+    latest_spot_prices,
+    on_demand_prices,
+)
+from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, resolved_view, variant_of
+from controller.cloudprovider.kwok.offerings import Candidate, compatible, offering_labels
+from controller.cloudprovider.types import (
+    CreateError,
+    Instance,
+    InsufficientCapacityError,
+    NodeClaimNotFoundError,
+    NodeClassNotReadyError,
+    OfferingId,
+)
+from controller.cloudprovider.unavailable import UnavailableOfferings
+from controller.scheduling.instancetypes import InstanceType
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+
+PROVIDER_ID_PREFIX: Final = "aws:///"
+TAG_CLUSTER: Final = "joiner.sh/cluster"
+TAG_NODEPOOL: Final = "joiner.sh/nodepool"
+TAG_NODECLAIM: Final = "joiner.sh/nodeclaim"
+TAG_NODECLASS: Final = "joiner.sh/ec2nodeclass"
+TAG_NODECLAIM_UID: Final = "joiner.sh/nodeclaim-uid"
+ICE_CODES: Final = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "UnfulfillableCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "ReservationCapacityExceeded",
+        "InsufficientCapacityOnHost",
+    }
+)
+LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
+MAX_OVERRIDES: Final = 150
+DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
+DRIFT_CACHE_SECONDS: Final = 30.0
+
+
+def provider_id_of(*, zone: str, instance_id: str) -> str:
+    return f"{PROVIDER_ID_PREFIX}{zone}/{instance_id}"
+
+
+def instance_id_of(provider_id: str | None) -> str | None:
+    """``i-…`` from ``aws:///<zone>/i-…``; None for any other providerID."""
+    if not provider_id or not provider_id.startswith(PROVIDER_ID_PREFIX):
+        return None
+    tail = provider_id.removeprefix(PROVIDER_ID_PREFIX).rsplit("/", 1)[-1]
+    return tail if tail.startswith("i-") else None
+
+
+def client_token(uid: str, request: Obj | None = None) -> str:
+    """A CreateFleet ClientToken (at most 64 characters): the same for every try of the same request
+    for a NodeClaim, so EC2 launches it once; a different one when the request changed (other
+    overrides after a capacity error), which EC2 would otherwise refuse as a token reused with other
+    parameters."""
+    text = uid + "\n" + json.dumps(request or {}, sort_keys=True, default=str)
+    return "joiner-" + hashlib.sha256(text.encode()).hexdigest()[:48]
+
+
+@dataclass(frozen=True, slots=True)
+class _TypesCache:
+    at: float
+    key: tuple[Any, ...]
+    types: tuple[InstanceType, ...]
+    architectures: Mapping[str, str]
+    gpu_makers: Mapping[str, str]
+
+
+class AWSCloudProvider:
+    name = "aws"
+
+    def __init__(
+        self,
+        *,
+        api: AWSApi,
+        cluster_name: str,
+        nodeclasses: Callable[[], Mapping[str, Obj]],
+        clock: Clock,
+        unavailable: UnavailableOfferings | None = None,
+        prices: Mapping[str, float] | None = None,
+        cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
+        loop: Any = None,
+    ) -> None:
+        self.api = api
+        self.cluster_name = cluster_name
+        self._nodeclasses = nodeclasses
+        self._clock = clock
+        self._unavailable = unavailable
+        self._prices = dict(prices) if prices is not None else on_demand_prices(api.region)
+        self._ttl = cache_ttl_seconds
+        self._types: dict[str, _TypesCache] = {}
+        self._templates: dict[str, str] = {}  # launch template name -> id
+        self._reserved_used: dict[str, int] = {}  # reservation id -> launches since its status was read
+        self._reserved_seen: dict[str, int] = {}  # reservation id -> availableInstanceCount last read
+        self._loop = loop
+        self._described: tuple[float, dict[str, Obj]] | None = None
+
+    async def run(self) -> None:
+        """The provider's own loop: the EC2NodeClass status controller, when one was given."""
+        if self._loop is not None:
+            await self._loop.run()
+        else:
+            await asyncio.Event().wait()  # nothing to do; the operator's supervisor expects run() to last
+
+    async def aclose(self) -> None:
+        """Close the AWS clients (at shutdown)."""
+        await self.api.close()
+
+    # --- NodeClass ---------------------------------------------------------------------------
+
+    def nodeclass_for(self, nodeclaim: Obj) -> ResolvedNodeClass:
+        ref = (nodeclaim.get("spec") or {}).get("nodeClassRef") or {}
+        ref_name = ref.get("name")
+        claim = (nodeclaim.get("metadata") or {}).get("name")
+        if not ref_name:
+            raise NodeClassNotReadyError(f"{claim} has no spec.nodeClassRef.name")
+        if ref.get("kind") not in (None, "EC2NodeClass"):
+            raise NodeClassNotReadyError(
+                f"{claim}'s nodeClassRef is a {ref.get('kind')}; the aws provider launches only EC2NodeClasses"
+            )
+        obj = self._nodeclasses().get(str(ref_name))
+        if obj is None:
+            raise NodeClassNotReadyError(
+                f"EC2NodeClass {ref_name!r} (nodeClassRef of {claim}) does not exist: create it, or point "
+                f"spec.template.spec.nodeClassRef at an existing one"
+            )
+        try:
+            view = resolved_view(obj)
+        except ValueError as err:
+            raise NodeClassNotReadyError(f"EC2NodeClass {ref_name!r} is invalid: {err}") from None
+        if not view.ready:
+            raise NodeClassNotReadyError(f"EC2NodeClass {ref_name!r} is not Ready: {view.message}")
+        return view
+
+    # --- instance types ----------------------------------------------------------------------
+
+    async def instance_types(self, nodepool: Obj) -> Sequence[InstanceType]:
+        ref = ((((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef")) or {}
+        pool = (nodepool.get("metadata") or {}).get("name", "")
+        stub: Obj = {"metadata": {"name": f"NodePool {pool}"}, "spec": {"nodeClassRef": ref}}
+        return (await self._types_for(self.nodeclass_for(stub))).types
+
+    def _reservations(self, nodeclass: ResolvedNodeClass) -> tuple[Reservation, ...]:
+        out = []
+        for cr in nodeclass.capacity_reservations:
+            rid = str(cr.get("id"))
+            available = int(cr.get("availableInstanceCount") or 0)
+            if self._reserved_seen.get(rid) != available:  # a fresh count from AWS replaces ours
+                self._reserved_seen[rid] = available
+                self._reserved_used[rid] = 0
+            out.append(
+                Reservation(
+                    id=rid,
+                    instance_type=str(cr.get("instanceType")),
+                    zone=str(cr.get("availabilityZone")),
+                    available=available - self._reserved_used.get(rid, 0),
+                    capacity_block=cr.get("reservationType") == "capacity-block",
+                )
+            )
+        return tuple(out)
+
+    def _root_volume_gib(self, nodeclass: ResolvedNodeClass) -> int:
+        mappings = nodeclass.model.spec.block_device_mappings
+        root = next((m for m in mappings if m.root_volume), mappings[0] if mappings else None)
+        size = root.ebs.volume_size if root is not None and root.ebs is not None else None
+        if not size:
+            return DEFAULT_ROOT_VOLUME_GIB
+        number = int("".join(ch for ch in size if ch.isdigit()))
+        return number * 1024 if size.endswith(("Ti", "T")) else number
+
+    async def _types_for(self, nodeclass: ResolvedNodeClass) -> _TypesCache:
+        reservations = self._reservations(nodeclass)
+        key = (nodeclass.zones, reservations, self._root_volume_gib(nodeclass))
+        cached = self._types.get(nodeclass.name)
+        now = self._clock.monotonic()
+        if cached is not None and cached.key == key and now - cached.at < self._ttl:
+            return cached
+        zones = list(nodeclass.zones)
+        wanted = sorted(set(self._prices) | {r.instance_type for r in reservations})
+        try:
+            offered = await self.api.collect(
+                "ec2",
+                "describe_instance_type_offerings",
+                key="InstanceTypeOfferings",
+                LocationType="availability-zone",
+                Filters=[{"Name": "location", "Values": zones}, {"Name": "instance-type", "Values": wanted}],
+            )
+            zones_of: dict[str, set[str]] = {}
+            for row in offered:
+                zones_of.setdefault(str(row["InstanceType"]), set()).add(str(row["Location"]))
+            names = sorted(zones_of)
+            rows: list[Obj] = []
+            spot_rows: list[Obj] = []
+            for i in range(0, len(names), 100):
+                batch = names[i : i + 100]
+                rows += await self.api.collect(
+                    "ec2", "describe_instance_types", key="InstanceTypes", InstanceTypes=batch
+                )
+                spot_rows += await self.api.collect(
+                    "ec2",
+                    "describe_spot_price_history",
+                    key="SpotPriceHistory",
+                    InstanceTypes=batch,
+                    ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+                    StartTime=self._clock.now(),
+                    Filters=[{"Name": "availability-zone", "Values": zones}],
+                )
+        except AWSError as err:
+            if cached is not None:
+                log.warning("aws.instance_types_not_refreshed", nodeclass=nodeclass.name, error=str(err))
+                return cached
+            raise NodeClassNotReadyError(f"cannot list EC2 instance types: {err}") from None
+        spot = latest_spot_prices(spot_rows)
+        root = self._root_volume_gib(nodeclass)
+        types: list[InstanceType] = []
+        arch: dict[str, str] = {}
+        makers: dict[str, str] = {}
+        for row in rows:
+            name = str(row["InstanceType"])
+            offerings = build_offerings(
+                name=name,
+                zones=zones_of.get(name, set()),
+                capacity_types=(CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_RESERVED),
+                on_demand=self._prices,
+                spot=spot,
+                reservations=reservations,
+            )
+            if not offerings:
+                continue
+            it = build_instance_type(row, root_volume_gib=root, offerings=offerings)
+            types.append(it)
+            arch[name] = it.labels.get("kubernetes.io/arch", "amd64")
+            makers[name] = it.labels.get("joiner.sh/gpu-manufacturer", "")
+        entry = _TypesCache(at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers)
+        self._types[nodeclass.name] = entry
+        return entry
+
+    # --- create ------------------------------------------------------------------------------
+
+    async def create(self, nodeclaim: Obj) -> Instance:
+        meta = nodeclaim["metadata"]
+        name = str(meta["name"])
+        nodeclass = self.nodeclass_for(nodeclaim)
+        cache = await self._types_for(nodeclass)  # also what describes an instance found below
+        existing = await self._tagged(name, uid=str(meta.get("uid") or ""))
+        if existing is not None:
+            log.info("aws.instance_found", nodeclaim=name, instance=existing["InstanceId"], reason="already launched")
+            return self._instance(existing)
+        unavailable = self._unavailable.current() if self._unavailable is not None else frozenset()
+        fitting = compatible(nodeclaim=nodeclaim, catalog=cache.types)
+        if not fitting:
+            raise CreateError(
+                f"no EC2 instance type offered in the zones of EC2NodeClass {nodeclass.name!r} fits NodeClaim "
+                f"{name}'s requirements and requests",
+                reason="NoCompatibleInstanceType",
+            )
+        candidates = [c for c in fitting if c.offering.available and c.key not in unavailable]
+        if not candidates:
+            raise InsufficientCapacityError(
+                f"no available offering of NodeClaim {name}'s candidate instance types in the zones of "
+                f"EC2NodeClass {nodeclass.name!r}",
+                offerings=(),
+            )
+        by_type: dict[str, list[Candidate]] = {}
+        for c in candidates:
+            by_type.setdefault(c.offering.capacity_type, []).append(c)
+        reservation: Reservation | None = None
+        if CAPACITY_TYPE_RESERVED in by_type:
+            first = sorted(by_type[CAPACITY_TYPE_RESERVED], key=lambda c: (c.offering.price, c.rank))[0]
+            reservation = next(
+                (
+                    r
+                    for r in self._reservations(nodeclass)
+                    if r.instance_type == first.instance_type.name and r.zone == first.offering.zone and r.available > 0
+                ),
+                None,
+            )
+            if reservation is None:  # filled since the offerings were listed
+                del by_type[CAPACITY_TYPE_RESERVED]
+            else:
+                by_type[CAPACITY_TYPE_RESERVED] = [first]
+        if not by_type:
+            raise InsufficientCapacityError(f"the capacity reservations for NodeClaim {name} are full", offerings=())
+        capacity_type = next(
+            ct for ct in (CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_DEMAND) if ct in by_type
+        )
+        chosen = sorted(by_type[capacity_type], key=lambda c: (c.offering.price, c.rank))
+        configs, tried = await self._launch_configs(
+            nodeclaim=nodeclaim, nodeclass=nodeclass, candidates=chosen, cache=cache, reservation=reservation
+        )
+        request = self._fleet_request(
+            nodeclaim=nodeclaim,
+            nodeclass=nodeclass,
+            configs=configs,
+            capacity_type=capacity_type,
+            reservation=reservation,
+        )
+        try:
+            answer = await self.api.call("ec2", "create_fleet", **request)
+        except AWSError as err:
+            if err.code.startswith("InvalidLaunchTemplate"):
+                self._templates.clear()  # deleted behind our back: create it again next time
+            if err.code in ICE_CODES:
+                raise InsufficientCapacityError(f"{err.code}: {err.message}", offerings=tuple(tried)) from None
+            raise CreateError(f"CreateFleet failed: {err.code}: {err.message}", reason=err.code) from None
+        launched = [i for i in answer.get("Instances") or [] if i.get("InstanceIds")]
+        errors = answer.get("Errors") or []
+        ice = self._ice_offerings(errors, nodeclass=nodeclass, capacity_type=capacity_type)
+        if self._unavailable is not None:
+            for key in ice:
+                self._unavailable.mark(key)
+        if not launched:
+            codes = sorted({str(e.get("ErrorCode")) for e in errors}) or ["NoInstances"]
+            if any(code.startswith("InvalidLaunchTemplate") for code in codes):
+                self._templates.clear()
+            detail = "; ".join(f"{e.get('ErrorCode')}: {e.get('ErrorMessage')}" for e in errors[:5])
+            if all(code in ICE_CODES for code in codes):
+                raise InsufficientCapacityError(
+                    f"no capacity for {len(ice or tried)} of {len(tried)} offerings tried: {detail}",
+                    offerings=tuple(ice or tried),
+                )
+            raise CreateError(f"CreateFleet launched nothing: {detail or 'no instances'}", reason=codes[0])
+        first = launched[0]
+        instance_id = str(first["InstanceIds"][0])
+        subnet = str(((first.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}).get("SubnetId") or "")
+        zone = next((str(s["zone"]) for s in nodeclass.subnets if s.get("id") == subnet), "")
+        it_name = str(first.get("InstanceType"))
+        if reservation is not None:
+            self._reserved_used[reservation.id] = self._reserved_used.get(reservation.id, 0) + 1
+        it = next(c.instance_type for c in chosen if c.instance_type.name == it_name)
+        offering = next(
+            (o for o in it.offerings if o.zone == zone and o.capacity_type == capacity_type), chosen[0].offering
+        )
+        image = self._image_for(nodeclass, instance_type=it_name, cache=cache)
+        labels = offering_labels(it, offering)
+        labels[LABEL_REGION] = self.api.region
+        log.info(
+            "aws.instance_launched",
+            nodeclaim=name,
+            instance=instance_id,
+            instance_type=it_name,
+            zone=zone,
+            capacity_type=capacity_type,
+            price=offering.price,
+            overrides=len(tried),
+            reason="CreateFleet chose among the NodeClaim's candidates",
+        )
+        return Instance(
+            provider_id=provider_id_of(zone=zone, instance_id=instance_id),
+            nodeclaim=name,
+            instance_type=it_name,
+            zone=zone,
+            capacity_type=capacity_type,
+            image_id=image,
+            price=offering.price,
+            capacity=it.capacity.to_quantities(),
+            allocatable=it.allocatable.to_quantities(),
+            labels=labels,
+            state="pending",
+        )
+
+    def _ice_offerings(
+        self, errors: Iterable[Obj], *, nodeclass: ResolvedNodeClass, capacity_type: str
+    ) -> list[OfferingId]:
+        """The offerings CreateFleet said have no capacity (an override names a type and a subnet)."""
+        zone_of = {str(s["id"]): str(s["zone"]) for s in nodeclass.subnets}
+        out: list[OfferingId] = []
+        for err in errors:
+            if err.get("ErrorCode") not in ICE_CODES:
+                continue
+            override = (err.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+            zone = zone_of.get(str(override.get("SubnetId")))
+            if override.get("InstanceType") and zone:
+                offering = OfferingId(
+                    instance_type=str(override["InstanceType"]), zone=zone, capacity_type=capacity_type
+                )
+                if offering not in out:
+                    out.append(offering)
+        return out
+
+    def _image_for(self, nodeclass: ResolvedNodeClass, *, instance_type: str, cache: _TypesCache) -> str:
+        arch = cache.architectures.get(instance_type, "amd64")
+        maker = cache.gpu_makers.get(instance_type, "")
+        wanted = "nvidia" if maker == "nvidia" else "standard"
+        same_arch = [a for a in nodeclass.amis if a.get("architecture", "amd64") == arch]
+        for ami in same_arch:
+            if variant_of(str(ami.get("name") or "")) == wanted:
+                return str(ami["id"])
+        return str(same_arch[0]["id"]) if same_arch else ""
+
+    def _template_data(self, nodeclass: ResolvedNodeClass, *, image: str, reservation: Reservation | None) -> Obj:
+        spec = nodeclass.model.spec
+        data: Obj = {
+            "ImageId": image,
+            "SecurityGroupIds": list(nodeclass.security_group_ids),
+            "MetadataOptions": {
+                "HttpEndpoint": spec.metadata_options.http_endpoint,
+                "HttpProtocolIpv6": spec.metadata_options.http_protocol_i_pv6,
+                "HttpPutResponseHopLimit": spec.metadata_options.http_put_response_hop_limit,
+                "HttpTokens": spec.metadata_options.http_tokens,
+            },
+            "Monitoring": {"Enabled": spec.detailed_monitoring},
+        }
+        if nodeclass.instance_profile:
+            data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
+        if spec.user_data:
+            data["UserData"] = base64.b64encode(spec.user_data.encode()).decode()
+        mappings = []
+        for m in spec.block_device_mappings:
+            entry: Obj = {"DeviceName": m.device_name}
+            if m.ebs is not None:
+                ebs: Obj = {}
+                if m.ebs.volume_size:
+                    size = int("".join(ch for ch in m.ebs.volume_size if ch.isdigit()))
+                    ebs["VolumeSize"] = size * 1024 if m.ebs.volume_size.endswith(("Ti", "T")) else size
+                for key, value in (
+                    ("VolumeType", m.ebs.volume_type or "gp3"),
+                    ("Iops", m.ebs.iops),
+                    ("Throughput", m.ebs.throughput),
+                    ("Encrypted", m.ebs.encrypted),
+                    ("KmsKeyId", m.ebs.kms_key_id),
+                    (
+                        "DeleteOnTermination",
+                        True if m.ebs.delete_on_termination is None else m.ebs.delete_on_termination,
+                    ),
+                    ("SnapshotId", m.ebs.snapshot_id),
+                ):
+                    if value is not None:
+                        ebs[key] = value
+                entry["Ebs"] = ebs
+            mappings.append(entry)
+        if mappings:
+            data["BlockDeviceMappings"] = mappings
+        if reservation is not None:
+            data["CapacityReservationSpecification"] = {
+                "CapacityReservationTarget": {"CapacityReservationId": reservation.id}
+            }
+            if reservation.capacity_block:
+                data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+        return data
+
+    async def _launch_template(self, nodeclass: ResolvedNodeClass, data: Obj) -> str:
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        name = f"joiner-{self.cluster_name}-{nodeclass.name}-{digest}"[:128]
+        if name in self._templates:
+            return name
+        try:
+            await self.api.call("ec2", "describe_launch_templates", LaunchTemplateNames=[name])
+        except AWSError as err:
+            if not err.code.startswith("InvalidLaunchTemplateName"):
+                raise
+            try:
+                await self.api.call(
+                    "ec2",
+                    "create_launch_template",
+                    LaunchTemplateName=name,
+                    LaunchTemplateData=data,
+                    TagSpecifications=[
+                        {
+                            "ResourceType": "launch-template",
+                            "Tags": [
+                                {"Key": TAG_CLUSTER, "Value": self.cluster_name},
+                                {"Key": TAG_NODECLASS, "Value": nodeclass.name},
+                            ],
+                        }
+                    ],
+                )
+                log.info("aws.launch_template_created", name=name, nodeclass=nodeclass.name, image=data["ImageId"])
+            except AWSError as create_err:
+                if "AlreadyExists" not in create_err.code:
+                    raise
+        self._templates[name] = name
+        return name
+
+    async def _launch_configs(
+        self,
+        *,
+        nodeclaim: Obj,
+        nodeclass: ResolvedNodeClass,
+        candidates: Sequence[Candidate],
+        cache: _TypesCache,
+        reservation: Reservation | None,
+    ) -> tuple[list[Obj], list[OfferingId]]:
+        subnets_by_zone: dict[str, str] = {}
+        for s in nodeclass.subnets:
+            subnets_by_zone.setdefault(str(s["zone"]), str(s["id"]))
+        overrides_by_image: dict[str, list[Obj]] = {}
+        tried: list[OfferingId] = []
+        for c in candidates:
+            subnet = subnets_by_zone.get(c.offering.zone)
+            if subnet is None:
+                continue
+            image = self._image_for(nodeclass, instance_type=c.instance_type.name, cache=cache)
+            if not image:
+                continue
+            override: Obj = {"InstanceType": c.instance_type.name, "SubnetId": subnet}
+            if c.offering.capacity_type == CAPACITY_TYPE_ON_DEMAND:
+                override["Priority"] = float(len(tried))
+            overrides_by_image.setdefault(image, []).append(override)
+            tried.append(c.key)
+            if len(tried) >= MAX_OVERRIDES:
+                break
+        if not tried:
+            raise CreateError(
+                f"EC2NodeClass {nodeclass.name!r} has no subnet or image for any candidate of "
+                f"{nodeclaim['metadata']['name']}",
+                reason="NoCompatibleOffering",
+            )
+        configs = []
+        for image, overrides in overrides_by_image.items():
+            template = await self._launch_template(
+                nodeclass, self._template_data(nodeclass, image=image, reservation=reservation)
+            )
+            configs.append(
+                {
+                    "LaunchTemplateSpecification": {"LaunchTemplateName": template, "Version": "$Latest"},
+                    "Overrides": overrides,
+                }
+            )
+        return configs, tried
+
+    def _fleet_request(
+        self,
+        *,
+        nodeclaim: Obj,
+        nodeclass: ResolvedNodeClass,
+        configs: list[Obj],
+        capacity_type: str,
+        reservation: Reservation | None,
+    ) -> Obj:
+        meta = nodeclaim["metadata"]
+        name = str(meta["name"])
+        tags = {**nodeclass.model.spec.tags}
+        tags.update(
+            {
+                TAG_CLUSTER: self.cluster_name,
+                TAG_NODEPOOL: (meta.get("labels") or {}).get(LABEL_NODEPOOL, ""),
+                TAG_NODECLAIM: name,
+                TAG_NODECLAIM_UID: str(meta.get("uid") or ""),
+                TAG_NODECLASS: nodeclass.name,
+                "Name": f"{self.cluster_name}/{name}",
+            }
+        )
+        tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+        if capacity_type == CAPACITY_TYPE_SPOT:
+            default = "spot"
+        elif reservation is not None and reservation.capacity_block:
+            default = "capacity-block"
+        else:
+            default = "on-demand"
+        request: Obj = {
+            "Type": "instant",
+            "LaunchTemplateConfigs": configs,
+            "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": default},
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tag_list},
+                {"ResourceType": "volume", "Tags": tag_list},
+            ],
+        }
+        if default == "spot":
+            request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+        else:
+            request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+        request["ClientToken"] = client_token(str(meta.get("uid") or name), request)
+        return request
+
+    # --- delete / get / list -----------------------------------------------------------------
+
+    async def _describe(self, *, instance_ids: list[str] | None = None, filters: list[Obj] | None = None) -> list[Obj]:
+        params: Obj = {"Filters": [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster_name]}, *(filters or [])]}
+        if instance_ids:
+            params["InstanceIds"] = instance_ids
+        try:
+            reservations = await self.api.collect("ec2", "describe_instances", key="Reservations", **params)
+        except AWSError as err:
+            if err.code.startswith("InvalidInstanceID"):
+                return []
+            raise
+        return [i for r in reservations for i in r.get("Instances") or []]
+
+    async def _tagged(self, nodeclaim: str, *, uid: str = "") -> Obj | None:
+        """A live instance launched for this NodeClaim (and, when ``uid`` is given, this very object)."""
+        found = await self._describe(
+            filters=[
+                {"Name": f"tag:{TAG_NODECLAIM}", "Values": [nodeclaim]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )
+        for raw in found:
+            tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+            if not uid or tags.get(TAG_NODECLAIM_UID) in (None, uid):
+                return raw
+        return None
+
+    def _instance(self, raw: Obj) -> Instance:
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+        zone = str((raw.get("Placement") or {}).get("AvailabilityZone") or "")
+        lifecycle = raw.get("InstanceLifecycle")
+        if lifecycle == "spot":
+            capacity_type = CAPACITY_TYPE_SPOT
+        elif raw.get("CapacityReservationId"):
+            capacity_type = CAPACITY_TYPE_RESERVED
+        else:
+            capacity_type = CAPACITY_TYPE_ON_DEMAND
+        state = str((raw.get("State") or {}).get("Name") or "")
+        it_name = str(raw.get("InstanceType") or "")
+        cached = next(
+            (it for c in self._types.values() for it in c.types if it.name == it_name),
+            None,
+        )
+        labels: dict[str, str] = {}
+        price = 0.0
+        if cached is not None:
+            offering = next((o for o in cached.offerings if o.zone == zone and o.capacity_type == capacity_type), None)
+            if offering is not None:
+                labels = offering_labels(cached, offering)
+                labels[LABEL_REGION] = self.api.region
+                price = offering.price
+        return Instance(
+            provider_id=provider_id_of(zone=zone, instance_id=str(raw["InstanceId"])),
+            nodeclaim=tags.get(TAG_NODECLAIM, ""),
+            instance_type=it_name,
+            zone=zone,
+            capacity_type=capacity_type,
+            image_id=str(raw.get("ImageId") or ""),
+            price=price,
+            capacity=cached.capacity.to_quantities() if cached else {},
+            allocatable=cached.allocatable.to_quantities() if cached else {},
+            labels=labels,
+            state={"shutting-down": "terminating", "pending": "pending"}.get(state, state),
+        )
+
+    async def get(self, provider_id: str) -> Instance:
+        instance_id = instance_id_of(provider_id)
+        if instance_id is None:
+            raise NodeClaimNotFoundError(f"{provider_id!r} is not an aws providerID")
+        found = [i for i in await self._describe(instance_ids=[instance_id]) if _alive(i)]
+        if not found:
+            raise NodeClaimNotFoundError(f"no instance {instance_id} of cluster {self.cluster_name}")
+        return self._instance(found[0])
+
+    async def list(self) -> list[Instance]:
+        found = await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+        return [self._instance(i) for i in found if _alive(i)]
+
+    async def delete(self, nodeclaim: Obj) -> None:
+        name = str(nodeclaim["metadata"]["name"])
+        instance_id = instance_id_of((nodeclaim.get("status") or {}).get("providerID"))
+        if instance_id is None:
+            tagged = await self._tagged(name)
+            if tagged is None:
+                raise NodeClaimNotFoundError(f"NodeClaim {name} has no aws instance")
+            instance_id = str(tagged["InstanceId"])
+        found = await self._describe(instance_ids=[instance_id])
+        if not found or not _alive(found[0]):
+            raise NodeClaimNotFoundError(f"instance {instance_id} of NodeClaim {name} is gone")
+        if (found[0].get("State") or {}).get("Name") != "shutting-down":
+            try:
+                await self.api.call("ec2", "terminate_instances", InstanceIds=[instance_id])
+            except AWSError as err:
+                if err.code.startswith("InvalidInstanceID"):
+                    raise NodeClaimNotFoundError(f"instance {instance_id} is gone") from None
+                raise CreateError(f"TerminateInstances failed: {err.code}: {err.message}", reason=err.code) from None
+        confirmed = await self._describe(instance_ids=[instance_id])
+        state = (confirmed[0].get("State") or {}).get("Name") if confirmed else "terminated"
+        log.info("aws.instance_terminating", nodeclaim=name, instance=instance_id, state=state)
+
+    # --- drift -------------------------------------------------------------------------------
+
+    async def _all_instances(self) -> Mapping[str, Obj]:
+        """The cluster's live instances by id, described at most every DRIFT_CACHE_SECONDS: a
+        disruption pass asks about every NodeClaim, and one call answers them all."""
+        now = self._clock.monotonic()
+        if self._described is None or now - self._described[0] >= DRIFT_CACHE_SECONDS:
+            found = await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+            self._described = (now, {str(i["InstanceId"]): i for i in found if _alive(i)})
+        return self._described[1]
+
+    async def is_drifted(self, nodeclaim: Obj) -> str | None:
+        instance_id = instance_id_of((nodeclaim.get("status") or {}).get("providerID"))
+        if instance_id is None:
+            return None
+        try:
+            nodeclass = self.nodeclass_for(nodeclaim)
+        except NodeClassNotReadyError:
+            return None  # a NodeClass being fixed is not a reason to replace machines
+        raw = (await self._all_instances()).get(instance_id)
+        if raw is None:
+            return None
+        amis = {str(a["id"]) for a in nodeclass.amis}
+        if amis and raw.get("ImageId") not in amis:
+            return f"AMIDrift: image {raw.get('ImageId')} is no longer selected by EC2NodeClass {nodeclass.name}"
+        subnets = {str(s["id"]) for s in nodeclass.subnets}
+        if subnets and raw.get("SubnetId") and raw.get("SubnetId") not in subnets:
+            return f"SubnetDrift: subnet {raw.get('SubnetId')} is no longer selected by EC2NodeClass {nodeclass.name}"
+        groups = {str(g.get("GroupId")) for g in raw.get("SecurityGroups") or []}
+        if not groups:  # some answers list the groups only on the primary network interface
+            for eni in raw.get("NetworkInterfaces") or []:
+                if (eni.get("Attachment") or {}).get("DeviceIndex") == 0:
+                    groups = {str(g.get("GroupId")) for g in eni.get("Groups") or []}
+        if groups and groups != set(nodeclass.security_group_ids):
+            return (
+                f"SecurityGroupDrift: security groups {sorted(groups)} differ from "
+                f"{sorted(nodeclass.security_group_ids)} of EC2NodeClass {nodeclass.name}"
+            )
+        return None
+
+
+def _alive(raw: Obj) -> bool:
+    return (raw.get("State") or {}).get("Name") in LIVE_STATES

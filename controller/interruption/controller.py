@@ -1,0 +1,152 @@
+"""The interruption controller: reads interruption notices from a queue and acts on them at once.
+
+For a spot interruption warning, a scheduled change or an instance stopping/terminating, the
+NodeClaim whose providerID names the instance is deleted (reason ``Interrupted``, with an Event):
+the termination controller taints and drains its Node right away and provisioning replaces the
+pods elsewhere. A spot interruption also marks that spot offering unavailable, so the replacement
+goes to another pool. Rebalance recommendations are recorded (metric, log) and not acted on.
+
+A message is deleted from the queue only after it was handled; one that fails is left for the
+queue to deliver again. A malformed message is logged, counted and deleted, never crashing the loop.
+Metrics: ``joiner_interruption_messages_total{kind}``, ``joiner_interruption_actions_total{action}`` and
+``joiner_interruption_handling_seconds{kind}`` (queue arrival to action).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+import structlog
+
+from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from controller.cloudprovider.types import OfferingId
+from controller.context import Context
+from controller.interruption.messages import (
+    REBALANCE,
+    SPOT_INTERRUPTION,
+    MalformedMessage,
+    Notice,
+    parse,
+)
+from controller.metrics import counter, histogram
+from controller.state.deletion import delete_nodeclaim
+from controller.state.views import NodeClaimView
+
+log = structlog.get_logger()
+Obj = dict[str, Any]
+MESSAGES = counter("joiner_interruption_messages_total", "Interruption messages received, by kind.", ("kind",))
+ACTIONS = counter("joiner_interruption_actions_total", "Actions taken on interruption notices.", ("action",))
+LATENCY = histogram(
+    "joiner_interruption_handling_seconds",
+    "Time from a message entering the queue to joiner having acted on it (NodeClaim deleted).",
+    ("kind",),
+)
+ERROR_BACKOFF_SECONDS: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    id: str
+    receipt: str
+    body: str
+    sent_at: datetime | None = None  # when the queue received it (for the latency metric)
+
+
+class MessageSource(Protocol):
+    async def receive(self) -> list[Message]:
+        """The next messages (waits up to a long-poll interval; may return none)."""
+
+    async def delete(self, message: Message) -> None:
+        """Remove a handled message from the queue."""
+
+
+class InterruptionController:
+    def __init__(self, ctx: Context, *, source: MessageSource) -> None:
+        self.ctx = ctx
+        self.source = source
+
+    async def run(self) -> None:
+        await self.ctx.cluster.wait_synced()
+        while True:
+            try:
+                await self.poll_once()
+            except Exception as err:
+                log.warning("interruption.receive_failed", error=str(err))
+                await self.ctx.clock.sleep(ERROR_BACKOFF_SECONDS)
+
+    async def poll_once(self) -> int:
+        """Receive one batch and handle it; the number of messages deleted."""
+        deleted = 0
+        for message in await self.source.receive():
+            try:
+                notices = parse(message.body)
+            except MalformedMessage as err:
+                MESSAGES.labels("malformed").inc()
+                log.warning("interruption.malformed_message", message_id=message.id, error=str(err))
+                await self.source.delete(message)
+                deleted += 1
+                continue
+            try:
+                for notice in notices:
+                    MESSAGES.labels(notice.kind).inc()
+                    await self.handle(notice)
+                    if message.sent_at is not None:
+                        age = (self.ctx.clock.now() - message.sent_at).total_seconds()
+                        LATENCY.labels(notice.kind).observe(max(0.0, age))
+            except Exception:
+                log.exception("interruption.handle_failed", message_id=message.id)
+                continue  # not deleted: the queue delivers it again
+            await self.source.delete(message)
+            deleted += 1
+        return deleted
+
+    def _claim_for(self, instance_id: str) -> NodeClaimView | None:
+        suffix = "/" + instance_id
+        for claim in self.ctx.cluster.claim_views().values():
+            if (claim.provider_id or "").endswith(suffix):
+                return claim
+        return None
+
+    async def handle(self, notice: Notice) -> None:
+        claim = self._claim_for(notice.instance_id)
+        if claim is None:
+            ACTIONS.labels("ignored").inc()
+            log.info("interruption.unknown_instance", kind=notice.kind, instance=notice.instance_id)
+            return
+        name = claim.name
+        if notice.kind == REBALANCE:
+            ACTIONS.labels("recorded").inc()
+            log.info("interruption.rebalance_recommended", nodeclaim=name, instance=notice.instance_id)
+            return
+        labels = claim.labels
+        if notice.kind == SPOT_INTERRUPTION and labels.get(LABEL_INSTANCE_TYPE) and labels.get(LABEL_ZONE):
+            self.ctx.unavailable.mark(
+                OfferingId(
+                    instance_type=labels[LABEL_INSTANCE_TYPE],
+                    zone=labels[LABEL_ZONE],
+                    capacity_type=labels.get(LABEL_CAPACITY_TYPE, "spot"),
+                )
+            )
+            ACTIONS.labels("offering_marked_unavailable").inc()
+        message = {
+            SPOT_INTERRUPTION: "EC2 will reclaim this spot instance in two minutes",
+            "scheduled_change": f"AWS scheduled a change for the instance ({notice.detail or 'maintenance'})",
+            "state_change": f"the instance is {notice.detail}",
+        }.get(notice.kind, notice.kind)
+        deleted = await delete_nodeclaim(
+            self.ctx,
+            claim,
+            reason="Interrupted",
+            message=f"{message}: draining the node and replacing it now",
+        )
+        ACTIONS.labels("nodeclaim_deleted" if deleted else "already_deleting").inc()
+        log.info(
+            "interruption.handled",
+            kind=notice.kind,
+            nodeclaim=name,
+            instance=notice.instance_id,
+            deleted=deleted,
+            reason=message,
+        )

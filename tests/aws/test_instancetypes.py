@@ -1,0 +1,116 @@
+"""The pure parts of the aws provider: overhead, max pods, offerings and spot prices."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from controller.cloudprovider.aws.instancetypes import (
+    Reservation,
+    build_instance_type,
+    build_offerings,
+    kube_reserved_millicores,
+    latest_spot_prices,
+    max_pods,
+    on_demand_prices,
+)
+from controller.cloudprovider.aws.provider import client_token, instance_id_of, provider_id_of
+
+
+def test_kube_reserved_cpu_shrinks_per_core() -> None:
+    assert kube_reserved_millicores(1) == 60
+    assert kube_reserved_millicores(2) == 70
+    assert kube_reserved_millicores(4) == 80
+    assert kube_reserved_millicores(8) == 90
+    assert kube_reserved_millicores(192) == 80 + round(188 * 2.5)
+
+
+def test_max_pods_is_eni_limited_and_capped() -> None:
+    assert max_pods({"NetworkInfo": {"MaximumNetworkInterfaces": 3, "Ipv4AddressesPerInterface": 10}}) == 29
+    assert max_pods({"NetworkInfo": {"MaximumNetworkInterfaces": 64, "Ipv4AddressesPerInterface": 50}}) == 110
+    assert max_pods({}) == 110
+
+
+def test_a_gpu_row_becomes_an_instance_type_with_gpu_labels_and_overhead() -> None:
+    row = {
+        "InstanceType": "g6.xlarge",
+        "VCpuInfo": {"DefaultVCpus": 4},
+        "MemoryInfo": {"SizeInMiB": 16384},
+        "GpuInfo": {"Gpus": [{"Name": "L4", "Manufacturer": "NVIDIA", "Count": 1, "MemoryInfo": {"SizeInMiB": 22888}}]},
+        "NetworkInfo": {"MaximumNetworkInterfaces": 4, "Ipv4AddressesPerInterface": 15},
+        "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
+        "InstanceStorageInfo": {"TotalSizeInGB": 250, "NvmeSupport": "required"},
+    }
+    it = build_instance_type(row, root_volume_gib=200)
+    q = it.capacity.to_quantities()
+    assert (q["cpu"], q["memory"], q["pods"], q["nvidia.com/gpu"], q["ephemeral-storage"]) == (
+        "4",
+        "15155Mi",
+        "58",
+        "1",
+        "200Gi",
+    )
+    assert it.overhead.to_quantities()["memory"] == f"{11 * 58 + 255 + 100}Mi"
+    assert it.labels["joiner.sh/gpu-name"] == "L4"
+    assert it.labels["joiner.sh/gpu-memory"] == "22888"
+    assert it.labels["joiner.sh/instance-local-nvme"] == "250"
+    assert it.labels["joiner.sh/instance-family"] == "g6"
+    arm = build_instance_type({**row, "ProcessorInfo": {"SupportedArchitectures": ["arm64"]}, "GpuInfo": None})
+    assert arm.labels["kubernetes.io/arch"] == "arm64"
+    assert "joiner.sh/gpu-name" not in arm.labels
+
+
+def test_offerings_per_zone_and_capacity_type_with_reservations() -> None:
+    offerings = build_offerings(
+        name="g6.xlarge",
+        zones=["us-east-1b", "us-east-1a"],
+        capacity_types=["on-demand", "spot", "reserved"],
+        on_demand={"g6.xlarge": 0.8},
+        spot={("g6.xlarge", "us-east-1a"): 0.3},
+        reservations=[
+            Reservation(id="cr-1", instance_type="g6.xlarge", zone="us-east-1a", available=1),
+            Reservation(id="cr-2", instance_type="g6.xlarge", zone="us-east-1b", available=0),
+            Reservation(id="cr-3", instance_type="p5.48xlarge", zone="us-east-1a", available=3),
+        ],
+    )
+    got = [(o.zone, o.capacity_type, o.price, o.available) for o in offerings]
+    assert got == [
+        ("us-east-1a", "on-demand", 0.8, True),
+        ("us-east-1a", "spot", 0.3, True),
+        ("us-east-1b", "on-demand", 0.8, True),
+        ("us-east-1a", "reserved", 0.0008, True),
+        ("us-east-1b", "reserved", 0.0008, False),
+    ]
+    assert build_offerings(name="x1.tiny", zones=["a"], capacity_types=["on-demand"], on_demand={}, spot={}) == ()
+
+
+def test_latest_spot_price_wins() -> None:
+    rows: list[dict[str, Any]] = [
+        {
+            "InstanceType": "m5.large",
+            "AvailabilityZone": "a",
+            "SpotPrice": "0.05",
+            "Timestamp": datetime(2026, 1, 1, tzinfo=UTC),
+        },
+        {
+            "InstanceType": "m5.large",
+            "AvailabilityZone": "a",
+            "SpotPrice": "0.04",
+            "Timestamp": datetime(2026, 2, 1, tzinfo=UTC),
+        },
+        {"InstanceType": "m5.large", "AvailabilityZone": "b", "SpotPrice": "bad"},
+    ]
+    assert latest_spot_prices(rows) == {("m5.large", "a"): 0.04}
+
+
+def test_price_table_and_ids() -> None:
+    prices = on_demand_prices("us-east-1")
+    assert prices["p5.48xlarge"] > prices["g6.xlarge"] > prices["m5.large"] > 0
+    assert on_demand_prices("eu-west-9") == prices
+    pid = provider_id_of(zone="us-east-1a", instance_id="i-0abc")
+    assert pid == "aws:///us-east-1a/i-0abc"
+    assert instance_id_of(pid) == "i-0abc"
+    assert instance_id_of("kwok://x") is None
+    assert client_token("uid-1") == client_token("uid-1") != client_token("uid-2")
+    assert client_token("uid-1", {"Overrides": ["a"]}) != client_token("uid-1", {"Overrides": ["b"]})
+    assert len(client_token("u" * 300)) <= 64
