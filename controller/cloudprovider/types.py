@@ -77,7 +77,13 @@ class CloudProvider(Protocol):
         """The provider's name, as metrics and logs show it (`kwok`, `aws`)."""
 
     async def create(self, nodeclaim: Obj) -> Instance:
-        """Launch the cheapest available offering among the NodeClaim's candidate instance types."""
+        """Launch the cheapest available offering among the NodeClaim's candidate instance types.
+
+        Idempotent per NodeClaim: its ``metadata.uid`` is the idempotency key. Called again for the
+        same NodeClaim (a retry after a timeout, a restart between the launch and the status write),
+        it returns the instance already launched and buys nothing more (kwok: the launch record and
+        the Node named after the NodeClaim; aws: a CreateFleet client token derived from the uid, and
+        instances tagged with it)."""
 
     async def delete(self, nodeclaim: Obj) -> None:
         """Terminate the NodeClaim's instance; NodeClaimNotFoundError when it is already gone."""

@@ -56,6 +56,7 @@ CATALOG_REFRESH_SECONDS = 60.0
 class _Launch:
     instance: Instance
     launched_at: datetime
+    uid: str | None = None  # the NodeClaim's: the idempotency key of create()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +117,8 @@ class KWOKCloudProvider:
         claim = NodeClaimView.of(nodeclaim)
         name = claim.name
         previous = self._launches.get(name)
-        if previous is not None:
-            return previous.instance
+        if previous is not None and previous.uid == claim.uid:
+            return previous.instance  # a retried create buys nothing more
         nodeclass = self.nodeclass_for(claim)
         catalog = await self._catalog_for(nodeclass)
         candidates = compatible(nodeclaim=nodeclaim, catalog=catalog.types)
@@ -138,7 +139,7 @@ class KWOKCloudProvider:
         instance = self._instance(
             name=name, instance_type=it, offering=offering, image_id=IMAGE_PREFIX + nodeclass.image_id
         )
-        self._launches[name] = _Launch(instance=instance, launched_at=self._clock.now())
+        self._launches[name] = _Launch(instance=instance, launched_at=self._clock.now(), uid=claim.uid)
         log.info(
             "kwok.instance_launched",
             nodeclaim=name,
