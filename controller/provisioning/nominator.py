@@ -10,11 +10,12 @@ equal or lower priority, so the room stays for the pod it was planned for.
 
 This controller keeps that field equal to the plan, as `Provisioner` records it (pod key ->
 NodeClaim):
-- it is set as soon as the NodeClaim's Node exists (kwok creates the Node at launch; a cloud node
-  appears when it registers), never before: the scheduler has nothing to reserve on a Node it has
-  not seen;
-- kube-scheduler clears it when it tries the pod and cannot place it anywhere yet (the node is not
-  Ready); while the plan still holds, it is set again;
+- it is set when the NodeClaim is Initialized (its Node Ready, registered, startup taints gone),
+  the moment kube-scheduler can place pods there, not before: a pod nominated to a node that cannot
+  take it yet fails its next try, kube-scheduler clears the field, and the pod's backoff grows
+  with every such try (measured: the first pods of a 1,000-pod burst bound 5 s later);
+- kube-scheduler clears it when it tries the pod and cannot place it; while the plan still holds,
+  it is set again;
 - when the plan changes (the pod was re-planned elsewhere, or its nomination released), a value
   this controller wrote is cleared; a value written by someone else (the scheduler's preemption)
   is left alone;
@@ -99,10 +100,14 @@ class Nominator:
                 self.queue.add(key)
 
     def _on_claim(self, etype: EventType, obj: NodeClaimView, old: NodeClaimView | None) -> None:
-        # the NodeClaim learned its providerID / node name (launched, registered): its Node can be found
+        # the NodeClaim was Initialized (or learned where its Node is): its pods can be nominated
         if etype == "DELETED" or not self._nominations():
             return
-        if old is not None and (obj.provider_id, obj.node_name) == (old.provider_id, old.node_name):
+        if old is not None and (obj.provider_id, obj.node_name, obj.initialized) == (
+            old.provider_id,
+            old.node_name,
+            old.initialized,
+        ):
             return
         name = obj.name
         for key, claim_name in self._nominations().items():
@@ -121,12 +126,12 @@ class Nominator:
 
     # --- reconcile ---------------------------------------------------------------------------
     def desired(self, key: str) -> str | None:
-        """The node the plan puts this pod on, once that Node exists."""
+        """The node the plan puts this pod on, once it can take pods (its NodeClaim Initialized)."""
         claim_name = self._nominations().get(key)
         if claim_name is None:
             return None
         claim = self._claim(claim_name)
-        if claim is None or claim.deleting:
+        if claim is None or claim.deleting or not claim.initialized:
             return None
         node = self.ctx.cluster.node_view_for_claim(claim)
         if node is None or node.deleting:

@@ -217,6 +217,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument(
+        "--no-nominate", action="store_true", help="run joiner with --no-nominate (kube-scheduler is not told the plan)"
+    )
     parser.add_argument("--batch-idle", type=float, default=1.0, help="joiner --batch-idle-duration (default 1)")
     parser.add_argument("--batch-max", type=float, default=10.0, help="joiner --batch-max-duration (default 10)")
     parser.add_argument(
@@ -257,7 +260,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         # the batch window users get (1 s idle, 10 s at most), not the e2e tests' shortened one
         batching = {"batch-idle-duration": str(args.batch_idle), "batch-max-duration": str(args.batch_max)}
-        joiner = Joiner(cluster=cluster, log_path=Path(tmp) / "joiner.log", flags=batching).start()
+        flags = {**batching, **({"no-nominate": ""} if args.no_nominate else {})}
+        joiner = Joiner(cluster=cluster, log_path=Path(tmp) / "joiner.log", flags=flags).start()
         assert joiner.proc is not None
         pid = joiner.proc.pid
         cpu0 = _cpu_seconds(pid)

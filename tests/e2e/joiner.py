@@ -64,7 +64,7 @@ class Joiner:
             "json",
         ]
         for key, value in {**FAST, **self.flags}.items():
-            args += [f"--{key}", value]
+            args += [f"--{key}", value] if value else [f"--{key}"]  # "" : a switch such as --no-nominate
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ))
         log.close()

@@ -53,13 +53,31 @@ def nominated(h: Harness, pod: str) -> str | None:
     return str(value) if value else None
 
 
+async def up(h: Harness, claim: Obj) -> None:
+    """The claim's machine joined and is Initialized (what the lifecycle controller records)."""
+    await register(h, claim)
+    await initialize(h, claim)
+
+
+async def initialize(h: Harness, claim: Obj) -> None:
+    name = claim["metadata"]["name"]
+    cond = {
+        "type": "Initialized",
+        "status": "True",
+        "reason": "Initialized",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    await h.kube.patch(NODECLAIMS, name, {"status": {"conditions": [cond]}}, subresource="status")
+    await h.cached("NodeClaim", name)
+
+
 async def scheduler_clears(h: Harness, pod: str) -> None:
     """What kube-scheduler does when it tries the pod and no node takes it yet."""
     await h.kube.patch(PODS, pod, {"status": {"nominatedNodeName": None}}, namespace="default", subresource="status")
     await h.cached("Pod", f"default/{pod}")
 
 
-async def test_pods_are_nominated_to_their_planned_node_once_it_exists(h: Harness) -> None:
+async def test_pods_are_nominated_to_their_planned_node_once_it_can_take_them(h: Harness) -> None:
     provisioner = Provisioner(h.ctx)
     h.start(provisioner.nominator)
     await pending(h, "a", "1500m")
@@ -71,7 +89,12 @@ async def test_pods_are_nominated_to_their_planned_node_once_it_exists(h: Harnes
     # no Node yet: nothing the scheduler could hold room on
     assert nominated(h, "a") is None
     assert nominated(h, "b") is None
+    # a Node that cannot take pods yet: a nomination would only make kube-scheduler fail, clear it
+    # and back the pod off
     await register(h, claim)
+    await h.settle()
+    assert nominated(h, "a") is None
+    await initialize(h, claim)
     node = claim["metadata"]["name"]
     await h.eventually(lambda: nominated(h, "a") == node and nominated(h, "b") == node, "both pods nominated")
 
@@ -82,7 +105,7 @@ async def test_a_nomination_the_scheduler_cleared_is_set_again_while_the_plan_ho
     await pending(h, "a", "1500m")
     await provisioner.reconcile()
     [claim] = claims(h)
-    await register(h, claim)
+    await up(h, claim)
     node = claim["metadata"]["name"]
     await h.eventually(lambda: nominated(h, "a") == node, "pod nominated")
     await scheduler_clears(h, "a")
@@ -96,7 +119,7 @@ async def test_a_released_nomination_is_cleared_and_the_pod_follows_the_new_plan
     await pending(h, "b", "1500m")
     await provisioner.reconcile()
     [first] = claims(h)
-    await register(h, first)
+    await up(h, first)
     first_node = first["metadata"]["name"]
     await h.eventually(lambda: nominated(h, "b") == first_node, "b nominated")
     # a pod joiner never planned for took the room: "b" is planned again, on a new NodeClaim
@@ -110,7 +133,7 @@ async def test_a_released_nomination_is_cleared_and_the_pod_follows_the_new_plan
     await h.eventually(lambda: nominated(h, "b") is None, "the stale nomination cleared")
     assert nominated(h, "a") == first_node
     [second] = [c for c in claims(h) if c["metadata"]["name"] != first_node]
-    await register(h, second)
+    await up(h, second)
     await h.eventually(lambda: nominated(h, "b") == second["metadata"]["name"], "b nominated to its new node")
 
 
@@ -139,7 +162,7 @@ async def test_bound_pods_are_not_written(h: Harness) -> None:
     await h.kube.patch(PODS, "a", {"spec": {"nodeName": node}}, namespace="default")
     await h.cached("Pod", "default/a")
     h.kube.calls.clear()
-    await register(h, claim)
+    await up(h, claim)
     await h.settle()
     assert not [c for c in h.kube.calls if c[0] == "patch/status" and c[1] == "pods"]
 
@@ -158,7 +181,7 @@ async def test_a_cluster_that_refuses_the_field_turns_nominations_off_and_provis
     await pending(h, "a", "1500m")
     await provisioner.reconcile()
     [claim] = claims(h)
-    await register(h, claim)
+    await up(h, claim)
     await h.eventually(lambda: not provisioner.nominator.enabled, "nominations turned off")
     h.kube.patch = real_patch  # type: ignore[method-assign]
     assert nominated(h, "a") is None
@@ -176,7 +199,7 @@ async def test_nominations_can_be_switched_off() -> None:
         await pending(h, "a", "1500m")
         await provisioner.reconcile()
         [claim] = claims(h)
-        await register(h, claim)
+        await up(h, claim)
         await h.settle()
         assert nominated(h, "a") is None
         assert h.kube.obj(NODECLAIMS, claim["metadata"]["name"]) is not None
