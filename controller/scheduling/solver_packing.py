@@ -32,10 +32,13 @@ class Packer(Explanations):
         ordered = self._order(groups)
         planned: dict[tuple[int, str], int] = {}
         tally = ZoneTally()
-        # pods that other groups' zonal spread counts get their zones first, so the quotas of the
-        # constrained groups are made on top of them; parts are then placed in group order
+        # zone quotas are made in three rounds: first the groups that two spreads bind (their own
+        # and another group's that counts their pods), then the pods that only other groups'
+        # spreads count (each into a zone where no spread counting it is broken: the lowest one
+        # always is), then the groups that one spread alone binds (filling its lowest zone keeps
+        # every pod it counts within maxSkew); parts are then placed in group order
         by_group: dict[int, list[Part]] = {}
-        for g in sorted(ordered, key=lambda g: g.zone_spread is not None):
+        for g in sorted(ordered, key=self._split_rank):
             by_group[g.idx] = self._make_parts(g, zone=zone, planned=planned, tally=tally)
         parts = [part for g in ordered for part in by_group[g.idx]]
         for in_flight in (False, True):
@@ -52,6 +55,14 @@ class Packer(Explanations):
         if zone is None:
             self._redistribute(parts)
         return parts
+
+    def _split_rank(self, g: Group) -> int:
+        own = g.zone_spread
+        if own is None:
+            return 1
+        if not own.self_match or any(r.term.matched != own.matched for r in g.zone_matchers):
+            return 0
+        return 2
 
     def _fill_existing(self, part: Part, *, in_flight: bool) -> None:
         g = part.group
