@@ -474,11 +474,11 @@ def test_spread_counts_matching_pods_without_a_spread_of_their_own(
 
 
 @settings(
-    max_examples=int(os.environ.get("SOLVER_PROPERTY_EXAMPLES", "60")) // 3,
+    max_examples=int(os.environ.get("SOLVER_PROPERTY_EXAMPLES", "60")) // 4,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(st.integers(10, 120), st.integers(0, 2**31), st.integers(6, 30))
+@given(st.integers(10, 90), st.integers(0, 2**31), st.integers(6, 20))
 def test_karpenter_benchmark_mix_keeps_every_constraint(count: int, seed: int, types: int) -> None:
     """Karpenter's benchmark mix (zone and hostname spread, zone self-affinity, hostname
     anti-affinity, all sharing labels with unconstrained pods), random draws: nothing is broken."""
@@ -487,3 +487,23 @@ def test_karpenter_benchmark_mix_keeps_every_constraint(count: int, seed: int, t
     plan = solve(pods=pending, node_pools=[p])
     assert not plan.unschedulable
     assert no_replay_violations(plan, pending, [p]) == []
+
+
+def test_zone_self_affinity_pods_the_spread_counts_are_placed_before_the_quotas() -> None:
+    """Pods bound to one zone by their pod affinity stay there; the spread balances around them."""
+    p = pool("default", CPU_TYPES)
+    together = PodAffinityTerm(
+        topology_key=ZONE, selector=label_selector({"my-label": "a"}), namespaces=frozenset({"default"})
+    )
+    stay = [
+        pod(f"stay-{i}", labels={"my-label": "a"}, requests=res(cpu=c, memory="1Gi"), affinity=[together])
+        for i, c in enumerate([1, 2, 3, 1])
+    ]
+    constrained = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")])
+    pending = stay + constrained
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+    assert no_replay_violations(plan, pending, [p]) == []
+    assert len({n.choice.zone for n in plan.new_nodes if any(k.startswith("default/stay-") for k in n.pods)}) == 1
