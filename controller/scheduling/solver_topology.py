@@ -57,15 +57,28 @@ class TopologyRules(SolverBase):
                     }[(kind, term.topology_key)]
                     target.append(term)
                     self.terms.append(term)
+        # terms that select alike (same selector and namespaces) share what they select
+        selected: dict[object, tuple[frozenset[int], dict[int, int], dict[str, int], int]] = {}
         for term in self.terms:
-            term.matched = frozenset(h.idx for h in self.groups if term.selects(h.rep.namespace, h.rep.labels))
+            key = (term.selector, term.namespaces, term.all_ns)
+            got = selected.get(key)
+            if got is None:
+                matched = frozenset(h.idx for h in self.groups if term.selects(h.rep.namespace, h.rep.labels))
+                on_node: dict[int, int] = {}
+                in_zone: dict[str, int] = {}
+                total = 0
+                for node_idx, zone, pod in existing_pods:
+                    if term.selects(pod.namespace, pod.labels):
+                        on_node[node_idx] = on_node.get(node_idx, 0) + 1
+                        if zone is not None:
+                            in_zone[zone] = in_zone.get(zone, 0) + 1
+                        total += 1
+                got = selected[key] = (matched, on_node, in_zone, total)
+            term.matched = got[0]
             term.self_match = term.owner in term.matched
-            for node_idx, zone, pod in existing_pods:
-                if term.selects(pod.namespace, pod.labels):
-                    term.existing_node[node_idx] = term.existing_node.get(node_idx, 0) + 1
-                    if zone is not None:
-                        term.existing_zone[zone] = term.existing_zone.get(zone, 0) + 1
-                    term.existing_total += 1
+            term.existing_node = dict(got[1])
+            term.existing_zone = dict(got[2])
+            term.existing_total = got[3]
         # anti-affinity is symmetric: a pod may not land next to a pod whose anti-affinity selects it
         for g in self.groups:
             for term in g.host_anti:
