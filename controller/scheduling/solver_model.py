@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from controller.scheduling.instancetypes import InstanceType, Offering
 from controller.scheduling.labels import (
@@ -217,6 +218,27 @@ class Term:
         return f"{what} on {self.topology_key}"
 
 
+@dataclass(frozen=True, eq=False)
+class ZoneRule:
+    """Zonal spread terms that count the same pods over the same eligible zones with the same
+    skew: what a pod the selector matches must respect when it joins a zone holding an owner."""
+
+    term: Term  # one of them: its ``matched``/``existing_zone`` give the counts
+    max_skew: int
+    domains: frozenset[str]
+    min_zero: bool  # fewer eligible zones than minDomains: the global minimum counts as 0
+    owners: frozenset[int]
+
+
+@dataclass(frozen=True, eq=False)
+class HostRule:
+    """Hostname spread terms that count the same pods with the same bound ``maxSkew + min``."""
+
+    term: Term
+    bound: int
+    owners: frozenset[int]
+
+
 class Group:
     __slots__ = (
         "blocked_nodes",
@@ -230,6 +252,7 @@ class Group:
         "host_aff",
         "host_anti",
         "host_m",
+        "host_matchers",
         "host_spread",
         "idx",
         "kmax",
@@ -244,6 +267,7 @@ class Group:
         "w",
         "zone_aff",
         "zone_anti",
+        "zone_matchers",
         "zone_pin",
         "zone_spread",
     )
@@ -266,6 +290,9 @@ class Group:
         self.host_anti: list[Term] = []
         self.zone_anti: list[Term] = []
         self.host_m: dict[int, int] = {}
+        # spread rules (of any group, this one's too) whose selector matches this group's pods
+        self.zone_matchers: list[ZoneRule] = []
+        self.host_matchers: list[HostRule] = []
         self.conflict_host: set[int] = set()
         self.conflict_zone: set[int] = set()
         self.blocked_nodes: set[int] = set()

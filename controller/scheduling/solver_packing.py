@@ -15,6 +15,7 @@ from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_explain import Explanations
 from controller.scheduling.solver_model import Group, Node, Part, Sim, Slot
 from controller.scheduling.solver_numeric import fit_count, fits, suffix_minima, water_fill
+from controller.scheduling.solver_topology import ZoneTally
 
 
 class Packer(Explanations):
@@ -29,10 +30,17 @@ class Packer(Explanations):
     def _place_groups(self, groups: Sequence[Group], *, zone: str | None) -> list[Part]:
         """Phase 1 (existing, then in-flight) and phase 2 (new nodes) for these groups."""
         ordered = self._order(groups)
-        parts: list[Part] = []
         planned: dict[tuple[int, str], int] = {}
-        for g in ordered:
-            parts.extend(self._make_parts(g, zone, planned))
+        tally = ZoneTally()
+        # zone quotas are made in three rounds: first the groups that two spreads bind (their own
+        # and another group's that counts their pods), then the pods that only other groups'
+        # spreads count (each into a zone where no spread counting it is broken: the lowest one
+        # always is), then the groups that one spread alone binds (filling its lowest zone keeps
+        # every pod it counts within maxSkew); parts are then placed in group order
+        by_group: dict[int, list[Part]] = {}
+        for g in sorted(ordered, key=self._split_rank):
+            by_group[g.idx] = self._make_parts(g, zone=zone, planned=planned, tally=tally)
+        parts = [part for g in ordered for part in by_group[g.idx]]
         for in_flight in (False, True):
             for part in parts:
                 if part.remaining > 0:
@@ -47,6 +55,14 @@ class Packer(Explanations):
         if zone is None:
             self._redistribute(parts)
         return parts
+
+    def _split_rank(self, g: Group) -> int:
+        own = g.zone_spread
+        if own is None:
+            return 1
+        if not own.self_match or any(r.term.matched != own.matched for r in g.zone_matchers):
+            return 0
+        return 2
 
     def _fill_existing(self, part: Part, *, in_flight: bool) -> None:
         g = part.group
@@ -278,9 +294,22 @@ class Packer(Explanations):
     def _redistribute(self, parts: list[Part]) -> None:
         """Zonal spread parts that could not be placed move to other zones within maxSkew."""
         by_group: dict[int, list[Part]] = {}
+        loose: list[Part] = []
         for part in parts:
-            if part.group.zone_spread is not None and part.zone is not None:
+            if part.zone is None:
+                continue
+            if part.group.zone_spread is not None:
                 by_group.setdefault(part.group.idx, []).append(part)
+            elif part.remaining > 0:
+                loose.append(part)
+        for stuck_part in loose:
+            # a zone share of pods that only other groups' spread counts: rather anywhere than nowhere
+            g = stuck_part.group
+            left = stuck_part.remaining
+            stuck_part.set_quota(stuck_part.placed)
+            anywhere = Part(g, None, left, g.variants)
+            self._place_part(anywhere)
+            parts.append(anywhere)
         for gparts in by_group.values():
             g = gparts[0].group
             term = g.zone_spread
@@ -311,13 +340,7 @@ class Packer(Explanations):
                     part = Part(g, z, quotas[z], [v for v in zv if v.is_satisfiable()])
                     new_parts.append(part)
                 for part in new_parts:
-                    for in_flight in (False, True):
-                        if part.remaining > 0:
-                            self._fill_existing(part, in_flight=in_flight)
-                    if part.remaining > 0:
-                        self._fill_new(part)
-                    if part.remaining > 0:
-                        self._open(part, [part], 0)
+                    self._place_part(part)
                     moved += part.placed
                 unplaced = left - moved
                 gparts.extend(new_parts)
@@ -328,6 +351,16 @@ class Packer(Explanations):
                     p.set_quota(p.placed)
                 if moved == 0:
                     break
+
+    def _place_part(self, part: Part) -> None:
+        """Existing nodes, in-flight NodeClaims, open new nodes, then new nodes, for one part."""
+        for in_flight in (False, True):
+            if part.remaining > 0:
+                self._fill_existing(part, in_flight=in_flight)
+        if part.remaining > 0:
+            self._fill_new(part)
+        if part.remaining > 0:
+            self._open(part, [part], 0)
 
     def _fail_part(self, part: Part) -> None:
         g = part.group

@@ -27,6 +27,7 @@ class Solver(GangPlacer):
             self._hostname_minimums(g)
         self._prepare_candidates(self.groups)
         self._bounds(self.groups)
+        self._build_rules()
         if self.groups:
             dims = range(len(self.u.names))
             lows = [min(g.req[d] for g in self.groups) for d in dims]
@@ -36,7 +37,12 @@ class Solver(GangPlacer):
         for gang_id in gang_ids:
             self._place_gang(gang_id, [g for g in self.groups if g.gang == gang_id])
         rest = [g for g in self.groups if g.gang is None]
-        parts = self._place_groups(rest, zone=None)
+        # groups that a zonal spread counts but that stay where their first pod goes (pod
+        # affinity, zone anti-affinity) are placed first: their zones then count for the quotas
+        early = [g for g in rest if g.zone_matchers and g.per_node_only and not g.deferred]
+        parts = self._place_groups(early, zone=None) if early else []
+        first = {g.idx for g in early}
+        parts += self._place_groups([g for g in rest if g.idx not in first], zone=None)
         for part in parts:
             if part.remaining > 0:
                 self._fail_part(part)

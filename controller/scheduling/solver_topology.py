@@ -3,7 +3,7 @@ matching-pod counts per node and zone, the caps they put on a node, and zone par
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from controller.scheduling.labels import (
     LABEL_HOSTNAME,
@@ -16,7 +16,7 @@ from controller.scheduling.model import (
 )
 from controller.scheduling.requirements import Requirement
 from controller.scheduling.solver_base import SolverBase
-from controller.scheduling.solver_model import Group, Node, Part, Term
+from controller.scheduling.solver_model import Group, HostRule, Node, Part, Term, ZoneRule
 from controller.scheduling.solver_numeric import water_fill
 
 
@@ -57,15 +57,28 @@ class TopologyRules(SolverBase):
                     }[(kind, term.topology_key)]
                     target.append(term)
                     self.terms.append(term)
+        # terms that select alike (same selector and namespaces) share what they select
+        selected: dict[object, tuple[frozenset[int], dict[int, int], dict[str, int], int]] = {}
         for term in self.terms:
-            term.matched = frozenset(h.idx for h in self.groups if term.selects(h.rep.namespace, h.rep.labels))
+            key = (term.selector, term.namespaces, term.all_ns)
+            got = selected.get(key)
+            if got is None:
+                matched = frozenset(h.idx for h in self.groups if term.selects(h.rep.namespace, h.rep.labels))
+                on_node: dict[int, int] = {}
+                in_zone: dict[str, int] = {}
+                total = 0
+                for node_idx, zone, pod in existing_pods:
+                    if term.selects(pod.namespace, pod.labels):
+                        on_node[node_idx] = on_node.get(node_idx, 0) + 1
+                        if zone is not None:
+                            in_zone[zone] = in_zone.get(zone, 0) + 1
+                        total += 1
+                got = selected[key] = (matched, on_node, in_zone, total)
+            term.matched = got[0]
             term.self_match = term.owner in term.matched
-            for node_idx, zone, pod in existing_pods:
-                if term.selects(pod.namespace, pod.labels):
-                    term.existing_node[node_idx] = term.existing_node.get(node_idx, 0) + 1
-                    if zone is not None:
-                        term.existing_zone[zone] = term.existing_zone.get(zone, 0) + 1
-                    term.existing_total += 1
+            term.existing_node = dict(got[1])
+            term.existing_zone = dict(got[2])
+            term.existing_total = got[3]
         # anti-affinity is symmetric: a pod may not land next to a pod whose anti-affinity selects it
         for g in self.groups:
             for term in g.host_anti:
@@ -99,6 +112,35 @@ class TopologyRules(SolverBase):
                 g.per_node_only = True
             if any(not t.self_match for t in (*g.host_aff, *g.zone_aff)):
                 g.deferred = True
+
+    def _build_rules(self) -> None:
+        """Once candidates are known: merge the spread terms into rules (same counted pods, zones
+        and bound) and give every group the rules whose selector matches its pods."""
+        self._eligible_cache: dict[object, frozenset[str]] = {}
+        zone_rules: dict[tuple[frozenset[int], int, frozenset[str], bool], tuple[Term, set[int]]] = {}
+        host_rules: dict[tuple[frozenset[int], int], tuple[Term, set[int]]] = {}
+        for term in self.terms:
+            if term.kind != "spread":
+                continue
+            owner = self.groups[term.owner]
+            if term.topology_key == LABEL_ZONE:
+                domains = frozenset(self._zone_domains(owner, term))
+                min_zero = term.min_domains is not None and len(domains) < term.min_domains
+                zone_rules.setdefault((term.matched, term.max_skew, domains, min_zero), (term, set()))[1].add(owner.idx)
+            else:
+                bound = term.max_skew + owner.host_m.get(id(term), 0)
+                host_rules.setdefault((term.matched, bound), (term, set()))[1].add(owner.idx)
+        self._owned_zone_rules: dict[int, list[ZoneRule]] = {}
+        for (matched, skew, domains, min_zero), (term, owners) in zone_rules.items():
+            rule = ZoneRule(term=term, max_skew=skew, domains=domains, min_zero=min_zero, owners=frozenset(owners))
+            for h in sorted(matched):
+                self.groups[h].zone_matchers.append(rule)
+            for h in sorted(owners):
+                self._owned_zone_rules.setdefault(h, []).append(rule)
+        for (matched, bound), (term, owners) in host_rules.items():
+            host_rule = HostRule(term=term, bound=bound, owners=frozenset(owners))
+            for h in sorted(matched):
+                self.groups[h].host_matchers.append(host_rule)
 
     def _spread_term(self, g: Group, sp: TopologySpread) -> Term:
         return Term(
@@ -149,29 +191,58 @@ class TopologyRules(SolverBase):
                 cap = min(cap, term.max_skew + g.host_m.get(id(term), 0))
         return max(cap, 1)
 
-    def _make_parts(self, g: Group, zone: str | None, planned: dict[tuple[int, str], int]) -> list[Part]:
-        """Split the group's pods into parts, by zone when it has a zonal spread constraint.
+    def _make_parts(
+        self, g: Group, zone: str | None, planned: dict[tuple[int, str], int], tally: ZoneTally
+    ) -> list[Part]:
+        """Split the group's pods into parts, by zone when a zonal spread counts them.
 
         ``planned`` holds the pods the parts made before in this phase will put in each zone, as
         (group, zone) -> pods; they count towards every spread whose selector matches their group,
-        so groups that differ only in size share their counts. The new parts are added to it.
+        so groups that differ only in size share their counts. The new parts are added to it (and
+        to ``tally``, the same counts per rule).
         """
-        out = self._split(g, zone, planned)
+        out = self._split(g, zone=zone, planned=planned, tally=tally)
         for part in out:
             if part.zone is not None and part.quota > 0:
                 key = (g.idx, part.zone)
                 planned[key] = planned.get(key, 0) + part.quota
+                tally.add(g, part.zone, part.quota, self._owned_zone_rules.get(g.idx, ()))
         return out
 
-    def _split(self, g: Group, zone: str | None, planned: Mapping[tuple[int, str], int]) -> list[Part]:
+    def _zone_parts(self, g: Group, quotas: Mapping[str, int]) -> list[Part]:
+        out = []
+        for z in sorted(quotas):
+            if quotas[z] <= 0:
+                continue
+            zr = Requirement.in_(LABEL_ZONE, z)
+            zv = [v.with_(zr) for v in g.variants]
+            out.append(Part(g, z, quotas[z], [v for v in zv if v.is_satisfiable()]))
+        return out
+
+    def _splits_unconstrained(self, g: Group) -> bool:
+        """Whether a group without a zonal spread of its own is split over zones because other
+        groups' zonal spread counts its pods (groups bound to one node / zone are not)."""
+        return bool(g.zone_matchers) and g.gang is None and not (g.per_node_only or g.deferred)
+
+    def _split(
+        self, g: Group, zone: str | None, planned: Mapping[tuple[int, str], int], tally: ZoneTally
+    ) -> list[Part]:
         total = sum(1 for _ in g.pods) - self.state.placed_total.get(g.idx, 0)
         variants = g.variants
         if zone is not None:
             zr = Requirement.in_(LABEL_ZONE, zone)
             variants = [v.with_(zr) for v in variants]
             variants = [v for v in variants if v.is_satisfiable()]
-        if g.zone_spread is None or total <= 0:
+        if total <= 0:
             return [Part(g, zone, total, variants)]
+        if g.zone_spread is None:
+            if zone is not None or not self._splits_unconstrained(g):
+                return [Part(g, zone, total, variants)]
+            zones = sorted(self._eligible_zones(g, honor_affinity=True, honor_taints=True))
+            if not zones:
+                return [Part(g, zone, total, variants)]
+            quotas = self._greedy_zones(g, total, zones=zones, planned=planned, tally=tally, caps=None)
+            return self._zone_parts(g, quotas)
         term = g.zone_spread
         domains = self._zone_domains(g, term, planned)
         if zone is not None:
@@ -179,16 +250,20 @@ class TopologyRules(SolverBase):
         if not domains:
             return [Part(g, zone, total, variants)]
         caps = None
-        if term.min_domains is not None and len(domains) < term.min_domains:
+        min_zero = term.min_domains is not None and len(domains) < term.min_domains
+        if min_zero:
             # fewer eligible zones than minDomains: the global minimum counts as zero
             caps = {z: max(0, term.max_skew - c) for z, c in domains.items()}
-        # among equally counted zones, the one whose matching pods of this plan are worth least
-        # goes first, so groups of different sizes sharing the selector balance what each zone buys
-        load: dict[str, float] = {}
-        for (h, z), c in planned.items():
-            if h in term.matched:
-                load[z] = load.get(z, 0.0) + c * self.groups[h].w
-        quotas = water_fill(domains, total, caps=caps, load=load, weight=g.w)
+        if zone is None and self._needs_greedy(g, frozenset(domains), min_zero):
+            quotas = self._greedy_zones(g, total, zones=sorted(domains), planned=planned, tally=tally, caps=caps)
+        else:
+            # among equally counted zones, the one whose matching pods of this plan are worth least
+            # goes first, so groups of different sizes sharing the selector balance what each zone buys
+            load: dict[str, float] = {}
+            for (h, z), c in planned.items():
+                if h in term.matched:
+                    load[z] = load.get(z, 0.0) + c * self.groups[h].w
+            quotas = water_fill(domains, total, caps=caps, load=load, weight=g.w)
         out = []
         leftover = total - sum(quotas.values())
         if leftover > 0:
@@ -198,15 +273,125 @@ class TopologyRules(SolverBase):
                 f"{term.min_domains}, so each zone takes at most {term.max_skew} matching pods"
             )
             out.append(stuck)
-        for z in sorted(quotas):
-            if quotas[z] <= 0:
-                continue
-            zr = Requirement.in_(LABEL_ZONE, z)
-            zv = [v.with_(zr) for v in g.variants]
-            zv = [v for v in zv if v.is_satisfiable()]
-            part = Part(g, z, quotas[z], zv)
-            out.append(part)
+        out.extend(self._zone_parts(g, quotas))
         return out
+
+    def _needs_greedy(self, g: Group, domains: frozenset[str], min_zero: bool) -> bool:
+        """Whether water-filling the group's own counts could break a spread that counts its pods:
+        no, when every such spread counts the same pods over the same zones (filling the lowest
+        zone keeps each of them within maxSkew)."""
+        own = g.zone_spread
+        assert own is not None
+        if not own.self_match:
+            return bool(g.zone_matchers)
+        return any(
+            r.term.matched != own.matched or r.domains != domains or r.min_zero != min_zero for r in g.zone_matchers
+        )
+
+    def _greedy_zones(
+        self,
+        g: Group,
+        total: int,
+        *,
+        zones: Sequence[str],
+        planned: Mapping[tuple[int, str], int],
+        tally: ZoneTally,
+        caps: Mapping[str, int] | None,
+    ) -> dict[str, int]:
+        """Zones for the group's pods one at a time: a zone where no spread that counts them (its
+        own, and other groups' whose pods are already in that zone) would exceed maxSkew; among
+        those, the lowest own count (a group with a zonal spread), then the lowest skew it makes
+        for the spreads counting it, then the zone name."""
+        rules = list(g.zone_matchers)
+        counts = [dict(tally.counts(r, planned, self)) for r in rules]
+        # counts shared by several rules are one dict
+        by_class: dict[int, dict[str, int]] = {}
+        for i, r in enumerate(rules):
+            counts[i] = by_class.setdefault(id(r.term.matched), counts[i])
+        present = [set(tally.present(r, planned, self)) for r in rules]
+        own = g.zone_spread
+        own_counts: dict[str, int] = {}
+        own_low_zero = False
+        if own is not None:
+            own_counts = dict(self._zone_counts(own, planned))
+            own_low_zero = caps is not None
+        out = dict.fromkeys(zones, 0)
+        for _ in range(total):
+            best: tuple[int, int, int, str] | None = None
+            for z in zones:
+                if caps is not None and out[z] >= caps.get(z, 0):
+                    continue
+                bad = 0
+                pressure = 0
+                for r, c, pres in zip(rules, counts, present, strict=True):
+                    if z not in r.domains:
+                        continue
+                    after = c.get(z, 0) + 1
+                    low = 0 if r.min_zero else min(after if y == z else c.get(y, 0) for y in r.domains)
+                    over = after - low - r.max_skew
+                    if over > 0 and z in pres:
+                        bad += over
+                    pressure = max(pressure, after - low)
+                mine = 0
+                if own is not None:
+                    mine = own_counts.get(z, 0)
+                    low = 0 if own_low_zero else min(own_counts.get(y, 0) for y in zones)
+                    over = mine + (1 if own.self_match else 0) - low - own.max_skew
+                    if over > 0:
+                        bad += over
+                key = (bad, mine, pressure, z)
+                if best is None or key < best:
+                    best = key
+            if best is None:
+                break
+            z = best[3]
+            out[z] += 1
+            done: set[int] = set()
+            for r, c, pres in zip(rules, counts, present, strict=True):
+                if id(c) not in done:
+                    done.add(id(c))
+                    c[z] = c.get(z, 0) + 1
+                if g.idx in r.owners:
+                    pres.add(z)
+            if own is not None:
+                own_counts[z] = own_counts.get(z, 0) + 1
+        return out
+
+    def _eligible_zones(self, g: Group, *, honor_affinity: bool, honor_taints: bool) -> set[str]:
+        """Zones of existing nodes (that the group's node affinity / tolerations accept, as asked)
+        and zones where a compatible instance type is offered, less the zones blocked for it."""
+        cache = self._eligible_cache
+        key = (
+            tuple(g.required),
+            g.tol_key if honor_taints else None,
+            honor_affinity,
+            frozenset(g.blocked_zones),
+            frozenset(slot.idx for cands in g.cands.values() for _lb, slot, _vi in cands),
+        )
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = frozenset(
+                self._eligible_zones_of(g, honor_affinity=honor_affinity, honor_taints=honor_taints)
+            )
+        return set(found)
+
+    def _eligible_zones_of(self, g: Group, *, honor_affinity: bool, honor_taints: bool) -> set[str]:
+        zones: set[str] = set()
+        for n in self.state.existing:
+            if n.zone is None or n.cordoned:
+                continue
+            if honor_affinity and not any(v.matches(n.labels) for v in g.required):
+                continue
+            if honor_taints and self._untolerated(g.tol_key, n.taints) is not None:
+                continue
+            zones.add(n.zone)
+        for cands in g.cands.values():
+            for _lb, slot, _vi in cands:
+                for variant in g.required:
+                    if self._compat(variant, slot):
+                        zones.update(o.zone for o in self._offerings(variant, slot))
+                        break
+        return zones - g.blocked_zones
 
     def _zone_counts(self, term: Term, planned: Mapping[tuple[int, str], int] | None = None) -> dict[str, int]:
         """Pods the term's selector matches per zone, of every group: running on existing nodes,
@@ -225,22 +410,7 @@ class TopologyRules(SolverBase):
         self, g: Group, term: Term, planned: Mapping[tuple[int, str], int] | None = None
     ) -> dict[str, int]:
         """Eligible zones for the group's zonal spread, with matching-pod counts (see `_zone_counts`)."""
-        zones: set[str] = set()
-        for n in self.state.existing:
-            if n.zone is None or n.cordoned:
-                continue
-            if term.honor_affinity and not any(v.matches(n.labels) for v in g.required):
-                continue
-            if term.honor_taints and self._untolerated(g.tol_key, n.taints) is not None:
-                continue
-            zones.add(n.zone)
-        for cands in g.cands.values():
-            for _lb, slot, _vi in cands:
-                for variant in g.required:
-                    if self._compat(variant, slot):
-                        zones.update(o.zone for o in self._offerings(variant, slot))
-                        break
-        zones -= g.blocked_zones
+        zones = self._eligible_zones(g, honor_affinity=term.honor_affinity, honor_taints=term.honor_taints)
         counts = self._zone_counts(term, planned)
         return {z: counts.get(z, 0) for z in sorted(zones)}
 
@@ -287,6 +457,15 @@ class TopologyRules(SolverBase):
                 return 0
             if term.self_match:
                 cap = min(cap, limit)
+        if g.host_matchers and node.placed:
+            # a hostname spread of pods already on the node counts this group's pods too
+            for rule in g.host_matchers:
+                if not any(h in rule.owners for h in node.placed):
+                    continue
+                limit = rule.bound - self._host_count(rule.term, node)
+                if limit <= 0:
+                    return 0
+                cap = min(cap, limit)
         for term in g.host_aff:
             if self._host_count(term, node) > 0:
                 continue
@@ -318,3 +497,38 @@ class TopologyRules(SolverBase):
         if g.idx in g.conflict_zone:
             return 1
         return 1 << 30
+
+
+class ZoneTally:
+    """For one phase of placement: matching pods per zone of each counted set of groups, and the
+    zones where each zonal rule's owners will be, both kept up to date as parts are made."""
+
+    def __init__(self) -> None:
+        self._counts: dict[int, tuple[frozenset[int], dict[str, int]]] = {}
+        self._present: dict[int, tuple[ZoneRule, set[str]]] = {}
+
+    def counts(self, rule: ZoneRule, planned: Mapping[tuple[int, str], int], rules: TopologyRules) -> dict[str, int]:
+        key = id(rule.term.matched)
+        got = self._counts.get(key)
+        if got is None:
+            got = self._counts[key] = (rule.term.matched, rules._zone_counts(rule.term, planned))
+        return got[1]
+
+    def present(self, rule: ZoneRule, planned: Mapping[tuple[int, str], int], rules: TopologyRules) -> set[str]:
+        got = self._present.get(id(rule))
+        if got is None:
+            zones: set[str] = set()
+            for source in (rules.state.placed_zone, planned):
+                zones.update(z for (h, z), c in source.items() if c > 0 and h in rule.owners)
+            got = self._present[id(rule)] = (rule, zones)
+        return got[1]
+
+    def add(self, g: Group, zone: str, pods: int, owned: Sequence[ZoneRule]) -> None:
+        """The group's pods planned in ``zone``: they count wherever a rule's selector matches them."""
+        for matched, counts in self._counts.values():
+            if g.idx in matched:
+                counts[zone] = counts.get(zone, 0) + pods
+        for rule in owned:
+            got = self._present.get(id(rule))
+            if got is not None:
+                got[1].add(zone)

@@ -26,6 +26,8 @@ from controller.scheduling import (
     solve,
 )
 from controller.scheduling.model import Pod
+from hack.bench.checker import check_plan as replay_plan
+from hack.bench.karpenter_workload import karpenter_catalog, karpenter_pods, karpenter_pool
 from tests.unit.scheduling.builders import (
     HOSTNAME,
     TOLERATE_GPU,
@@ -241,6 +243,101 @@ def test_zone_affinity_follows_a_target_of_another_size() -> None:
     assert {n.choice.zone for n in plan.new_nodes} == {"zone-b"}
 
 
+# --- pods the selector matches that carry no spread of their own ------------------------------------
+
+
+def no_replay_violations(
+    plan: Plan, pending: Sequence[Pod], pools: Sequence[NodePoolTemplate], existing: Sequence[ExistingNode] = ()
+) -> list[str]:
+    """What the benchmark's independent checker (kube-scheduler's rules, every pod judged as the
+    last one bound) finds wrong with the plan."""
+    return [str(v) for v in replay_plan(pods=pending, plan=plan, node_pools=pools, existing_nodes=existing)]
+
+
+def test_unconstrained_pods_of_other_sizes_count_for_the_spread() -> None:
+    p = pool("default", CPU_TYPES)
+    constrained = sized("a", [1, 2, 3], spread=[zone_spread("a")])
+    loose = [
+        pod(f"loose-{i}", labels={"my-label": "a"}, requests=res(cpu=c, memory="1Gi"))
+        for i, c in enumerate([1, 1, 2, 2, 3, 4, 5, 6, 1, 2, 7])
+    ]
+    pending = constrained + loose
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+    assert no_replay_violations(plan, pending, [p]) == []
+    counts = per_zone(plan, pending, "a")
+    assert sum(counts.values()) == 14
+    assert max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_constrained_pods_whose_own_label_another_spread_counts() -> None:
+    """Pods labelled ``a`` that spread over ``b`` (and the reverse) count for each other's spread."""
+    p = pool("default", CPU_TYPES)
+    pending = (
+        sized("a", [1, 2, 3, 4], spread=[zone_spread("b")])
+        + [
+            pod(f"b-{i}", labels={"my-label": "b"}, requests=res(cpu=c, memory="1Gi"), spread=[zone_spread("a")])
+            for i, c in enumerate([2, 3, 5])
+        ]
+        + [pod(f"x-{i}", labels={"my-label": "a"}, requests=res(cpu=c, memory="1Gi")) for i, c in enumerate([1, 6, 2])]
+    )
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+    assert no_replay_violations(plan, pending, [p]) == []
+
+
+def test_existing_nodes_holding_unconstrained_matching_pods_in_one_zone() -> None:
+    p = pool("default", CPU_TYPES)
+    full = res(cpu="1", memory="1Gi", pods=110)
+    existing = [
+        node(
+            "n1", zone="zone-a", allocatable=full, bound=[pod(f"old-{i}", labels={"my-label": "a"}) for i in range(5)]
+        ),
+        node("n2", zone="zone-b", allocatable=full),
+    ]
+    constrained = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")])
+    loose = [
+        pod(f"loose-{i}", labels={"my-label": "a"}, requests=res(cpu=c, memory="1Gi")) for i, c in enumerate([1, 2])
+    ]
+    pending = constrained + loose
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=[p], existing=existing)
+    assert not plan.unschedulable
+    assert spread_violations(plan, pending=pending, existing=existing, zones=all_zones(pending)) == []
+    assert no_replay_violations(plan, pending, [p], existing) == []
+    zone_of = {k: n.choice.zone for n in plan.new_nodes for k in n.pods}
+    assert all(zone_of[x.key] != "zone-a" for x in constrained)
+    assert per_zone(plan, pending, "a", existing)["zone-a"] == 5
+
+
+def test_hostname_spread_counts_unconstrained_pods_joining_the_node() -> None:
+    p = pool("default", CPU_TYPES)
+    host = TopologySpread(topology_key=HOSTNAME, max_skew=1, selector=label_selector({"my-label": "a"}))
+    constrained = sized("a", [1, 1, 2], spread=[host])
+    loose = [pod(f"loose-{i}", labels={"my-label": "a"}, requests=res(cpu="500m", memory="512Mi")) for i in range(6)]
+    pending = constrained + loose
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+    assert no_replay_violations(plan, pending, [p]) == []
+    for n in plan.new_nodes:
+        if any(x.key in n.pods for x in constrained):
+            assert sum(1 for k in n.pods if k.startswith(("default/a-", "default/loose-"))) == 1
+
+
+def test_karpenter_benchmark_mix_at_small_scale_keeps_every_constraint() -> None:
+    p = karpenter_pool(karpenter_catalog(24))
+    pending = karpenter_pods(150)
+    plan = solve(pods=pending, node_pools=[p])
+    assert not plan.unschedulable
+    assert no_replay_violations(plan, pending, [p]) == []
+
+
 # --- property: the final plan never breaks maxSkew, whatever the mix of sizes -----------------------
 
 SETTINGS = settings(
@@ -262,8 +359,18 @@ def spread_worlds(
     return spread_world(random.Random(draw(st.integers(0, 2**32))))
 
 
+@st.composite
+def spread_worlds_with_unconstrained(
+    draw: st.DrawFn,
+) -> tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode], dict[str, list[str]]]:
+    """`spread_worlds`, plus pods the selectors match that carry no spread constraint."""
+    return spread_world(random.Random(draw(st.integers(0, 2**32))), unconstrained=True)
+
+
 def spread_world(
     rng: random.Random,
+    *,
+    unconstrained: bool = False,
 ) -> tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode], dict[str, list[str]]]:
     types = []
     for i, (cpu, mem, gpus, price) in enumerate(
@@ -323,7 +430,24 @@ def spread_world(
             )
         )
     eligible = sorted(set(offered) | {e.labels[ZONE] for e in existing})
-    return pending, pools, existing, {p.key: eligible for p in pending}
+    eligible_zones = {p.key: eligible for p in pending}
+    if unconstrained:
+        # pods the selectors match that carry no spread of their own, of any size, maybe more of them
+        for i in range(rng.randint(1, 20)):
+            requests = res(cpu=rng.choice([1, 2, 3, 4, 6]), memory=f"{rng.choice([1, 2, 4])}Gi")
+            gpus = rng.choice([1, 2, 4]) if gpu_only else 0
+            if gpus:
+                requests = requests + res(gpu=gpus)
+            pending.append(
+                pod(
+                    f"u{i}",
+                    namespace=rng.choice(namespaces),
+                    labels={"my-label": rng.choice(values)},
+                    requests=requests,
+                    tolerations=[TOLERATE_GPU] if gpus else [],
+                )
+            )
+    return pending, pools, existing, eligible_zones
 
 
 @SETTINGS
@@ -335,3 +459,51 @@ def test_spread_over_pods_of_mixed_sizes_never_breaks_max_skew(
     plan = solve(pods=pending, node_pools=pools, existing_nodes=existing)
     check_plan(plan, pending=pending, pools=pools, existing=existing)
     assert spread_violations(plan, pending=pending, existing=existing, zones=zones) == []
+
+
+@SETTINGS
+@given(spread_worlds_with_unconstrained())
+def test_spread_counts_matching_pods_without_a_spread_of_their_own(
+    world: tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode], dict[str, list[str]]],
+) -> None:
+    pending, pools, existing, zones = world
+    plan = solve(pods=pending, node_pools=pools, existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=pools, existing=existing)
+    assert spread_violations(plan, pending=pending, existing=existing, zones=zones) == []
+    assert no_replay_violations(plan, pending, pools, existing) == []
+
+
+@settings(
+    max_examples=int(os.environ.get("SOLVER_PROPERTY_EXAMPLES", "60")) // 4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(st.integers(10, 90), st.integers(0, 2**31), st.integers(6, 20))
+def test_karpenter_benchmark_mix_keeps_every_constraint(count: int, seed: int, types: int) -> None:
+    """Karpenter's benchmark mix (zone and hostname spread, zone self-affinity, hostname
+    anti-affinity, all sharing labels with unconstrained pods), random draws: nothing is broken."""
+    p = karpenter_pool(karpenter_catalog(types))
+    pending = karpenter_pods(count, seed=seed)
+    plan = solve(pods=pending, node_pools=[p])
+    assert not plan.unschedulable
+    assert no_replay_violations(plan, pending, [p]) == []
+
+
+def test_zone_self_affinity_pods_the_spread_counts_are_placed_before_the_quotas() -> None:
+    """Pods bound to one zone by their pod affinity stay there; the spread balances around them."""
+    p = pool("default", CPU_TYPES)
+    together = PodAffinityTerm(
+        topology_key=ZONE, selector=label_selector({"my-label": "a"}), namespaces=frozenset({"default"})
+    )
+    stay = [
+        pod(f"stay-{i}", labels={"my-label": "a"}, requests=res(cpu=c, memory="1Gi"), affinity=[together])
+        for i, c in enumerate([1, 2, 3, 1])
+    ]
+    constrained = sized("a", [1, 2, 3, 4, 5, 6], spread=[zone_spread("a")])
+    pending = stay + constrained
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
+    assert no_replay_violations(plan, pending, [p]) == []
+    assert len({n.choice.zone for n in plan.new_nodes if any(k.startswith("default/stay-") for k in n.pods)}) == 1
