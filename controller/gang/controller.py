@@ -79,13 +79,12 @@ from controller.gang.podgroups import PodGroupSizes
 from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, newest, record_of
 from controller.kube.client import ApiError, ConflictError, NotFoundError, PatchType
 from controller.kube.resources import NODECLAIMS, NODES, PODS
-from controller.provisioning.capacity import valid_pools
 from controller.scheduling import kubeconv
 from controller.scheduling.model import NodePoolTemplate, OfferingKey
 from controller.state.deletion import delete_nodeclaim
 from controller.state.existing import cluster_capacity
 from controller.state.informer import EventType
-from controller.state.nodepools import daemon_templates
+from controller.state.nodepools import daemon_templates, valid_pools
 from controller.state.views import NodeClaimView, NodeView, Obj, PodView
 from controller.state.writer import NewClaim
 

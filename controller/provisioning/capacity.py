@@ -10,37 +10,11 @@ from typing import Any
 
 import structlog
 
-from api.v1.nodepool import NodePool
-from api.v1.validation import InvalidObjectError, validate
-from controller.cloudprovider.types import CloudProviderError
-from controller.context import Context
-from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, Pod
 from controller.scheduling.resources import ONE_POD
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
-
-
-async def valid_pools(
-    ctx: Context, *, component: str = "provisioner"
-) -> dict[str, tuple[Obj, tuple[InstanceType, ...]]]:
-    """NodePools that may launch now, with the instance types their provider offers them."""
-    pools: dict[str, tuple[Obj, tuple[InstanceType, ...]]] = {}
-    for name, pool in sorted(ctx.cluster.nodepools().items()):
-        if pool["metadata"].get("deletionTimestamp"):
-            continue
-        try:
-            validate(NodePool, pool)
-            instance_types = tuple(await ctx.cloud.instance_types(pool))
-        except InvalidObjectError as err:
-            log.warning(f"{component}.nodepool_invalid", nodepool=name, error=str(err))
-            continue
-        except CloudProviderError as err:
-            log.warning(f"{component}.instance_types_unavailable", nodepool=name, error=str(err))
-            continue
-        pools[name] = (pool, instance_types)
-    return pools
 
 
 def split_nominated(node: ExistingNode, nominated: Sequence[Pod]) -> tuple[list[Pod], list[Pod]]:

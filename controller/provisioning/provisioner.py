@@ -20,7 +20,7 @@ import structlog
 from controller import metrics
 from controller.context import Context
 from controller.provisioning.batcher import Batcher
-from controller.provisioning.capacity import split_nominated, valid_pools
+from controller.provisioning.capacity import split_nominated
 from controller.provisioning.nominator import Nominator
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
@@ -28,7 +28,7 @@ from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Po
 from controller.scheduling.solver import solve
 from controller.state.existing import cluster_capacity
 from controller.state.manifest import nodeclaim_manifest
-from controller.state.nodepools import daemon_templates
+from controller.state.nodepools import daemon_templates, valid_pools
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import NewClaim
 

@@ -1,19 +1,28 @@
 """What the cache says a new machine from a NodePool is made of: the hash of the NodePool's
-template (what drift detection compares a NodeClaim against) and the pods every DaemonSet would
-run on it (its overhead, as solver pods). Shared by provisioning, gangs and disruption."""
+template (what drift detection compares a NodeClaim against), the pods every DaemonSet would
+run on it (its overhead, as solver pods), and which NodePools may launch now with the instance
+types their provider offers. Shared by provisioning, gangs and disruption."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from api.v1.nodepool import NodePool
+from api.v1.validation import InvalidObjectError, validate
+from controller.cloudprovider.types import CloudProviderError
 from controller.scheduling import kubeconv
+from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import Pod
 from controller.state.cluster import ClusterState
+from controller.state.views import Obj
+
+if TYPE_CHECKING:
+    from controller.context import Context
 
 log = structlog.get_logger()
 
@@ -34,3 +43,24 @@ def daemon_templates(cluster: ClusterState, *, component: str = "provisioner") -
         except ValueError as err:
             log.warning(f"{component}.daemonset_unreadable", daemonset=ds["metadata"]["name"], error=str(err))
     return daemons
+
+
+async def valid_pools(
+    ctx: Context, *, component: str = "provisioner"
+) -> dict[str, tuple[Obj, tuple[InstanceType, ...]]]:
+    """NodePools that may launch now, with the instance types their provider offers them."""
+    pools: dict[str, tuple[Obj, tuple[InstanceType, ...]]] = {}
+    for name, pool in sorted(ctx.cluster.nodepools().items()):
+        if pool["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            validate(NodePool, pool)
+            instance_types = tuple(await ctx.cloud.instance_types(pool))
+        except InvalidObjectError as err:
+            log.warning(f"{component}.nodepool_invalid", nodepool=name, error=str(err))
+            continue
+        except CloudProviderError as err:
+            log.warning(f"{component}.instance_types_unavailable", nodepool=name, error=str(err))
+            continue
+        pools[name] = (pool, instance_types)
+    return pools
