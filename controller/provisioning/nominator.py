@@ -35,7 +35,7 @@ from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import PODS
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
-from controller.state.views import NodeClaimView, NodeView, PodView
+from controller.state.views import NodeClaimView, PodView
 
 log = structlog.get_logger()
 WORKERS = 8
@@ -75,7 +75,6 @@ class Nominator:
         if not self.enabled:
             return
         cluster = self.ctx.cluster
-        cluster.subscribe_views("Node", self._on_node)
         cluster.subscribe_views("NodeClaim", self._on_claim)
         cluster.subscribe_views("Pod", self._on_pod)
         await cluster.wait_synced()
@@ -87,17 +86,6 @@ class Nominator:
             return
         for key in {*self._nominations(), *self._written}:
             self.queue.add(key)
-
-    def _on_node(self, etype: EventType, obj: NodeView, old: NodeView | None) -> None:
-        if etype != "ADDED" or not self._nominations():
-            return
-        claim = self.ctx.cluster.claim_view_for_node(obj) if obj.provider_id else None
-        names = {obj.name}
-        if claim is not None:
-            names.add(claim.name)
-        for key, claim_name in self._nominations().items():
-            if claim_name in names:
-                self.queue.add(key)
 
     def _on_claim(self, etype: EventType, obj: NodeClaimView, old: NodeClaimView | None) -> None:
         # the NodeClaim was Initialized (or learned where its Node is): its pods can be nominated
