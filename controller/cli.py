@@ -99,6 +99,33 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "follows the plan (default: on)",
     )
     p.add_argument("--catalog", help="instance catalog JSON for the kwok provider (default: the built-in one)")
+    p.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="read DCGM GPU utilization (DCGM_FI_DEV_GPU_UTIL) from this Prometheus and mark idle GPU nodes "
+        "(default: off)",
+    )
+    p.add_argument(
+        "--gpu-idle-threshold",
+        type=float,
+        default=d.gpu_idle_threshold_percent,
+        metavar="PERCENT",
+        help="a node is idle while every GPU stays below this utilization (default: 20)",
+    )
+    p.add_argument(
+        "--gpu-idle-window",
+        type=float,
+        default=d.gpu_idle_window_seconds,
+        metavar="SECONDS",
+        help="how long the GPUs must stay below the threshold (default: 600)",
+    )
+    p.add_argument("--gpu-idle-poll", type=float, default=d.gpu_idle_poll_seconds, metavar="SECONDS")
+    p.add_argument(
+        "--gpu-utilization-node-label",
+        default=d.gpu_utilization_node_label,
+        metavar="LABEL",
+        help="the label naming the node on DCGM series (dcgm-exporter: Hostname; often node after relabeling)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -106,6 +133,21 @@ def _run(args: argparse.Namespace) -> int:
     from controller.operator.app import AWSOptions, run_operator
     from controller.operator.logging import configure
 
+    if args.prometheus_url:
+        from datetime import timedelta
+
+        from controller.gpuidle.prometheus import utilization_query
+        from controller.gpuidle.tracker import IdlePolicy, IdlePolicyError
+
+        try:
+            IdlePolicy(threshold_percent=args.gpu_idle_threshold, window=timedelta(seconds=args.gpu_idle_window))
+            utilization_query(node_label=args.gpu_utilization_node_label, range_seconds=60)
+        except (IdlePolicyError, ValueError) as err:
+            print(f"joiner run: {err}", file=sys.stderr)
+            return 2
+        if not args.gpu_idle_poll > 0:
+            print(f"joiner run: --gpu-idle-poll must be longer than zero, got {args.gpu_idle_poll}", file=sys.stderr)
+            return 2
     if args.provider == "aws" and not args.cluster_name:
         print("joiner run: --provider aws needs --cluster-name", file=sys.stderr)
         return 2
@@ -128,6 +170,11 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         health_port=args.health_port,
         bind_address=args.bind_address,
+        prometheus_url=args.prometheus_url,
+        gpu_idle_threshold_percent=args.gpu_idle_threshold,
+        gpu_idle_window_seconds=args.gpu_idle_window,
+        gpu_idle_poll_seconds=args.gpu_idle_poll,
+        gpu_utilization_node_label=args.gpu_utilization_node_label,
     )
     return asyncio.run(
         run_operator(

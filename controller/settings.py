@@ -31,6 +31,13 @@ class Settings:
     gang_member_wait_seconds: float = 60.0
     gang_backoff_seconds: float = 30.0
     gang_backoff_max_seconds: float = 600.0
+    # idle GPUs: read DCGM utilization from this Prometheus (None: no idle-GPU marking at all); a node
+    # whose GPUs stay below `threshold` percent for `window` seconds is marked GPUIdle
+    prometheus_url: str | None = None
+    gpu_idle_threshold_percent: float = 20.0
+    gpu_idle_window_seconds: float = 600.0
+    gpu_idle_poll_seconds: float = 30.0
+    gpu_utilization_node_label: str = "Hostname"
     # serving
     metrics_port: int = 8080
     health_port: int = 8081

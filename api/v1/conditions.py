@@ -47,6 +47,10 @@ DRAINED: Final = "Drained"
 """NodeClaim: every evictable pod has left the Node during termination."""
 GANG_ADMITTED: Final = "GangAdmitted"
 """NodeClaim: every NodeClaim of its gang is Initialized and the gang's pods were released."""
+GPU_IDLE: Final = "GPUIdle"
+"""NodeClaim: every GPU of its Node stayed below the idle threshold for the idle window (needs
+``--prometheus-url``); consolidation may then remove pods that opted in with
+``joiner.sh/idle-gpu-reclaim``."""
 
 NODEPOOL_CONDITION_TYPES: Final = (READY, VALIDATION_SUCCEEDED, NODE_CLASS_READY)
 NODECLAIM_CONDITION_TYPES: Final = (
@@ -58,6 +62,7 @@ NODECLAIM_CONDITION_TYPES: Final = (
     DRIFTED,
     DRAINED,
     GANG_ADMITTED,
+    GPU_IDLE,
 )
 NODECLASS_CONDITION_TYPES: Final = (READY,)
 

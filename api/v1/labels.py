@@ -106,6 +106,9 @@ def normalize_label_key(key: str) -> str:
 
 ANNOTATION_DO_NOT_DISRUPT: Final = "joiner.sh/do-not-disrupt"
 """On a pod or Node: ``"true"`` forbids voluntary disruption (consolidation, drift, expiry)."""
+ANNOTATION_IDLE_GPU_RECLAIM: Final = "joiner.sh/idle-gpu-reclaim"
+"""On a pod: ``"true"`` lets consolidation evict it for good from a node whose GPUs are idle (the
+NodeClaim's ``GPUIdle`` condition), even when no controller would recreate it."""
 ANNOTATION_GANG_SIZE: Final = "joiner.sh/gang-size"
 """On a gang pod: the number of pods in the gang (decimal string)."""
 ANNOTATION_KWOK_NODE: Final = "kwok.x-k8s.io/node"

@@ -53,6 +53,8 @@ class NodeState:
     ``blockers``: why it may not be disrupted at all now (do-not-disrupt, PDB, gang);
     ``consolidation_blockers``: why its pods may not be moved just to save money.
     ``protected_until``: a replacement disruption created is left alone until then.
+    ``reclaimable``: pods (``namespace/name``) disrupting it evicts for good without a place
+    elsewhere: its GPUs are idle (``GPUIdle``) and they opted in with ``joiner.sh/idle-gpu-reclaim``.
     """
 
     claim: str
@@ -71,6 +73,7 @@ class NodeState:
     consolidation_blockers: tuple[str, ...] = ()
     protected_until: datetime | None = None
     instance_type: str = ""
+    reclaimable: tuple[str, ...] = ()
 
     @property
     def node(self) -> str:

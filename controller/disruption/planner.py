@@ -575,6 +575,9 @@ def _least_churn(commands: Sequence[Command], *, tolerance: float = 0.005) -> Co
     return min(close, key=lambda c: (len(c.replacements), -c.saving / max(1, len(c.pods)), c.candidates))
 
 
+IDLE_GPU_RECLAIM_NOTE = "opted in with joiner.sh/idle-gpu-reclaim"
+
+
 def _command(
     reason: str,
     nodes: Sequence[NodeState],
@@ -586,6 +589,11 @@ def _command(
     detail: str = "",
     placements: tuple[tuple[str, str], ...] = (),
 ) -> Command:
+    reclaimed = [key for n in nodes for key in n.reclaimable]
+    if reclaimed:
+        shown = ", ".join(reclaimed[:3]) + (f" and {len(reclaimed) - 3} more" if len(reclaimed) > 3 else "")
+        note = f"{len(reclaimed)} pod(s) on idle GPUs reclaimed ({IDLE_GPU_RECLAIM_NOTE}): {shown}"
+        detail = f"{detail}; {note}" if detail else note
     return Command(
         reason=reason,
         candidates=tuple(n.claim for n in nodes),

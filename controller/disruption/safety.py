@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from api.v1.conditions import GANG_ADMITTED
-from api.v1.labels import ANNOTATION_DO_NOT_DISRUPT, LABEL_GANG
+from api.v1.labels import ANNOTATION_DO_NOT_DISRUPT, ANNOTATION_IDLE_GPU_RECLAIM, LABEL_GANG
 from controller.scheduling.kubeconv import gang_of
 from controller.scheduling.requirements import RequirementError, Requirements, label_selector
 from controller.state.views import NodeClaimView, NodeView, PodView
@@ -136,6 +136,16 @@ def safety_blockers(
     if gang is not None:
         out.append(gang)
     return out
+
+
+def idle_gpu_reclaimable(pods: Iterable[PodView]) -> list[str]:
+    """Movable pods no controller owns that opted in to be evicted for good from a node whose GPUs
+    are idle (``joiner.sh/idle-gpu-reclaim: "true"``)."""
+    return [
+        p.key
+        for p in movable(pods)
+        if not p.owner_kinds and p.annotations.get(ANNOTATION_IDLE_GPU_RECLAIM, "").lower() == "true"
+    ]
 
 
 def unowned_pods(pods: Iterable[PodView]) -> list[str]:

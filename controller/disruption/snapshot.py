@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from api.v1.conditions import INITIALIZED
+from api.v1.conditions import GPU_IDLE, INITIALIZED
 from api.v1.labels import (
     ANNOTATION_NODEPOOL_HASH,
     ANNOTATION_PLANNED_PRICE,
@@ -31,7 +31,7 @@ from controller.cloudprovider.types import CloudProviderError
 from controller.context import Context
 from controller.disruption.budgets import BudgetError, parse_budgets
 from controller.disruption.model import WHEN_EMPTY_OR_UNDERUTILIZED, NodeState, PoolPolicy, Snapshot
-from controller.disruption.safety import movable, safety_blockers, unowned_pods
+from controller.disruption.safety import idle_gpu_reclaimable, movable, safety_blockers, unowned_pods
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
@@ -216,13 +216,14 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 provider_drift = None
             if provider_drift:
                 drift = f"the node class changed: {provider_drift}"
-        unowned = unowned_pods(pods)
+        reclaimable = idle_gpu_reclaimable(pods) if claim.is_true(GPU_IDLE) else []
+        unowned = [key for key in unowned_pods(pods) if key not in reclaimable]
         nodes.append(
             NodeState(
                 claim=name,
                 pool=pool_name,
                 view=view,
-                movable=tuple(_convert(movable(pods))),
+                movable=tuple(_convert([p for p in movable(pods) if p.key not in reclaimable])),
                 price=price,
                 created=claim.created,
                 initialized=True,
@@ -237,6 +238,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 ),
                 protected_until=memory.protected.get(name),
                 instance_type=str(node.labels.get(LABEL_INSTANCE_TYPE) or claim.labels.get(LABEL_INSTANCE_TYPE) or ""),
+                reclaimable=tuple(reclaimable),
             )
         )
 

@@ -94,8 +94,30 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
     from controller.provisioning.provisioner import Provisioner
     from controller.termination.controller import TerminationController
 
+    optional: list[Runnable] = []
+    url = ctx.settings.prometheus_url
+    if url is not None:
+        from datetime import timedelta
+
+        from controller.gpuidle.controller import GPUIdleController
+        from controller.gpuidle.prometheus import PrometheusSource
+        from controller.gpuidle.tracker import IdlePolicy, IdleTracker
+
+        s = ctx.settings
+        policy = IdlePolicy(
+            threshold_percent=s.gpu_idle_threshold_percent, window=timedelta(seconds=s.gpu_idle_window_seconds)
+        )
+        optional.append(
+            GPUIdleController(
+                ctx,
+                source=PrometheusSource(url=url, node_label=s.gpu_utilization_node_label),
+                tracker=IdleTracker(policy),
+                poll_seconds=s.gpu_idle_poll_seconds,
+            )
+        )
     return [
         *provider_loops,
+        *optional,
         Provisioner(ctx),
         LifecycleController(ctx),
         TerminationController(ctx),

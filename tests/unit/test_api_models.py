@@ -654,6 +654,7 @@ def test_nodeclaim_condition_types_are_the_documented_ones() -> None:
         "Drifted",
         "Drained",
         "GangAdmitted",
+        "GPUIdle",
     )
 
 

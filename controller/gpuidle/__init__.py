@@ -1,0 +1,1 @@
+"""Idle GPU detection from DCGM utilization in Prometheus (``--prometheus-url``)."""

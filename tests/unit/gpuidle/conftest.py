@@ -1,0 +1,3 @@
+from tests.unit.disruption.world import world
+
+__all__ = ["world"]
