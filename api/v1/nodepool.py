@@ -25,6 +25,7 @@ from api.v1.common import (
 from api.v1.conditions import Condition
 from api.v1.labels import API_VERSION
 from api.v1.meta import ObjectMeta, SpecModel, StatusModel
+from api.v1.tiermix import Capacity
 from api.v1.types import (
     BudgetDuration,
     BudgetNodes,
@@ -235,6 +236,8 @@ class NodePoolSpec(SpecModel):
     """Priority among pools: higher weight is tried first (1..100). Unset: lowest."""
     gang: GangDefaults | None = None
     """Defaults for gangs provisioned from this pool: attempt timeout and same-zone placement."""
+    capacity: Capacity | None = None
+    """How the pool's capacity is bought: the tier mix of spot, on-demand and reserved."""
 
 
 class NodePoolStatus(StatusModel):

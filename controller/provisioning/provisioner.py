@@ -26,9 +26,11 @@ from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Pod
 from controller.scheduling.solver import solve
+from controller.scheduling.tiermix import Bend
+from controller.scheduling.tiermix import apply as apply_tier_mix
 from controller.state.existing import cluster_capacity
 from controller.state.manifest import nodeclaim_manifest
-from controller.state.nodepools import daemon_templates, valid_pools
+from controller.state.nodepools import daemon_templates, tier_mix, valid_pools
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import NewClaim
 
@@ -45,6 +47,11 @@ PODS_PENDING = metrics.gauge("joiner_pods_pending", "Pods kube-scheduler marked 
 PODS_UNSCHEDULABLE = metrics.gauge(
     "joiner_provisioner_unschedulable_pods", "Pending pods that no NodePool could serve at the last solve."
 )
+TIER_MIX_BENT = metrics.counter(
+    "joiner_tier_mix_bent_total",
+    "NodeClaims bought as another capacity type than their NodePool's tier mix wanted (spot short, ...).",
+    ("nodepool", "wanted", "bought"),
+)
 SOLVE_SECONDS = metrics.histogram("joiner_provisioner_solve_duration_seconds", "Time the solver took per batch.")
 BATCH_SIZE = metrics.histogram(
     "joiner_provisioner_batch_size",
@@ -60,6 +67,7 @@ class Batch:
     plan: Plan
     pending: dict[str, PodView]  # pod key -> pod, the pods this plan was made for
     pools: dict[str, Obj]  # NodePool name -> NodePool, the valid ones
+    bends: tuple[Bend, ...] = ()  # machines bought off their pool's tier mix, and why
 
 
 class Provisioner:
@@ -266,6 +274,8 @@ class Provisioner:
             daemon_pods=daemons,
             unavailable=unavailable,
         )
+        mixes = {name: mix for name, (pool, _) in pools.items() if (mix := tier_mix(pool)) is not None}
+        plan, bends = apply_tier_mix(plan, mixes=mixes, existing=existing, instance_types=all_types)
         elapsed = time.perf_counter() - started
         SOLVE_SECONDS.observe(elapsed)
         BATCH_SIZE.observe(len(pods))
@@ -281,7 +291,7 @@ class Provisioner:
         )
         if unreadable:
             plan = replace(plan, unschedulable={**plan.unschedulable, **unreadable})
-        return Batch(plan=plan, pending=pending_objs, pools={n: p for n, (p, _) in pools.items()})
+        return Batch(plan=plan, pending=pending_objs, pools={n: p for n, (p, _) in pools.items()}, bends=tuple(bends))
 
     # --- write -----------------------------------------------------------------------------
     async def apply(self, decision: Batch) -> list[Obj]:
@@ -314,11 +324,34 @@ class Provisioner:
             log.info("provisioner.pod_unschedulable", pod=key, reason=reason)
             events.append((pod, "FailedProvisioning", reason, True))
         self._nominate(decision.plan, created_names)
+        await self._tell_bends(decision, created_names)
         if events:
             task = asyncio.create_task(self._tell(events), name="provisioner-events")
             self._event_tasks.add(task)
             task.add_done_callback(self._event_tasks.discard)
         return created
+
+    async def _tell_bends(self, decision: Batch, created: dict[str, str]) -> None:
+        """Each NodeClaim bought off its pool's tier mix: a metric, a log line, an Event on the NodePool."""
+        for bend in decision.bends:
+            name = created.get(bend.node)
+            if name is None:
+                continue
+            TIER_MIX_BENT.labels(bend.node_pool, bend.wanted, bend.bought).inc()
+            log.info(
+                "provisioner.tier_mix_bent",
+                nodepool=bend.node_pool,
+                nodeclaim=name,
+                wanted=bend.wanted,
+                bought=bend.bought,
+                why=bend.why,
+            )
+            pool = decision.pools.get(bend.node_pool)
+            if pool is not None:
+                message = (
+                    f"nodeclaim/{name} bought as {bend.bought} where the tier mix wanted {bend.wanted}: {bend.why}"
+                )
+                await self.ctx.events.emit(pool, reason="TierMixBent", message=message, type="Warning")
 
     def _still_pending(self, pod: PodView) -> bool:
         current = self.ctx.cluster.pod_view(pod.key)

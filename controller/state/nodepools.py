@@ -18,6 +18,7 @@ from controller.cloudprovider.types import CloudProviderError
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import Pod
+from controller.scheduling.tiermix import TierMix, TierMixError
 from controller.state.cluster import ClusterState
 from controller.state.views import Obj
 
@@ -32,6 +33,25 @@ def nodepool_hash(pool: Mapping[str, Any]) -> str:
     template = (pool.get("spec") or {}).get("template") or {}
     canonical = json.dumps(template, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def tier_mix(pool: Mapping[str, Any]) -> TierMix | None:
+    """The NodePool's ``spec.capacity.tierMix`` (percent of spot / on-demand / reserved), or None.
+
+    The NodePool was validated (the model checks the shares add up to 100); one that is not read
+    here anyway is treated as having no mix, with a log line."""
+    raw = ((pool.get("spec") or {}).get("capacity") or {}).get("tierMix")
+    if not raw:
+        return None
+    try:
+        return TierMix.from_percent(
+            spot=float(raw.get("spot", 0)),
+            on_demand=float(raw.get("onDemand", 0)),
+            reserved=float(raw.get("reserved", 0)),
+        )
+    except (TierMixError, TypeError, ValueError, AttributeError) as err:
+        log.warning("nodepool.tier_mix_unreadable", nodepool=(pool.get("metadata") or {}).get("name"), error=str(err))
+        return None
 
 
 def daemon_templates(cluster: ClusterState, *, component: str = "provisioner") -> list[Pod]:

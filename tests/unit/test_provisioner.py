@@ -219,3 +219,40 @@ async def test_a_batch_of_only_unreadable_pods_still_tells_them_why(h: Harness) 
     assert plan is not None
     assert plan.new_nodes == ()
     assert "maxSkew: must be at least 1" in plan.unschedulable["default/skewed"]
+
+
+async def _set_tier_mix(h: Harness, **mix: int) -> None:
+    await h.kube.patch(NODEPOOLS, "default", {"spec": {"capacity": {"tierMix": mix}}})
+    await h.settle()
+
+
+def _capacity_type(claim: Obj) -> list[str]:
+    [req] = [r for r in claim["spec"]["requirements"] if r["key"] == LABEL_CAPACITY_TYPE]
+    return list(req["values"])
+
+
+async def test_a_tier_mix_splits_a_burst_across_capacity_types(h: Harness) -> None:
+    await _set_tier_mix(h, spot=50, onDemand=50)
+    for i in range(4):
+        await pending(h, f"p{i}", "3500m")  # one cpu-4 each
+    plan = await Provisioner(h.ctx).reconcile()
+    assert plan is not None
+    assert sorted(n.choice.capacity_type for n in plan.new_nodes) == ["on-demand", "on-demand", "spot", "spot"]
+    assert sorted(_capacity_type(c)[0] for c in claims(h)) == ["on-demand", "on-demand", "spot", "spot"]
+    assert all(len(_capacity_type(c)) == 1 for c in claims(h))  # each NodeClaim can only be bought one way
+
+
+async def test_a_bent_tier_mix_is_told_on_the_nodepool(h: Harness) -> None:
+    await _set_tier_mix(h, spot=100)
+    await pending(h, "needs-od", "3500m")
+    await h.kube.patch(
+        PODS, "needs-od", {"spec": {"nodeSelector": {LABEL_CAPACITY_TYPE: "on-demand"}}}, namespace="default"
+    )
+    await h.cached("Pod", "default/needs-od")
+    plan = await Provisioner(h.ctx).reconcile()
+    assert plan is not None
+    [claim] = claims(h)
+    assert _capacity_type(claim) == ["on-demand"]
+    [event] = [e for e in h.kube.events("default") if e["reason"] == "TierMixBent"]
+    assert "bought as on-demand where the tier mix wanted spot" in event["message"]
+    assert event["type"] == "Warning"
