@@ -16,6 +16,7 @@ from typing import Final
 
 from controller.disruption.budgets import DEFAULT_BUDGETS, Budget
 from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, OfferingKey, Pod
+from controller.scheduling.tiermix import TierMix
 
 WHEN_EMPTY: Final = "WhenEmpty"
 WHEN_EMPTY_OR_UNDERUTILIZED: Final = "WhenEmptyOrUnderutilized"
@@ -33,6 +34,7 @@ class PoolPolicy:
     consolidate_after: timedelta | None = timedelta(0)
     budgets: tuple[Budget, ...] = DEFAULT_BUDGETS
     problem: str | None = None
+    tier_mix: TierMix | None = None
 
     @property
     def consolidates(self) -> bool:

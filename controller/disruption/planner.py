@@ -54,6 +54,7 @@ from controller.scheduling.model import ExistingNode, NewNodeClaim, Plan, Pod
 from controller.scheduling.requirements import Requirement
 from controller.scheduling.resources import ONE_POD, sum_resources
 from controller.scheduling.solver import SolveCache, solve
+from controller.scheduling.tiermix import apply as apply_tier_mix
 
 _EPS: Final = 1e-9
 
@@ -272,6 +273,18 @@ class _Planner:
             return sim
         return replace(sim, new_nodes=merged.new_nodes, new_price=merged.total_price)
 
+    def _tier_mixed(self, new: tuple[NewNodeClaim, ...], *, removed: Sequence[NodeState]) -> tuple[NewNodeClaim, ...]:
+        """Replacements bought as their pool's tier mix wants, counting the pool without ``removed``:
+        a consolidation keeps the shares rather than turning every replacement into spot."""
+        mixes = {name: p.tier_mix for name, p in self.snap.pools.items() if p.tier_mix is not None}
+        if not new or not any(r.node_pool in mixes for r in new):
+            return new
+        gone = {n.node for n in removed}
+        remaining = [e for e in self.base if e.name not in gone]
+        types = {it.name: it for t in self.snap.templates for it in t.instance_types}
+        mixed, _ = apply_tier_mix(Plan(new_nodes=new), mixes=mixes, existing=remaining, instance_types=types)
+        return mixed.new_nodes
+
     def _take_within_budget(self, nodes: Iterable[NodeState], reason: str) -> list[NodeState]:
         taken: Counter[str] = Counter()
         out = []
@@ -402,13 +415,13 @@ class _Planner:
             return None
         sim = self._fewer(sim)
         k = len(nodes)
-        new = sim.new_nodes
+        new = self._tier_mixed(sim.new_nodes, removed=nodes)
         if len(new) > (1 if k == 1 else k - 1):
             return None
         old = sum(n.price for n in nodes)
         if new:
             target = old * (1 - self.opt.min_saving_fraction)
-            if sim.new_price > target + _EPS:
+            if sum(r.price for r in new) > target + _EPS:
                 return None
             slack = (target - sim.new_price) / len(new)
             new = tuple(restrict_price(r, r.price + slack) for r in new)

@@ -36,7 +36,7 @@ from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.state.existing import existing_node
-from controller.state.nodepools import daemon_templates, nodepool_hash
+from controller.state.nodepools import daemon_templates, nodepool_hash, tier_mix
 from controller.state.views import NodeClaimView, Obj, PodView, StateNode
 
 log = structlog.get_logger()
@@ -56,6 +56,7 @@ def pool_policy(pool: Mapping[str, Any]) -> PoolPolicy:
         consolidation_policy=str(disruption.get("consolidationPolicy") or WHEN_EMPTY_OR_UNDERUTILIZED),
         consolidate_after=after,
         budgets=budgets,
+        tier_mix=tier_mix(pool),
     )
 
 

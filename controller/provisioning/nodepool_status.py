@@ -2,11 +2,14 @@
 
 Conditions: `ValidationSucceeded` (the spec passes the same rules as the CRD), `NodeClassReady`
 (the referenced NodeClass exists), `LimitsReached` (a resource in spec.limits is used up: the pool
-launches nothing more), and `Ready` (validation and NodeClass are fine).
+launches nothing more), `TierMix` (only with spec.capacity.tierMix: whether the pool's capacity by
+capacity type is within 10 points of its target shares; ``SpotShort`` when spot could not be had),
+and `Ready` (validation and NodeClass are fine).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import structlog
@@ -14,12 +17,15 @@ import structlog
 from api.v1 import labels as wk
 from api.v1.nodepool import NodePool
 from api.v1.validation import InvalidObjectError, validate
+from controller import metrics
 from controller.clock import format_time
 from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import NODEPOOLS
 from controller.scheduling.quantity import QuantityError, format_human, parse_quantity
 from controller.scheduling.resources import Resources, sum_resources
+from controller.scheduling.tiermix import TIERS, TierMix, shares, weight
+from controller.state.nodepools import tier_mix
 from controller.state.queue import WorkQueue
 
 log = structlog.get_logger()
@@ -43,6 +49,68 @@ def _limits(pool: Obj) -> dict[str, int]:
             except QuantityError:
                 continue
     return out
+
+
+TIER_MIX_TOLERANCE = 0.10
+"""How far (in share of the pool) a capacity type may be off its target before TierMix says so."""
+TIER_SHARE = metrics.gauge(
+    "joiner_nodepool_capacity_share",
+    "Share of the NodePool's capacity by capacity type (0..1).",
+    ("nodepool", "capacity_type"),
+)
+TIER_TARGET = metrics.gauge(
+    "joiner_nodepool_capacity_share_target",
+    "The NodePool's tier mix target share by capacity type (0..1).",
+    ("nodepool", "capacity_type"),
+)
+
+
+def _claim_tier(claim: Obj) -> str | None:
+    tier = (claim["metadata"].get("labels") or {}).get(wk.LABEL_CAPACITY_TYPE)
+    if tier:
+        return str(tier)
+    for req in (claim.get("spec") or {}).get("requirements") or ():
+        if (
+            req.get("key") == wk.LABEL_CAPACITY_TYPE
+            and req.get("operator") == "In"
+            and len(req.get("values") or []) == 1
+        ):
+            return str(req["values"][0])
+    return None
+
+
+def tier_weights(claims: list[Obj]) -> dict[str, float]:
+    """The pool's launched capacity by capacity type (GPUs for GPU nodes, vCPUs for others)."""
+    out = dict.fromkeys(TIERS, 0.0)
+    for claim in claims:
+        tier = _claim_tier(claim)
+        capacity = (claim.get("status") or {}).get("capacity")
+        if tier in out and capacity:
+            try:
+                out[tier] += weight(Resources.parse(capacity))
+            except (QuantityError, ValueError):
+                continue
+    return out
+
+
+def tier_mix_condition(mix: TierMix, weights: dict[str, float]) -> Obj:
+    """``TierMix``: whether the pool's capacity is within tolerance of its target shares."""
+    actual = shares(weights)
+    total = sum(weights.values())
+    said = ", ".join(f"{t} {actual[t]:.0%} (target {mix.target(t):.0%})" for t in TIERS)
+    if total <= 0:
+        return _condition("TierMix", True, "NoCapacity", "the pool has no launched capacity yet")
+    off = [t for t in TIERS if abs(actual[t] - mix.target(t)) > TIER_MIX_TOLERANCE]
+    if not off:
+        return _condition("TierMix", True, "WithinTargets", said)
+    reserved_over = actual["reserved"] > mix.reserved + TIER_MIX_TOLERANCE
+    if actual["spot"] < mix.spot - TIER_MIX_TOLERANCE and not reserved_over:
+        reason = "SpotShort"
+    elif reserved_over:
+        reason = "ReservedFirst"
+    else:
+        reason = "OffTarget"
+    return _condition("TierMix", False, reason, said)
 
 
 def desired_status(
@@ -88,6 +156,9 @@ def desired_status(
             "; ".join(reached) if reached else "",
         ),
     ]
+    mix = tier_mix(pool)
+    if mix is not None:
+        conditions.append(tier_mix_condition(mix, tier_weights(mine)))
     ready = error is None and nodeclass_exists
     conditions.append(
         _condition(
@@ -143,6 +214,24 @@ class NodePoolStatusController:
         self._enqueue_all()
         await self.queue.run(self.reconcile, workers=2)
 
+    def _tier_metrics(self, pool: Obj, claims: list[Obj]) -> None:
+        name = pool["metadata"]["name"]
+        mix = tier_mix(pool)
+        mine = [
+            c
+            for c in claims
+            if (c["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL) == name
+            and not c["metadata"].get("deletionTimestamp")
+        ]
+        actual = shares(tier_weights(mine))
+        for t in TIERS:
+            if mix is None:
+                with contextlib.suppress(KeyError):
+                    TIER_TARGET.remove(name, t)
+            else:
+                TIER_TARGET.labels(name, t).set(mix.target(t))
+            TIER_SHARE.labels(name, t).set(actual[t])
+
     async def reconcile(self, name: str) -> float | None:
         cluster = self.ctx.cluster
         pool = cluster.nodepools().get(name)
@@ -159,6 +248,7 @@ class NodePoolStatusController:
             pool=pool, claims=claims, registered=registered, nodeclass_exists=nodeclass_exists
         )
         current = pool.get("status") or {}
+        self._tier_metrics(pool, claims)
         if error and self._reported.get(name) != error:
             self._reported[name] = error
             log.warning("nodepool.invalid", nodepool=name, error=error)

@@ -212,3 +212,17 @@ async def test_a_restart_mid_replace_protects_the_replacement_and_clears_the_sta
     assert all(replacement not in c.candidates for c in decision.commands)
     await world.settle()
     assert world.claim(replacement) is not None
+
+
+async def test_a_replacement_is_bought_as_the_pools_tier_mix_wants(world: World) -> None:
+    await world.nodepool()
+    await world.kube.patch(NODEPOOLS, "default", {"spec": {"capacity": {"tierMix": {"onDemand": 100}}}})
+    await world.settle()
+    await world.node("oversized", instance_type="gpu-8")  # 98/h on demand for one small pod
+    await world.pod("web-1", "oversized")
+    await world.advance(31)
+    [command] = (await world.controller.reconcile()).commands
+    [replacement] = command.replacements
+    # spot cpu-4 (0.08/h) is the cheapest, but the pool wants all of its capacity on demand
+    assert (replacement.choice.instance_type, replacement.choice.capacity_type) == ("cpu-4", "on-demand")
+    assert command.new_price == replacement.price
