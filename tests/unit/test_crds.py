@@ -69,7 +69,7 @@ def test_check_command_fails_with_a_diff_when_a_file_drifted(
 ) -> None:
     assert crdgen.main(["--output-dir", str(tmp_path)]) == 0
     path = tmp_path / FILES["NodePool"]
-    path.write_text(path.read_text(encoding="utf-8").replace("maximum: 100", "maximum: 1000"), encoding="utf-8")
+    path.write_text(path.read_text(encoding="utf-8").replace("maximum: 100\n", "maximum: 1000\n", 1), encoding="utf-8")
     (tmp_path / "joiner.sh_provisioners.yaml").write_text("---\n", encoding="utf-8")
     assert crdgen.main(["--check", "--output-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
