@@ -46,7 +46,6 @@ class TierMix(SpecModel):
         return self
 
 
-
 class Capacity(SpecModel):
     """How the pool's capacity is bought ahead of and across demand."""
 
