@@ -225,6 +225,14 @@ def main() -> int:
     parser.add_argument(
         "--linger", type=float, default=0, help="keep the controller running this long after all pods run"
     )
+    parser.add_argument(
+        "--settle", type=float, default=0, help="before --linger: wait this long for the cluster to come to rest"
+    )
+    parser.add_argument(
+        "--one-per-node",
+        action="store_true",
+        help="N pods of 3 CPUs on 4-CPU nodes: N nodes (for the idle cost at rest with many nodes)",
+    )
     parser.add_argument("--dump", type=Path, help="write the pods, NodeClaims, Nodes, Events and the joiner log here")
     args = parser.parse_args()
 
@@ -239,10 +247,13 @@ def main() -> int:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "deploy" / "crds"))
     clean_cluster(cluster)
     ns = cluster.create_namespace(f"bench-{int(time.time())}")
+    cpu_requirements = [req("joiner.sh/gpu-count", "DoesNotExist")]
+    if args.one_per_node:
+        cpu_requirements.append(req("node.kubernetes.io/instance-type", "In", "c6i.xlarge"))
     cluster.apply(
         [
             nodeclass(registrationDelay="0s"),
-            nodepool("cpu", requirements=[req("joiner.sh/gpu-count", "DoesNotExist")]),
+            nodepool("cpu", requirements=cpu_requirements),
             nodepool(
                 "gpu",
                 requirements=[req("joiner.sh/gpu-count", "Exists")],
@@ -257,6 +268,8 @@ def main() -> int:
         deployment("batch", ns, replicas=n - n // 2 - gpu_pods, cpu="2", memory="4Gi"),
         deployment("infer", ns, replicas=gpu_pods, cpu="4", memory="16Gi", gpus=1),
     ]
+    if args.one_per_node:
+        workloads = [deployment("solo", ns, replicas=n, cpu="3", memory="4Gi")]
     with tempfile.TemporaryDirectory() as tmp:
         # the batch window users get (1 s idle, 10 s at most), not the e2e tests' shortened one
         batching = {"batch-idle-duration": str(args.batch_idle), "batch-max-duration": str(args.batch_max)}
@@ -284,14 +297,19 @@ def main() -> int:
         components_cpu = {k: v - components_cpu0.get(k, 0.0) for k, v in _cpu_by_process(components).items()}
         requests = _apiserver_requests(cluster) - requests0
         if args.linger > 0:
+            if args.settle > 0:
+                print(f"  letting the cluster settle for {args.settle:.0f}s", flush=True)
+                time.sleep(args.settle)
             before = _apiserver_requests(cluster)
             cpu_before = _cpu_seconds(pid)
             time.sleep(args.linger)
             at_rest = _apiserver_requests(cluster) - before
             writes = {k: v for k, v in at_rest.items() if not k.startswith(("GET", "LIST"))}
             top_writes = ", ".join(f"{k} {v}" for k, v in Counter(writes).most_common(8))
+            rest_cpu = _cpu_seconds(pid) - cpu_before
             print(
-                f"  at rest for {args.linger:.0f}s: controller CPU {_cpu_seconds(pid) - cpu_before:.1f}s, "
+                f"  at rest for {args.linger:.0f}s: controller CPU {rest_cpu:.2f}s "
+                f"({100 * rest_cpu / args.linger:.2f}% of a core), "
                 f"apiserver writes {sum(writes.values())} ({top_writes})"
             )
         watch.stop()
