@@ -98,6 +98,19 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="set status.nominatedNodeName of each planned pod once its node exists, so kube-scheduler "
         "follows the plan (default: on)",
     )
+    p.add_argument(
+        "--plan-untried",
+        action=argparse.BooleanOptionalAction,
+        default=d.plan_untried_after_seconds is not None,
+        help="also plan pending pods kube-scheduler has not tried yet, once they waited --plan-untried-after "
+        "seconds (a scheduler backlog in a large burst); off: only pods it marked unschedulable (default: on)",
+    )
+    p.add_argument(
+        "--plan-untried-after",
+        type=float,
+        default=d.plan_untried_after_seconds if d.plan_untried_after_seconds is not None else 2.0,
+        metavar="SECONDS",
+    )
     p.add_argument("--catalog", help="instance catalog JSON for the kwok provider (default: the built-in one)")
     p.add_argument(
         "--prometheus-url",
@@ -133,6 +146,9 @@ def _run(args: argparse.Namespace) -> int:
     from controller.operator.app import AWSOptions, run_operator
     from controller.operator.logging import configure
 
+    if not args.plan_untried_after >= 0:
+        print(f"joiner run: --plan-untried-after must be 0 or more, got {args.plan_untried_after}", file=sys.stderr)
+        return 2
     if args.prometheus_url:
         from datetime import timedelta
 
@@ -156,6 +172,7 @@ def _run(args: argparse.Namespace) -> int:
         batch_idle_seconds=args.batch_idle_duration,
         batch_max_seconds=args.batch_max_duration,
         nominate=args.nominate,
+        plan_untried_after_seconds=args.plan_untried_after if args.plan_untried else None,
         launch_timeout_seconds=args.launch_timeout,
         registration_timeout_seconds=args.registration_timeout,
         initialization_timeout_seconds=args.initialization_timeout,

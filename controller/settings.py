@@ -12,6 +12,9 @@ class Settings:
     batch_max_seconds: float = 10.0
     # tell kube-scheduler the plan through each planned pod's status.nominatedNodeName
     nominate: bool = True
+    # also plan pods kube-scheduler has not tried yet once they waited this long (a scheduler backlog
+    # in a large burst), instead of waiting for it to mark them unschedulable; None: never
+    plan_untried_after_seconds: float | None = 2.0
     # NodeClaim lifecycle timeouts; each ends in deleting the NodeClaim with an Event saying why
     launch_timeout_seconds: float = 300.0
     registration_timeout_seconds: float = 900.0

@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 import structlog
 
@@ -31,7 +32,7 @@ from controller.scheduling.tiermix import apply as apply_tier_mix
 from controller.state.existing import cluster_capacity
 from controller.state.manifest import nodeclaim_manifest
 from controller.state.nodepools import daemon_templates, tier_mix, valid_pools
-from controller.state.views import NodeClaimView, Obj, PodView
+from controller.state.views import DEFAULT_SCHEDULER, NodeClaimView, Obj, PodView
 from controller.state.writer import NewClaim
 
 log = structlog.get_logger()
@@ -83,13 +84,52 @@ class Provisioner:
         # creates the NodeClaims, and counts the ones just created (by anyone) until the cache shows them
         self._writer = ctx.writer
         self._event_tasks: set[asyncio.Task[None]] = set()
+        self._untried_timer: asyncio.Task[None] | None = None
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
         self.nominator = Nominator(ctx, nominations=lambda: self._nominations, claim=self._claim)
 
     # --- triggers --------------------------------------------------------------------------
     def _on_pod(self, etype: str, pod: PodView, old: PodView | None) -> None:
-        if etype != "DELETED" and pod.is_unschedulable:
+        if etype == "DELETED":
+            return
+        if pod.is_unschedulable:
             self.batcher.trigger()
+        elif etype == "ADDED" and self._may_plan_untried(pod):
+            self._arm_untried()
+
+    def _may_plan_untried(self, pod: PodView) -> bool:
+        return (
+            self.ctx.settings.plan_untried_after_seconds is not None
+            and pod.awaits_scheduler
+            and pod.scheduler_name == DEFAULT_SCHEDULER
+            and not pod.is_daemon
+        )
+
+    def _arm_untried(self) -> None:
+        """Look again once a pod kube-scheduler has not reached yet may be planned (one timer at a time)."""
+        if self._untried_timer is not None and not self._untried_timer.done():
+            return
+        after = self.ctx.settings.plan_untried_after_seconds or 0.0
+
+        async def fire() -> None:
+            await self.ctx.clock.sleep(after + 0.05)
+            self.batcher.trigger()
+
+        self._untried_timer = asyncio.create_task(fire(), name="provisioner-untried")
+
+    def _provisionable(self, pod: PodView, now: datetime) -> bool:
+        """Marked unschedulable by kube-scheduler, or (see ``plan_untried_after_seconds``) waiting for
+        it longer than that: in a large burst kube-scheduler takes minutes to try every pod, and the
+        solver places the ones that fit on existing or in-flight capacity there, buying nothing."""
+        if pod.is_daemon:
+            return False
+        if pod.is_unschedulable:
+            return True
+        after = self.ctx.settings.plan_untried_after_seconds
+        if after is None or not self._may_plan_untried(pod):
+            return False
+        created = pod.created
+        return created is not None and (now - created).total_seconds() >= after
 
     def _on_capacity_change(self, etype: str, obj: Obj, old: Obj | None) -> None:
         # a NodeClaim that went away (insufficient capacity, timeout), or a NodePool or NodeClass
@@ -142,7 +182,8 @@ class Provisioner:
         yet its nomination may have expired or the capacity it was counted on may have gone."""
         while True:
             await self.ctx.clock.sleep(RESYNC_SECONDS)
-            if any(p.is_unschedulable for p in self.ctx.cluster.pod_views()):
+            now = self.ctx.clock.now()
+            if any(self._provisionable(p, now) for p in self.ctx.cluster.pod_views()):
                 self.batcher.trigger()
 
     async def reconcile(self) -> Plan | None:
@@ -235,8 +276,9 @@ class Provisioner:
     async def decide(self) -> Batch | None:
         cluster = self.ctx.cluster
         await cluster.wait_synced()
-        pending_objs = {p.key: p for p in cluster.pod_views() if p.is_unschedulable and not p.is_daemon}
-        PODS_PENDING.set(len(pending_objs))
+        now = self.ctx.clock.now()
+        pending_objs = {p.key: p for p in cluster.pod_views() if self._provisionable(p, now)}
+        PODS_PENDING.set(sum(1 for p in pending_objs.values() if p.is_unschedulable))
         if not pending_objs:
             PODS_UNSCHEDULABLE.set(0)
             return None
@@ -355,7 +397,7 @@ class Provisioner:
 
     def _still_pending(self, pod: PodView) -> bool:
         current = self.ctx.cluster.pod_view(pod.key)
-        return current is not None and current.is_unschedulable
+        return current is not None and not current.node_name and not current.deleting and not current.is_terminal
 
     async def _tell(self, events: list[tuple[PodView, str, str, bool]]) -> None:
         """Events on the pods: the decision is already written, so these never hold up the next batch."""

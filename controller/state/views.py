@@ -176,6 +176,9 @@ def _taints(values: Any) -> tuple[TaintRef, ...]:
 # --- pods ------------------------------------------------------------------------------------
 
 
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+
+
 @dataclass(frozen=True, slots=True)
 class PodView(HasConditions):
     raw: Obj
@@ -196,6 +199,7 @@ class PodView(HasConditions):
     creation_timestamp: str | None
     deletion_timestamp: str | None
     raw_conditions: tuple[Raw, ...]
+    scheduler_name: str = DEFAULT_SCHEDULER
 
     @staticmethod
     def of(obj: Obj) -> PodView:
@@ -222,6 +226,7 @@ class PodView(HasConditions):
             creation_timestamp=_opt(meta.get("creationTimestamp")),
             deletion_timestamp=_opt(meta.get("deletionTimestamp")),
             raw_conditions=raw_conditions(obj),
+            scheduler_name=str(spec.get("schedulerName") or DEFAULT_SCHEDULER),
         )
 
     @property

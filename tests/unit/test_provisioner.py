@@ -13,6 +13,7 @@ from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPO
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
+from controller.settings import Settings
 from tests.unit.nodeclaim.harness import Harness, make_harness
 
 Obj = dict[str, Any]
@@ -256,3 +257,69 @@ async def test_a_bent_tier_mix_is_told_on_the_nodepool(h: Harness) -> None:
     [event] = [e for e in h.kube.events("default") if e["reason"] == "TierMixBent"]
     assert "bought as on-demand where the tier mix wanted spot" in event["message"]
     assert event["type"] == "Warning"
+
+
+async def untried(h: Harness, name: str, cpu: str, *, scheduler: str | None = None) -> Obj:
+    """A pod kube-scheduler has not tried yet (no PodScheduled condition): a scheduler backlog."""
+    spec: Obj = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    obj = await h.kube.create(
+        PODS,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec},
+    )
+    await h.cached("Pod", f"default/{name}")
+    return obj
+
+
+async def test_pods_kube_scheduler_has_not_reached_are_planned_once_they_waited(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    await untried(h, "backlogged", "1500m")
+    await untried(h, "elsewhere", "1500m", scheduler="my-scheduler")  # not kube-scheduler's: never ours
+    assert await provisioner.reconcile() is None  # just created: kube-scheduler may still get to it
+    await h.advance(2.5)
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    [node] = plan.new_nodes
+    assert node.pods == ("default/backlogged",)
+    assert len(claims(h)) == 1
+
+
+async def test_an_untried_pod_that_fits_existing_capacity_buys_nothing(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    await pending(h, "first", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await h.cached("NodeClaim", claim["metadata"]["name"])
+    await untried(h, "second", "1500m")  # fits beside the first on the cpu-4 in flight
+    await h.advance(2.5)
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert plan.new_nodes == ()
+    assert len(claims(h)) == 1
+
+
+async def test_planning_untried_pods_can_be_switched_off() -> None:
+    harness = await make_harness(Settings(plan_untried_after_seconds=None))
+    try:
+        await harness.create_nodeclass()
+        await harness.kube.create(
+            NODEPOOLS,
+            {
+                "apiVersion": "joiner.sh/v1",
+                "kind": "NodePool",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "template": {
+                        "spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}
+                    }
+                },
+            },
+        )
+        await harness.cached("NodePool", "default")
+        await untried(harness, "backlogged", "1500m")
+        await harness.advance(30)
+        assert await Provisioner(harness.ctx).reconcile() is None
+        assert claims(harness) == []
+    finally:
+        await harness.close()
