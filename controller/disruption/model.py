@@ -53,6 +53,8 @@ class NodeState:
     ``blockers``: why it may not be disrupted at all now (do-not-disrupt, PDB, gang);
     ``consolidation_blockers``: why its pods may not be moved just to save money.
     ``protected_until``: a replacement disruption created is left alone until then.
+    ``keeps_buffer``: the NodePools whose warm buffer sits on it (their placeholders are in
+    ``view.pods``); neither emptiness nor consolidation takes it while it does.
     """
 
     claim: str
@@ -71,6 +73,7 @@ class NodeState:
     consolidation_blockers: tuple[str, ...] = ()
     protected_until: datetime | None = None
     instance_type: str = ""
+    keeps_buffer: tuple[str, ...] = ()
 
     @property
     def node(self) -> str:

@@ -313,6 +313,7 @@ class _Planner:
             and policy is not None
             and policy.consolidates
             and n.empty
+            and not n.keeps_buffer
             and self._stable(n)
             and n.node not in self.nominated
         )
@@ -392,6 +393,7 @@ class _Planner:
             and policy is not None
             and policy.underutilized
             and not n.empty
+            and not n.keeps_buffer
             and self._stable(n)
             and n.node not in self.nominated
         )

@@ -1,8 +1,10 @@
 """NodePool status: what the pool holds (resources, nodes) and whether it can launch (conditions).
 
 Conditions: `ValidationSucceeded` (the spec passes the same rules as the CRD), `NodeClassReady`
-(the referenced NodeClass exists), `LimitsReached` (a resource in spec.limits is used up: the pool
-launches nothing more), and `Ready` (validation and NodeClass are fine).
+(the referenced NodeClass exists), `LimitsReached` (a resource in spec.limits, or `limits.nodes`,
+is used up: the pool launches nothing more), `BufferLimited` (only for pools with a warm buffer:
+the buffer stopped short of what it wants, and why), and `Ready` (validation and NodeClass are fine).
+`status.buffer` (wanted / ready) comes from the capacity controller's report.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import NODEPOOLS
 from controller.scheduling.quantity import QuantityError, format_human, parse_quantity
 from controller.scheduling.resources import Resources, sum_resources
+from controller.state.buffers import BufferReport
 from controller.state.queue import WorkQueue
 
 log = structlog.get_logger()
@@ -29,6 +32,18 @@ CLAIM_COALESCE_SECONDS = 1.0
 
 def _condition(ctype: str, ok: bool, reason: str, message: str) -> Obj:
     return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def _has_buffer(pool: Obj) -> bool:
+    capacity = (pool.get("spec") or {}).get("capacity") or {}
+    return bool(capacity.get("buffer") or capacity.get("schedules"))
+
+
+def _buffer_condition(buffer: BufferReport | None, limited: str | None) -> Obj:
+    problems = [*(buffer.problems if buffer is not None else ()), *([limited] if limited else [])]
+    if problems:
+        return _condition("BufferLimited", True, "BufferLimited", "; ".join(problems))
+    return _condition("BufferLimited", False, "BufferComplete", "")
 
 
 def _limits(pool: Obj) -> dict[str, int]:
@@ -46,9 +61,17 @@ def _limits(pool: Obj) -> dict[str, int]:
 
 
 def desired_status(
-    *, pool: Obj, claims: list[Obj], registered: set[str], nodeclass_exists: bool
+    *,
+    pool: Obj,
+    claims: list[Obj],
+    registered: set[str],
+    nodeclass_exists: bool,
+    buffer: BufferReport | None = None,
+    buffer_limited: str | None = None,
 ) -> tuple[Obj, str | None]:
-    """The status a NodePool should have, and the validation error if its spec is invalid. Pure."""
+    """The status a NodePool should have, and the validation error if its spec is invalid. Pure.
+
+    ``buffer``/``buffer_limited``: the pool's warm buffer as last reported, and why it stopped short."""
     name = pool["metadata"]["name"]
     mine = [
         c
@@ -66,8 +89,11 @@ def desired_status(
     reached = [
         f"{res}: {format_human(res, used.get(res))} of {format_human(res, limit)} in use"
         for res, limit in _limits(pool).items()
-        if used.get(res) >= limit  # a limit of 0 is reached from the start: the pool may buy none of it
+        if res != "nodes" and used.get(res) >= limit  # a limit of 0 is reached from the start
     ]
+    max_nodes = _limits(pool).get("nodes")
+    if max_nodes is not None and len(mine) * 1000 >= max_nodes:
+        reached.append(f"nodes: {len(mine)} of {max_nodes // 1000}")
     conditions = [
         _condition(
             "ValidationSucceeded",
@@ -88,6 +114,8 @@ def desired_status(
             "; ".join(reached) if reached else "",
         ),
     ]
+    if _has_buffer(pool):
+        conditions.append(_buffer_condition(buffer, buffer_limited))
     ready = error is None and nodeclass_exists
     conditions.append(
         _condition(
@@ -102,6 +130,11 @@ def desired_status(
         "nodes": sum(1 for c in mine if c["metadata"]["name"] in registered),
         "conditions": conditions,
     }
+    if _has_buffer(pool):
+        status["buffer"] = {
+            "wanted": buffer.wanted if buffer is not None else 0,
+            "ready": buffer.ready if buffer is not None else 0,
+        }
     return status, error
 
 
@@ -139,6 +172,7 @@ class NodePoolStatusController:
         cluster.subscribe("NodeClaim", self._on_claim)
         cluster.subscribe("KWOKNodeClass", self._enqueue_all)
         cluster.subscribe("EC2NodeClass", self._enqueue_all)
+        self.ctx.buffers.subscribe(self.queue.add)
         await cluster.wait_synced()
         self._enqueue_all()
         await self.queue.run(self.reconcile, workers=2)
@@ -156,7 +190,12 @@ class NodePoolStatusController:
         claims = [c.raw for c in cluster.claim_views().values()]
         registered = {c.name for c in cluster.claim_views().values() if cluster.node_view_for_claim(c) is not None}
         status, error = desired_status(
-            pool=pool, claims=claims, registered=registered, nodeclass_exists=nodeclass_exists
+            pool=pool,
+            claims=claims,
+            registered=registered,
+            nodeclass_exists=nodeclass_exists,
+            buffer=self.ctx.buffers.report(name),
+            buffer_limited=self.ctx.buffers.limited(name),
         )
         current = pool.get("status") or {}
         if error and self._reported.get(name) != error:
@@ -168,6 +207,7 @@ class NodePoolStatusController:
         if (
             current.get("resources") == status["resources"]
             and current.get("nodes") == status["nodes"]
+            and current.get("buffer") == status.get("buffer")
             and _same_conditions(current.get("conditions") or [], status["conditions"])
         ):
             return None
