@@ -33,7 +33,7 @@ from controller.state.buffers import BufferReport
 from controller.state.existing import cluster_capacity
 from controller.state.manifest import nodeclaim_manifest
 from controller.state.nodepools import daemon_templates, valid_pools
-from controller.state.spend import claim_prices
+from controller.state.spend import pool_bounds
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import NewClaim
 
@@ -364,25 +364,8 @@ class Provisioner:
     ) -> dict[str, PoolBounds]:
         """Each pool's budget and limits.nodes, with what its NodeClaims (cached, just created) hold."""
         wanted = {node.node_pool for node in plan.new_nodes}
-        out: dict[str, PoolBounds] = {}
-        priced = None
-        for name in wanted:
-            spec = pools[name][0].get("spec") or {}
-            budget = ((spec.get("capacity") or {}).get("budget") or {}).get("maxPricePerHour")
-            max_nodes = (spec.get("limits") or {}).get("nodes")
-            if budget is None and max_nodes is None:
-                continue
-            if priced is None:
-                claims = [*self.ctx.cluster.claim_views().values(), *self._writer.in_flight()]
-                priced = claim_prices(claims, types)
-            mine = [c for c in priced if c.pool == name]
-            out[name] = PoolBounds(
-                max_price=None if budget is None else float(budget),
-                max_nodes=None if max_nodes is None else int(str(max_nodes)),
-                price=sum(c.price for c in mine),
-                nodes=len(mine),
-            )
-        return out
+        claims = [*self.ctx.cluster.claim_views().values(), *self._writer.in_flight()]
+        return pool_bounds({name: pools[name][0] for name in wanted}, claims, types)
 
     def _report_buffers(self, plan: Plan, buffer_pods: Sequence[Pod]) -> None:
         """Tell the book which pools' buffers could not be completed, and why (the first reason)."""

@@ -42,17 +42,29 @@ class Bounded:
     refused: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
+def _held(bounds: PoolBounds, *, nodes: int, price: float) -> tuple[str, str]:
+    """How many nodes the pool has and what they cost, with the ones planned before this one."""
+    planned = nodes - bounds.nodes
+    if planned <= 0:
+        return f"has {bounds.nodes}", f"its nodes cost ${price:.2f}/h"
+    return (
+        f"has {bounds.nodes} and {planned} more planned",
+        f"its nodes and the {planned} planned cost ${price:.2f}/h",
+    )
+
+
 def _why(node: NewNodeClaim, bounds: PoolBounds, *, price: float, nodes: int) -> tuple[str, str] | None:
+    has, cost = _held(bounds, nodes=nodes, price=price)
     if bounds.max_nodes is not None and nodes + 1 > bounds.max_nodes:
         return (
             NODE_LIMIT_REACHED,
-            f"NodePool {node.node_pool} may have at most {bounds.max_nodes} nodes (limits.nodes) and has {nodes}",
+            f"NodePool {node.node_pool} may have at most {bounds.max_nodes} nodes (limits.nodes) and {has}",
         )
     if bounds.max_price is not None and price + node.price > bounds.max_price + _EPS:
         return (
             BUDGET_EXCEEDED,
-            f"NodePool {node.node_pool} budget is ${bounds.max_price:.2f}/h and its nodes cost "
-            f"${price:.2f}/h: a {node.choice.instance_type} at ${node.price:.2f}/h would cross it",
+            f"NodePool {node.node_pool} budget is ${bounds.max_price:.2f}/h and {cost}: "
+            f"a {node.choice.instance_type} at ${node.price:.2f}/h would cross it",
         )
     return None
 
@@ -74,9 +86,9 @@ def apply_bounds(plan: Plan, bounds: Mapping[str, PoolBounds]) -> Bounded:
         else:
             price[node.node_pool] += node.price
             count[node.node_pool] += 1
-    if refused_gangs:  # start over, counting only the gangs that fit
-        price = {name: b.price for name, b in bounds.items()}
-        count = {name: b.nodes for name, b in bounds.items()}
+    # start over: every machine in plan order, the refused gangs' left out
+    price = {name: b.price for name, b in bounds.items()}
+    count = {name: b.nodes for name, b in bounds.items()}
     kept: list[NewNodeClaim] = []
     refused: dict[str, tuple[str, str]] = {}
     for node in plan.new_nodes:

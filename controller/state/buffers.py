@@ -47,7 +47,12 @@ class BufferBook:
             listener(pool)
 
     def publish(self, report: BufferReport) -> None:
-        if self._reports.get(report.pool) != report:
+        """The pool's buffer now. A buffer with nothing wanted can be short of nothing: its limit
+        reason goes too."""
+        changed = self._reports.get(report.pool) != report
+        if not report.pods and self._limited.pop(report.pool, None) is not None:
+            changed = True
+        if changed:
             self._reports[report.pool] = report
             self._changed(report.pool)
 

@@ -30,7 +30,9 @@ def test_the_budget_refuses_the_pod_whose_machine_would_cross_it() -> None:
     ]
     reason, message = bounded.refused[refused]
     assert reason == BUDGET_EXCEEDED
-    assert message == ("NodePool gpu budget is $3.60/h and its nodes cost $3.50/h: a gpu-1 at $1.00/h would cross it")
+    assert message == (
+        "NodePool gpu budget is $3.60/h and its nodes and the 2 planned cost $3.50/h: a gpu-1 at $1.00/h would cross it"
+    )
     assert bounded.plan.unschedulable[refused] == message
     assert bounded.plan.total_price == 2.0
 
@@ -45,7 +47,10 @@ def test_limits_nodes_counts_running_and_planned_machines() -> None:
     bounded = apply_bounds(gpu_plan(3), {"gpu": PoolBounds(max_nodes=4, nodes=3)})
     assert len(bounded.plan.new_nodes) == 1
     assert {why for why, _ in bounded.refused.values()} == {NODE_LIMIT_REACHED}
-    assert next(iter(bounded.refused.values()))[1] == "NodePool gpu may have at most 4 nodes (limits.nodes) and has 4"
+    assert (
+        next(iter(bounded.refused.values()))[1]
+        == "NodePool gpu may have at most 4 nodes (limits.nodes) and has 3 and 1 more planned"
+    )
 
 
 def test_pools_without_bounds_are_left_alone() -> None:
@@ -84,3 +89,11 @@ def test_what_is_kept_never_crosses_a_bound(
     placed = {k for m in kept for k in m.pods}
     assert placed | set(bounded.refused) == {k for m in plan.new_nodes for k in m.pods}
     assert not placed & set(bounded.refused)
+
+
+def test_a_gang_within_the_bounds_is_kept_whole() -> None:
+    gang = [replace(pod(f"g-{i}", cpu=2, mem_gi=4, gpus=1), gang="job") for i in range(3)]
+    plan = solve(pods=gang, node_pools=[gpu_pool(), cpu_pool()])
+    bounded = apply_bounds(plan, {"gpu": PoolBounds(max_nodes=3, max_price=3.0)})
+    assert bounded.plan is plan
+    assert bounded.refused == {}

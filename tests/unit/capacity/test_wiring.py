@@ -215,7 +215,9 @@ async def test_the_buffer_stops_at_the_limits_and_the_pool_says_so(h: Harness) -
     assert obj["status"]["buffer"] == {"wanted": 3, "ready": 0}
     conditions = {c["type"]: c for c in obj["status"]["conditions"]}
     assert conditions["BufferLimited"]["status"] == "True"
-    assert conditions["BufferLimited"]["message"] == "NodePool gpu may have at most 2 nodes (limits.nodes) and has 2"
+    assert conditions["BufferLimited"]["message"] == (
+        "NodePool gpu may have at most 2 nodes (limits.nodes) and has 0 and 2 more planned"
+    )
     assert conditions["LimitsReached"]["message"] == "nodes: 2 of 2"
 
 
@@ -242,9 +244,8 @@ async def test_pods_refused_by_the_budget_or_the_node_limit_get_an_event_that_sa
     assert len(refused) == 1
     [event] = [e for e in h.kube.events(refused[0]) if e["reason"] == "BudgetExceeded"]
     assert event["type"] == "Warning"
-    assert (
-        event["message"]
-        == "NodePool gpu budget is $0.50/h and its nodes cost $0.35/h: a gpu-1 at $0.35/h would cross it"
+    assert event["message"] == (
+        "NodePool gpu budget is $0.50/h and its nodes and the 1 planned cost $0.35/h: a gpu-1 at $0.35/h would cross it"
     )
 
 
