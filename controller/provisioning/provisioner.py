@@ -227,7 +227,8 @@ class Provisioner:
             claim_name = created.get(node.name)
             if claim_name:
                 for key in node.pods:
-                    self._nominations[key] = claim_name
+                    if not is_virtual(key):  # a warm buffer's placeholder is no pod to nominate
+                        self._nominations[key] = claim_name
         by_node_name = {
             c.node_name or c.name: c.name
             for c in [
