@@ -104,6 +104,8 @@ KINDS: Final = (
             PrinterColumn("CPU", ".status.resources.cpu", priority=1),
             PrinterColumn("Memory", ".status.resources.memory", priority=1),
             PrinterColumn("GPU", ".status.resources.nvidia\\.com/gpu", priority=1),
+            PrinterColumn("Buffer", ".status.buffer.wanted", type="integer", priority=1),
+            PrinterColumn("Buffer-Ready", ".status.buffer.ready", type="integer", priority=1),
         ),
     ),
     Kind(
