@@ -108,6 +108,7 @@ KINDS: Final = (
             PrinterColumn("GPU", ".status.resources.nvidia\\.com/gpu", priority=1),
             PrinterColumn("Buffer", ".status.buffer.wanted", type="integer", priority=1),
             PrinterColumn("Buffer-Ready", ".status.buffer.ready", type="integer", priority=1),
+            PrinterColumn("Forecast", ".status.buffer.forecast", type="integer", priority=1),
         ),
     ),
     Kind(

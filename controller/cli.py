@@ -172,6 +172,7 @@ def _run(args: argparse.Namespace) -> int:
         batch_idle_seconds=args.batch_idle_duration,
         batch_max_seconds=args.batch_max_duration,
         nominate=args.nominate,
+        namespace=args.leader_elect_namespace,
         plan_untried_after_seconds=args.plan_untried_after if args.plan_untried else None,
         launch_timeout_seconds=args.launch_timeout,
         registration_timeout_seconds=args.registration_timeout,

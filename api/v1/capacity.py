@@ -199,3 +199,8 @@ class BufferStatus(StatusModel):
     the open schedules."""
     ready: int = Field(default=0, ge=0)
     """Of it, the part that sits unused on initialized nodes."""
+    forecast: int | None = Field(default=None, ge=0)
+    """With ``spec.capacity.forecast.enabled``: what the forecast pre-warms now (GPUs, or nodes in a
+    pool without GPUs), 0 when it expects nothing or is not sure enough."""
+    forecast_confidence: str | None = None
+    """The forecast's confidence in the hour it acts for, e.g. ``"0.92"``."""

@@ -4,31 +4,51 @@ pods the provisioner must plan, how much of the buffer is ready, and the pool's 
 Per NodePool it publishes a :class:`~controller.state.buffers.BufferReport` to the shared book
 (the provisioner plans the placeholders and buys what is missing, through the one NodeClaim
 writer; disruption keeps the nodes holding them; the NodePool status shows wanted / ready), sets
-the metrics, and wakes up again when a schedule window opens or closes. It writes nothing to the
-apiserver itself.
+the metrics, and wakes up again when a schedule window opens or closes.
+
+With ``spec.capacity.forecast.enabled`` it also samples the pool's demand every minute into an
+hourly history (``controller/capacity/history.py``, kept in the ConfigMap
+``joiner-forecast-history`` of the controller's namespace so it survives restarts), and adds what
+the forecast (``controller/capacity/forecast.py``) says to pre-warm to the pool's buffer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from datetime import datetime
+import math
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import structlog
 from prometheus_client import Gauge
 
-from api.v1.capacity import price_value
+from api.v1.capacity import GPU_RESOURCE, price_value
 from api.v1.labels import LABEL_NODEPOOL
 from api.v1.nodepool import NodePool
+from api.v1.types import parse_duration
 from api.v1.validation import InvalidObjectError, validate
-from controller.capacity.buffer import buffer_needs, virtual_pods
-from controller.capacity.metrics import BUDGET, BUFFER_READY, BUFFER_WANTED, SPEND
+from controller.capacity.buffer import MILLI, BufferNeed, buffer_needs, node_type, virtual_pods
+from controller.capacity.forecast import Decision, ForecastConfig, ForecastError, decide
+from controller.capacity.history import History, deserialize, serialize
+from controller.capacity.metrics import (
+    BUDGET,
+    BUFFER_READY,
+    BUFFER_WANTED,
+    FORECAST_CONFIDENCE,
+    FORECAST_PREDICTED,
+    FORECAST_PREWARM,
+    SPEND,
+)
 from controller.capacity.schedule import next_change
 from controller.cloudprovider.types import CloudProviderError
 from controller.context import Context
+from controller.kube.client import ApiError, NotFoundError
+from controller.kube.resources import CONFIGMAPS
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode
+from controller.scheduling.resources import CPU, Resources
 from controller.scheduling.warm import place_buffer
 from controller.state.buffers import BufferReport
 from controller.state.existing import cluster_capacity
@@ -42,6 +62,20 @@ Obj = dict[str, Any]
 COALESCE_SECONDS: Final = 1.0  # a burst of pod and NodeClaim events makes one pass per pool
 MAX_WAIT_SECONDS: Final = 300.0  # look again at least this often (windows are also woken for exactly)
 RETRY_SECONDS: Final = 10.0
+FORECAST_SAMPLE_SECONDS: Final = 60.0
+FORECAST_SAVE_EVERY: Final = 5  # samples between writes of the history ConfigMap
+HISTORY_CONFIGMAP: Final = "joiner-forecast-history"
+
+
+def forecast_config(raw: Any) -> ForecastConfig | None:
+    """The pool's forecast settings (the API model's ``spec.capacity.forecast``), None when off."""
+    if raw is None or not raw.enabled:
+        return None
+    return ForecastConfig(
+        lookback=parse_duration(raw.lookback) or timedelta(days=7),
+        lead_time=parse_duration(raw.lead_time) or timedelta(minutes=30),
+        confidence=float(raw.confidence),
+    )
 
 
 def _remove(metric: Gauge, *labels: str) -> None:
@@ -55,6 +89,9 @@ class CapacityController:
         self.ctx = ctx
         self.queue = WorkQueue(name="capacity", clock=ctx.clock)
         self._spend_labels: dict[str, set[str]] = {}  # pool -> capacity types with a spend series
+        self.histories: dict[str, History] = {}  # pool -> demand history (forecast pools)
+        self.decisions: dict[str, Decision] = {}  # pool -> the forecast's latest decision
+        self._loaded = False
 
     # --- triggers --------------------------------------------------------------------------
     def _all_later(self, *_: Any) -> None:
@@ -87,7 +124,140 @@ class CapacityController:
         await cluster.wait_synced()
         for name in cluster.nodepools():
             self.queue.add(name)
-        await self.queue.run(self.reconcile, workers=1)
+        sampler = asyncio.create_task(self._forecast_loop(), name="capacity-forecast")
+        try:
+            await self.queue.run(self.reconcile, workers=1)
+        finally:
+            sampler.cancel()
+
+    # --- forecast --------------------------------------------------------------------------
+    async def _forecast_loop(self) -> None:
+        samples = 0
+        while True:
+            try:
+                changed = await self.sample()
+                samples += 1
+                if changed and samples % FORECAST_SAVE_EVERY == 1:
+                    await self.save_history()
+            except Exception:
+                log.exception("capacity.forecast_failed")
+            await self.ctx.clock.sleep(FORECAST_SAMPLE_SECONDS)
+
+    async def load_history(self) -> None:
+        """The histories stored by an earlier run (once); unreadable entries start afresh."""
+        if self._loaded:
+            return
+        self._loaded = True
+        try:
+            cm = await self.ctx.client.get(CONFIGMAPS, HISTORY_CONFIGMAP, namespace=self.ctx.settings.namespace)
+        except NotFoundError:
+            return
+        except ApiError as err:
+            log.warning("capacity.forecast_history_unreadable", error=str(err))
+            return
+        histories, problems = deserialize(cm.get("data") or {})
+        for problem in problems:
+            log.warning("capacity.forecast_history_unreadable", error=problem)
+        for pool, history in histories.items():
+            self.histories.setdefault(pool, history)
+
+    async def save_history(self) -> None:
+        body = {"data": serialize(self.histories)}
+        namespace = self.ctx.settings.namespace
+        try:
+            await self.ctx.client.patch(CONFIGMAPS, HISTORY_CONFIGMAP, body, namespace=namespace)
+        except NotFoundError:
+            manifest = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": HISTORY_CONFIGMAP, "namespace": namespace},
+                **body,
+            }
+            try:
+                await self.ctx.client.create(CONFIGMAPS, manifest, namespace=namespace)
+            except ApiError as err:
+                log.warning("capacity.forecast_history_not_saved", error=str(err))
+        except ApiError as err:
+            log.warning("capacity.forecast_history_not_saved", error=str(err))
+
+    def demand(self, pool: str, unit: str) -> float:
+        """What the pool's workload asks for now: pods on its nodes, and pending pods nominated to them."""
+        cluster = self.ctx.cluster
+        nodes = {n for n, v in cluster.node_views().items() if v.labels.get(LABEL_NODEPOOL) == pool}
+        claims = {c.name for c in cluster.claim_views().values() if c.nodepool == pool}
+        resource = GPU_RESOURCE if unit == "gpu" else CPU
+        total = 0
+        for pod in cluster.pod_views():
+            if pod.is_terminal or pod.is_daemon or pod.deleting:
+                continue
+            where = pod.node_name or pod.nominated_node_name
+            if where is None or (where not in nodes and where not in claims):
+                continue
+            try:
+                total += kubeconv.pod_requests(pod.raw.get("spec") or {}).get(resource)
+            except ValueError:
+                continue
+        return total / MILLI
+
+    async def sample(self) -> bool:
+        """Record each forecast pool's demand and decide; True when a history changed."""
+        await self.load_history()
+        now = self.ctx.clock.now()
+        changed = False
+        for name, pool in sorted(self.ctx.cluster.nodepools().items()):
+            try:
+                model = validate(NodePool, pool)
+                config = forecast_config(model.spec.capacity.forecast if model.spec.capacity else None)
+            except (InvalidObjectError, ForecastError, ValueError) as err:
+                log.debug("capacity.forecast_unreadable", nodepool=name, error=str(err))
+                config = None
+            if config is None:
+                if self.decisions.pop(name, None) is not None:
+                    for metric, labels in ((FORECAST_CONFIDENCE, (name,)),):
+                        _remove(metric, *labels)
+                    self.queue.add(name)
+                continue
+            try:
+                types = tuple(await self.ctx.cloud.instance_types(pool))
+            except CloudProviderError:
+                continue
+            unit = "gpu" if any(it.capacity.get(GPU_RESOURCE) > 0 for it in types) else "cpu"
+            history = self.histories.get(name)
+            if history is None or history.unit != unit:
+                history = self.histories[name] = History(unit=unit)
+            current = self.demand(name, unit)
+            history.record(current, at=now)
+            changed = True
+            decision = decide(history.peaks, now=now, current=current, config=config)
+            FORECAST_PREDICTED.labels(name, unit).set(decision.predicted)
+            FORECAST_CONFIDENCE.labels(name).set(decision.confidence)
+            FORECAST_PREWARM.labels(name, unit).set(decision.prewarm)
+            old = self.decisions.get(name)
+            self.decisions[name] = decision
+            if old is None or old.prewarm != decision.prewarm:
+                log.info(
+                    "capacity.forecast",
+                    nodepool=name,
+                    prewarm=decision.prewarm,
+                    unit=unit,
+                    confidence=decision.confidence,
+                    why=decision.why,
+                )
+                self.queue.add(name)
+        return changed
+
+    def _forecast_need(self, name: str, template: Any) -> BufferNeed | None:
+        decision = self.decisions.get(name)
+        history = self.histories.get(name)
+        if decision is None or decision.prewarm <= 0 or history is None:
+            return None
+        if history.unit == "gpu":
+            return BufferNeed("gpus", decision.prewarm, Resources({GPU_RESOURCE: MILLI}), (), ("forecast",))
+        it = node_type(template)
+        cpus = it.allocatable.get(CPU) / MILLI if it is not None else 0.0
+        if cpus <= 0:
+            return None
+        return BufferNeed("nodes", math.ceil(decision.prewarm / cpus), Resources(), (), ("forecast",))
 
     # --- reconcile -------------------------------------------------------------------------
     def _forget(self, name: str) -> None:
@@ -143,7 +313,8 @@ class CapacityController:
             BUDGET.labels(name).set(price_value(capacity.budget.max_price_per_hour))
         else:
             _remove(BUDGET, name)
-        if capacity is None or (capacity.buffer is None and not capacity.schedules):
+        forecasting = capacity is not None and capacity.forecast is not None and capacity.forecast.enabled
+        if capacity is None or (capacity.buffer is None and not capacity.schedules and not forecasting):
             self.ctx.buffers.forget(name)
             for metric in (BUFFER_WANTED, BUFFER_READY):
                 _remove(metric, name)
@@ -158,14 +329,28 @@ class CapacityController:
     def _report(self, name: str, model: NodePool, types: tuple[InstanceType, ...], now: datetime) -> BufferReport:
         assert model.spec.capacity is not None
         needs = buffer_needs(model.spec.capacity, now)
-        if not needs:
-            return BufferReport(pool=name)
+        forecast = model.spec.capacity.forecast
+        decision = self.decisions.get(name) if forecast is not None and forecast.enabled else None
+        summary: dict[str, Any] = (
+            {"forecast": decision.prewarm if decision.acted else 0, "forecast_confidence": decision.confidence}
+            if decision is not None
+            else ({"forecast": 0, "forecast_confidence": 0.0} if forecast is not None and forecast.enabled else {})
+        )
         try:
             template = kubeconv.nodepool_template(model, types)
-            nodes, initialized = self._pool_nodes(name, types)
         except ValueError as err:
             log.warning("capacity.unreadable", nodepool=name, error=str(err))
             return BufferReport(pool=name, problems=(str(err),))
+        extra = self._forecast_need(name, template) if decision is not None else None
+        if extra is not None:
+            needs = _merge(needs, extra)
+        if not needs:
+            return BufferReport(pool=name, **summary)
+        try:
+            nodes, initialized = self._pool_nodes(name, types)
+        except ValueError as err:
+            log.warning("capacity.unreadable", nodepool=name, error=str(err))
+            return BufferReport(pool=name, problems=(str(err),), **summary)
         sized = virtual_pods(needs, template, daemon_templates(self.ctx.cluster, component="capacity"))
         placement = place_buffer(sized.pods, nodes)
         ready = sum(sized.units[p.key] for node, held in placement.held.items() if node in initialized for p in held)
@@ -176,6 +361,7 @@ class CapacityController:
             ready=min(ready, sized.wanted),
             missing=len(placement.missing),
             problems=sized.problems,
+            **summary,
         )
         if report != self.ctx.buffers.report(name):
             log.info(
@@ -193,3 +379,18 @@ class CapacityController:
         if change is None:
             return MAX_WAIT_SECONDS
         return max(0.5, min(MAX_WAIT_SECONDS, (change - now).total_seconds() + 0.5))
+
+
+def _merge(needs: list[BufferNeed], extra: BufferNeed) -> list[BufferNeed]:
+    """The forecast's need next to the static and scheduled ones: of the same kind and shape, the
+    largest wins (as between a static buffer and a schedule)."""
+    key = (extra.kind, extra.requests, extra.selector)
+    out = []
+    merged = False
+    for need in needs:
+        if (need.kind, need.requests, need.selector) == key:
+            merged = True
+            out.append(need if need.amount >= extra.amount else extra)
+        else:
+            out.append(need)
+    return out if merged else [*out, extra]

@@ -25,3 +25,18 @@ BUDGET = metrics.gauge(
     "A NodePool's $/hour ceiling (spec.capacity.budget.maxPricePerHour); absent without one.",
     ("nodepool",),
 )
+FORECAST_PREDICTED = metrics.gauge(
+    "joiner_capacity_forecast_predicted_demand",
+    "Demand the forecast expects within the lead time (GPUs, or CPUs in a pool without GPUs).",
+    ("nodepool", "unit"),
+)
+FORECAST_CONFIDENCE = metrics.gauge(
+    "joiner_capacity_forecast_confidence",
+    "The forecast's confidence (0..1) in the hour it acts for; below the pool's threshold it does nothing.",
+    ("nodepool",),
+)
+FORECAST_PREWARM = metrics.gauge(
+    "joiner_capacity_forecast_prewarm",
+    "What the forecast pre-warms now on top of the demand already there (GPUs, or CPUs).",
+    ("nodepool", "unit"),
+)

@@ -42,7 +42,7 @@ def _condition(ctype: str, ok: bool, reason: str, message: str) -> Obj:
 
 def _has_buffer(pool: Obj) -> bool:
     capacity = (pool.get("spec") or {}).get("capacity") or {}
-    return bool(capacity.get("buffer") or capacity.get("schedules"))
+    return bool(capacity.get("buffer") or capacity.get("schedules") or (capacity.get("forecast") or {}).get("enabled"))
 
 
 def _buffer_condition(buffer: BufferReport | None, limited: str | None) -> Obj:
@@ -202,10 +202,14 @@ def desired_status(
         "conditions": conditions,
     }
     if _has_buffer(pool):
-        status["buffer"] = {
+        shown: Obj = {
             "wanted": buffer.wanted if buffer is not None else 0,
             "ready": buffer.ready if buffer is not None else 0,
         }
+        if buffer is not None and buffer.forecast is not None:
+            shown["forecast"] = buffer.forecast
+            shown["forecastConfidence"] = f"{buffer.forecast_confidence or 0:.2f}"
+        status["buffer"] = shown
     return status, error
 
 

@@ -28,6 +28,8 @@ class BufferReport:
     ready: int = 0
     missing: int = 0
     problems: tuple[str, ...] = ()
+    forecast: int | None = None  # what the forecast pre-warms (None: no forecast on the pool)
+    forecast_confidence: float | None = None
 
 
 class BufferBook:

@@ -60,6 +60,8 @@ def test_helm_install_is_accepted_and_the_service_account_has_least_privilege(cl
         assert can("create", "pods", "--subresource=eviction", "-A")
         assert can("patch", "nodepools.joiner.sh", "--subresource=status")
         assert can("update", "leases.coordination.k8s.io", "-n", ns)
+        assert can("patch", "configmaps", "-n", ns)  # the forecast's history
+        assert not can("patch", "configmaps", "-n", "kube-system")
         assert not can("create", "nodepools.joiner.sh")
         assert not can("delete", "kwoknodeclasses.joiner.sh")
         assert not can("update", "pods", "-A")

@@ -150,7 +150,8 @@ def test_rbac_grants_what_the_controller_calls_and_no_more(tools: Path) -> None:
     leases = one(docs, "Role")
     assert leases["metadata"]["namespace"] == "joiner"
     assert leases["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
     ]
     # nothing wildcarded
     assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in rules)

@@ -259,6 +259,7 @@ def test_nodepool_printer_columns() -> None:
         ("GPU", ".status.resources.nvidia\\.com/gpu", "string", 1),
         ("Buffer", ".status.buffer.wanted", "integer", 1),
         ("Buffer-Ready", ".status.buffer.ready", "integer", 1),
+        ("Forecast", ".status.buffer.forecast", "integer", 1),
     ]
 
 
