@@ -71,9 +71,10 @@ def forecast_config(raw: Any) -> ForecastConfig | None:
     """The pool's forecast settings (the API model's ``spec.capacity.forecast``), None when off."""
     if raw is None or not raw.enabled:
         return None
+    lookback, lead_time = parse_duration(raw.lookback), parse_duration(raw.lead_time)
     return ForecastConfig(
-        lookback=parse_duration(raw.lookback) or timedelta(days=7),
-        lead_time=parse_duration(raw.lead_time) or timedelta(minutes=30),
+        lookback=timedelta(days=7) if lookback is None else lookback,
+        lead_time=timedelta(minutes=30) if lead_time is None else lead_time,
         confidence=float(raw.confidence),
     )
 

@@ -96,9 +96,10 @@ def predict(history: Mapping[datetime, float], hour: datetime, *, now: datetime,
     """The demand of ``hour`` from the history (hour start → peak demand) seen up to ``now``."""
     hour = hour_of(hour)
     start = now - lookback
+    weeks_back = max(1, math.ceil((hour - start) / timedelta(days=7)))
     weekly = [
         v
-        for k in range(1, 9)
+        for k in range(1, weeks_back + 1)
         if start <= (t := hour - k * timedelta(days=7)) < now and (v := history.get(t)) is not None
     ]
     if len(weekly) >= WEEKLY_MIN_WEEKS:
@@ -106,7 +107,7 @@ def predict(history: Mapping[datetime, float], hour: datetime, *, now: datetime,
     else:
         samples = [
             v
-            for d in range(1, math.ceil(lookback / timedelta(days=1)) + 1)
+            for d in range(1, max(1, math.ceil((hour - start) / timedelta(days=1))) + 1)
             if start <= (t := hour - d * timedelta(days=1)) < now
             and _weekend(t) == _weekend(hour)
             and (v := history.get(t)) is not None
