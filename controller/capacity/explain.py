@@ -7,6 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from api.v1.types import format_duration
 from controller.capacity.forecast import Decision, ForecastConfig, decide, weekly_profile
 from controller.capacity.history import History
 
@@ -27,8 +28,8 @@ def explain(pool: str, history: History, *, now: datetime, current: float, confi
             "last": hours[-1].strftime("%Y-%m-%dT%H:00:00Z") if hours else None,
         },
         "settings": {
-            "lookback": str(config.lookback),
-            "leadTime": str(config.lead_time),
+            "lookback": format_duration(config.lookback),
+            "leadTime": format_duration(config.lead_time),
             "confidence": config.confidence,
         },
         "profile": dict(zip(DAYS, weekly_profile(history.peaks, now=now, lookback=config.lookback), strict=True)),
