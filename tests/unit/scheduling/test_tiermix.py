@@ -179,3 +179,32 @@ def test_the_pool_ends_as_close_to_the_target_as_one_node_allows(
     assert total - spot <= max(total - target + 1, existing_od)
     assert sum(n.price for n in plan.new_nodes) == pytest.approx(plan.total_price)
     assert GPU  # the builders' GPU resource name is the one the weights read
+
+
+def test_one_hundred_nodes_with_spot_running_short_bend_and_the_pool_says_so() -> None:
+    """30 spot nodes were bought before spot ran out; the next 70 machines can only be on-demand."""
+    from controller.provisioning.nodepool_status import tier_mix_condition
+
+    existing = [full_node(f"spot-{i}", "spot") for i in range(30)]
+    short = itype(
+        "g1",
+        cpu=8,
+        mem_gi=32,
+        gpu=1,
+        price=1.0,
+        spot=0.4,
+        unavailable=[(z, "spot") for z in ("zone-a", "zone-b", "zone-c")],
+    )
+    p = pool("gpu", [short])
+    pending = gpu_pods(70)
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    mixed, bends = apply(plan, mixes={"gpu": MIX}, existing=existing, instance_types={"g1": short})
+    check_plan(mixed, pending=pending, pools=[p], existing=existing)
+    assert tiers(mixed) == {"on-demand": 70}
+    # the first 20 were wanted on-demand anyway (30 spot of 30 is above 60 %); from 30 spot of 51 on,
+    # spot is below its share, so each of the other 50 wanted spot and bent
+    assert len(bends) == 50
+    weights = {"spot": 30.0, "on-demand": 70.0, "reserved": 0.0}
+    cond = tier_mix_condition(MIX, weights)
+    assert (cond["status"], cond["reason"]) == ("False", "SpotShort")
+    assert cond["message"].startswith("spot 30% (target 60%), on-demand 70% (target 40%)")
