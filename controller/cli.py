@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from controller.envsettings import SettingsError, from_environment, use_durations
 from controller.settings import Settings
 
 
@@ -19,12 +21,14 @@ def _version() -> str:
         return "0.0.0+unknown"
 
 
-def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     d = Settings()
     p = subparsers.add_parser(
         "run",
         help="run the controller",
-        description="Watch unschedulable pods, provision NodeClaims and nodes, and manage their lifecycle.",
+        description="Watch unschedulable pods, provision NodeClaims and nodes, and manage their lifecycle. "
+        "Every flag can also be set by an environment variable (docs/settings.md): the flag's name in upper "
+        "case, e.g. BATCH_MAX_DURATION=10s; durations take Go's form (10s, 1m30s, 15m) or seconds.",
     )
     p.add_argument("--provider", choices=["kwok", "aws"], default="kwok", help="the cloud provider (default: kwok)")
     p.add_argument("--cluster-name", help="aws: the cluster's name; instances are tagged joiner.sh/cluster=NAME")
@@ -32,30 +36,76 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--interruption-queue", metavar="URL", help="aws: SQS queue URL of interruption events")
     p.add_argument("--aws-endpoint-url", metavar="URL", help="aws: send AWS calls here (tests, e.g. a moto server)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--log-format", choices=["json", "console", "auto"], default="auto")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
+    p.add_argument(
+        "--log-format",
+        choices=["json", "console", "auto"],
+        default="auto",
+        help="log lines as JSON or for a console (auto: console on a terminal)",
+    )
     p.add_argument("--metrics-port", type=int, default=d.metrics_port, help="serve /metrics here (0: none)")
     p.add_argument("--health-port", type=int, default=d.health_port, help="serve /healthz and /readyz here")
-    p.add_argument("--bind-address", default=d.bind_address)
+    p.add_argument("--bind-address", default=d.bind_address, help="address the metrics and health servers listen on")
     p.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="elect a leader through a Lease so that only one replica acts (default: on)",
     )
-    p.add_argument("--leader-elect-namespace", default="kube-system")
-    p.add_argument("--batch-idle-duration", type=float, default=d.batch_idle_seconds, metavar="SECONDS")
-    p.add_argument("--batch-max-duration", type=float, default=d.batch_max_seconds, metavar="SECONDS")
-    p.add_argument("--launch-timeout", type=float, default=d.launch_timeout_seconds, metavar="SECONDS")
-    p.add_argument("--registration-timeout", type=float, default=d.registration_timeout_seconds, metavar="SECONDS")
-    p.add_argument("--initialization-timeout", type=float, default=d.initialization_timeout_seconds, metavar="SECONDS")
+    p.add_argument(
+        "--leader-elect-namespace",
+        default="kube-system",
+        help="the controller's namespace: its Lease and the forecast's history ConfigMap live there",
+    )
+    p.add_argument(
+        "--batch-idle-duration",
+        type=float,
+        default=d.batch_idle_seconds,
+        metavar="SECONDS",
+        help="a batch of pending pods closes after this long without a new one",
+    )
+    p.add_argument(
+        "--batch-max-duration",
+        type=float,
+        default=d.batch_max_seconds,
+        metavar="SECONDS",
+        help="a batch closes this long after it opened at the latest",
+    )
+    p.add_argument(
+        "--launch-timeout",
+        type=float,
+        default=d.launch_timeout_seconds,
+        metavar="SECONDS",
+        help="a NodeClaim not launched by then is deleted (its pods get a new decision)",
+    )
+    p.add_argument(
+        "--registration-timeout",
+        type=float,
+        default=d.registration_timeout_seconds,
+        metavar="SECONDS",
+        help="a launched NodeClaim whose Node has not registered by then is deleted",
+    )
+    p.add_argument(
+        "--initialization-timeout",
+        type=float,
+        default=d.initialization_timeout_seconds,
+        metavar="SECONDS",
+        help="a registered NodeClaim not Initialized (Ready, GPUs shown) by then is deleted",
+    )
     p.add_argument(
         "--unavailable-offering-ttl",
         type=float,
         default=d.unavailable_offering_ttl_seconds,
         metavar="SECONDS",
+        help="an offering that returned insufficient capacity is avoided this long",
     )
-    p.add_argument("--gc-interval", type=float, default=d.gc_interval_seconds, metavar="SECONDS")
+    p.add_argument(
+        "--gc-interval",
+        type=float,
+        default=d.gc_interval_seconds,
+        metavar="SECONDS",
+        help="time between garbage-collection passes (instances and Nodes without a NodeClaim)",
+    )
     p.add_argument(
         "--disruption-poll-interval",
         type=float,
@@ -91,7 +141,13 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="wait after a gang's first rollback; doubles on each further rollback",
     )
-    p.add_argument("--gang-backoff-max", type=float, default=d.gang_backoff_max_seconds, metavar="SECONDS")
+    p.add_argument(
+        "--gang-backoff-max",
+        type=float,
+        default=d.gang_backoff_max_seconds,
+        metavar="SECONDS",
+        help="the most a gang waits between attempts",
+    )
     p.add_argument(
         "--nominate",
         action=argparse.BooleanOptionalAction,
@@ -111,6 +167,7 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=d.plan_untried_after_seconds if d.plan_untried_after_seconds is not None else 2.0,
         metavar="SECONDS",
+        help="how long a pod kube-scheduler has not tried waits before it is planned",
     )
     p.add_argument("--catalog", help="instance catalog JSON for the kwok provider (default: the built-in one)")
     p.add_argument(
@@ -131,9 +188,15 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=d.gpu_idle_window_seconds,
         metavar="SECONDS",
-        help="how long the GPUs must stay below the threshold (default: 600)",
+        help="how long the GPUs must stay below the threshold",
     )
-    p.add_argument("--gpu-idle-poll", type=float, default=d.gpu_idle_poll_seconds, metavar="SECONDS")
+    p.add_argument(
+        "--gpu-idle-poll",
+        type=float,
+        default=d.gpu_idle_poll_seconds,
+        metavar="SECONDS",
+        help="time between GPU utilization queries",
+    )
     p.add_argument(
         "--gpu-utilization-node-label",
         default=d.gpu_utilization_node_label,
@@ -141,6 +204,8 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the label naming the node on DCGM series (dcgm-exporter: Hostname; often node after relabeling)",
     )
     p.set_defaults(handler=_run)
+    use_durations(p)
+    return p
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -312,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"joiner {_version()}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    _add_run(subparsers)
+    run = _add_run(subparsers)
+    parser.set_defaults(run_parser=run)
     from controller import plan
 
     plan.add_parser(subparsers)
@@ -322,6 +388,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    run = parser.get_default("run_parser")
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["run"] and run is not None:
+        try:
+            run.set_defaults(**from_environment(run, os.environ))  # flags given on the command line win
+        except SettingsError as err:
+            print(f"joiner run: environment: {err}", file=sys.stderr)
+            return 2
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:
