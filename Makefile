@@ -53,6 +53,8 @@ lint: $(STAMP) ## ruff, mypy --strict, the layering contracts, the CRD drift che
 	@$(BIN)/lint-imports
 	@echo "==> CRD drift"
 	@$(BIN)/python -m api.crdgen --check
+	@echo "==> metrics reference drift (docs/metrics.md)"
+	@$(BIN)/python -m controller.metrics_doc --check
 	@echo "==> Dockerfile (hadolint)"
 	@$(BIN)/hadolint Dockerfile
 

@@ -8,9 +8,16 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from controller import metrics
 from controller.clock import Clock
 
 log = structlog.get_logger()
+
+RECONCILE_ERRORS = metrics.counter(
+    "joiner_controller_reconcile_errors_total",
+    "Reconciles that raised an error (the key is retried 5 s later), by controller (its work queue's name).",
+    ("controller",),
+)
 
 
 class WorkQueue:
@@ -68,6 +75,7 @@ class WorkQueue:
                     raise
                 except Exception:
                     log.exception(f"{self.name}.reconcile_failed", key=key)
+                    RECONCILE_ERRORS.labels(self.name).inc()
                     again = 5.0
                 finally:
                     self._active.discard(key)
