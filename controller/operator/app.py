@@ -284,6 +284,7 @@ class _NoMessages:
 async def _supervise(name: str, run: Callable[[], Awaitable[None]], clock: Clock) -> None:
     """Keep a controller running: a crash is logged and the controller restarted, never the process."""
     backoff = 1.0
+    LOOP_RESTARTS.labels(name)  # served as 0 from the start
     while True:
         try:
             await run()

@@ -1,10 +1,12 @@
 """Pod startup latency: for every pod joiner had to find room for (kube-scheduler marked it
 Unschedulable, or it waited behind joiner's gang gate), the time from its creation to the moment
-the controller's watch sees it Running, by the NodePool of the node it runs on."""
+the controller's watch sees it Running, by the NodePool of the node it runs on; and how many such
+pods wait now and for how long the oldest has waited."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 from api.v1 import labels as wk
@@ -23,6 +25,15 @@ POD_STARTUP_SECONDS = metrics.histogram(
     buckets=STARTUP_BUCKETS,
 )
 
+WAITING = metrics.gauge(
+    "joiner_pods_waiting",
+    "Pods waiting for joiner now (Unschedulable or gang-gated, not yet Running).",
+)
+OLDEST_WAITING = metrics.gauge(
+    "joiner_pods_waiting_oldest_age_seconds",
+    "Age (since creation) of the oldest pod waiting for joiner; 0 when none waits.",
+)
+
 
 class PodStartupTracker:
     """Remembers the pods that waited for capacity and observes their startup once they run."""
@@ -30,18 +41,25 @@ class PodStartupTracker:
     def __init__(self, *, cluster: ClusterState, clock: Clock) -> None:
         self.cluster = cluster
         self.clock = clock
-        self.waiting: set[str] = set()
+        self.waiting: dict[str, datetime | None] = {}  # pod key -> its creation time
+
+    def oldest_age(self) -> float:
+        created = [c for c in self.waiting.values() if c is not None]
+        return max(0.0, (self.clock.now() - min(created)).total_seconds()) if created else 0.0
+
+    def _wait(self, pod: PodView) -> None:
+        self.waiting[pod.key] = pod.created
 
     def on_pod(self, etype: str, pod: PodView, old: Any) -> None:
         if etype == "DELETED" or pod.deleting or pod.is_terminal:
-            self.waiting.discard(pod.key)
+            self.waiting.pop(pod.key, None)
             return
         if pod.is_unschedulable or wk.SCHEDULING_GATE_GANG in pod.scheduling_gates:
-            self.waiting.add(pod.key)
+            self._wait(pod)
             return
         if pod.key not in self.waiting or pod.phase != "Running" or not pod.node_name:
             return
-        self.waiting.discard(pod.key)
+        self.waiting.pop(pod.key, None)
         node = self.cluster.node_views().get(pod.node_name)
         pool = node.labels.get(wk.LABEL_NODEPOOL) if node is not None else None
         created = pod.created
@@ -52,6 +70,8 @@ class PodStartupTracker:
     async def run(self) -> None:
         for pod in list(self.cluster.pod_views()):  # the pods that already waited when it started
             if pod.is_unschedulable or wk.SCHEDULING_GATE_GANG in pod.scheduling_gates:
-                self.waiting.add(pod.key)
+                self._wait(pod)
+        WAITING.set_function(lambda: len(self.waiting))
+        OLDEST_WAITING.set_function(self.oldest_age)
         self.cluster.subscribe_views("Pod", self.on_pod)
         await asyncio.Event().wait()  # the watch calls on_pod; nothing else to do

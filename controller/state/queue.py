@@ -24,6 +24,7 @@ class WorkQueue:
     def __init__(self, *, name: str, clock: Clock) -> None:
         self.name = name
         self._clock = clock
+        RECONCILE_ERRORS.labels(name)  # served as 0 from the start, so rate() has a series to read
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._pending: set[str] = set()
         self._active: set[str] = set()

@@ -59,7 +59,7 @@ async def test_gang_gated_pods_count_and_pods_that_never_waited_do_not() -> None
     feed(cluster, pod("static-pod", created=CREATED, node_name="static", phase="Running"), etype="MODIFIED")
     count, total = observed("startup-b")
     assert (count - before[0], total - before[1]) == (1, 90)
-    assert tracker.waiting == set()
+    assert tracker.waiting == {}
 
 
 async def test_a_deleted_pending_pod_is_forgotten() -> None:
@@ -68,9 +68,9 @@ async def test_a_deleted_pending_pod_is_forgotten() -> None:
     tracker = PodStartupTracker(cluster=cluster, clock=clock)
     cluster.subscribe_views("Pod", tracker.on_pod)
     feed(cluster, pod("gone", created=CREATED, unschedulable=True))
-    assert tracker.waiting == {"ns/gone"}
+    assert set(tracker.waiting) == {"ns/gone"}
     feed(cluster, pod("gone", created=CREATED, unschedulable=True), etype="DELETED")
-    assert tracker.waiting == set()
+    assert tracker.waiting == {}
 
 
 async def test_pods_already_waiting_at_start_are_tracked() -> None:
@@ -88,3 +88,25 @@ async def test_pods_already_waiting_at_start_are_tracked() -> None:
         await task
     count, total = observed("startup-c")
     assert (count - before[0], total - before[1]) == (1, 12)
+
+
+async def test_waiting_pods_and_the_oldest_age_are_served() -> None:
+    clock = FakeClock(START)
+    cluster = new_cluster(clock)
+    feed(cluster, pod("first", created=CREATED, unschedulable=True))
+    tracker = PodStartupTracker(cluster=cluster, clock=clock)
+    task = asyncio.create_task(tracker.run())
+    await asyncio.sleep(0)
+    await clock.advance(30)
+    feed(cluster, pod("second", created=format_time(clock.now()), gated=True))
+    await clock.advance(10)
+    assert REGISTRY.get_sample_value("joiner_pods_waiting") == 2
+    assert REGISTRY.get_sample_value("joiner_pods_waiting_oldest_age_seconds") == 40
+    feed(cluster, pod("first", created=CREATED), etype="DELETED")
+    assert REGISTRY.get_sample_value("joiner_pods_waiting_oldest_age_seconds") == 10
+    feed(cluster, pod("second", created=CREATED), etype="DELETED")
+    assert REGISTRY.get_sample_value("joiner_pods_waiting") == 0
+    assert REGISTRY.get_sample_value("joiner_pods_waiting_oldest_age_seconds") == 0
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -37,6 +37,7 @@ async def test_a_failing_reconcile_is_counted_by_controller_and_retried() -> Non
         )
 
     before = errors()
+    assert REGISTRY.get_sample_value("joiner_controller_reconcile_errors_total", {"controller": "metrics-test"}) == 0
     runner = asyncio.ensure_future(queue.run(handler, workers=1))
     queue.add("k")
     for _ in range(20):
