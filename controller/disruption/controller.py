@@ -238,6 +238,8 @@ class DisruptionController:
             metrics.BLOCKED.labels(reason).set(blocked.get(reason, 0))
         for (pool, reason), allowed in decision.allowed.items():
             metrics.ALLOWED.labels(pool, reason).set(-1 if allowed is None else allowed)
+            for action in ("delete", "replace"):  # served at 0 before the first one, so rate() sees it
+                metrics.DECISIONS.labels(pool, reason, action)
 
     def _forget_gone(self) -> None:
         nodes = self.ctx.cluster.node_views()

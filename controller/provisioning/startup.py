@@ -6,6 +6,7 @@ pods wait now and for how long the oldest has waited."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import datetime
 from typing import Any
 
@@ -67,7 +68,19 @@ class PodStartupTracker:
             return  # it ran on a node joiner did not launch
         POD_STARTUP_SECONDS.labels(pool).observe(max(0.0, (self.clock.now() - created).total_seconds()))
 
+    def on_pool(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """A pool's histogram exists at 0 from the start (so rate() sees its first pod), and goes with it."""
+        name = str(obj["metadata"]["name"])
+        if etype == "DELETED":
+            with contextlib.suppress(KeyError):
+                POD_STARTUP_SECONDS.remove(name)
+        else:
+            POD_STARTUP_SECONDS.labels(name)
+
     async def run(self) -> None:
+        for pool in list(self.cluster.nodepools().values()):
+            self.on_pool("ADDED", pool, None)
+        self.cluster.subscribe("NodePool", self.on_pool)
         for pod in list(self.cluster.pod_views()):  # the pods that already waited when it started
             if pod.is_unschedulable or wk.SCHEDULING_GATE_GANG in pod.scheduling_gates:
                 self._wait(pod)

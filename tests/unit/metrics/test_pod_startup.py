@@ -110,3 +110,16 @@ async def test_waiting_pods_and_the_oldest_age_are_served() -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def test_a_pools_histogram_is_served_from_its_creation_to_its_deletion() -> None:
+    clock = FakeClock(START)
+    cluster = new_cluster(clock)
+    tracker = PodStartupTracker(cluster=cluster, clock=clock)
+    cluster.subscribe("NodePool", tracker.on_pool)
+    pool = {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": "startup-d"}, "spec": {}}
+    feed(cluster, pool)
+    assert observed("startup-d") == (0, 0)
+    assert REGISTRY.get_sample_value("joiner_pods_startup_duration_seconds_count", {"nodepool": "startup-d"}) == 0
+    feed(cluster, pool, etype="DELETED")
+    assert REGISTRY.get_sample_value("joiner_pods_startup_duration_seconds_count", {"nodepool": "startup-d"}) is None
