@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -108,6 +109,9 @@ class ClusterCollector(Collector):
 
     def __init__(self) -> None:
         self.cluster: ClusterState | None = None
+        # pod key -> (the pod object the requests were computed from, its requests): a pod's
+        # requests are parsed again only when the watch delivered a new object for it
+        self._requests: dict[str, tuple[dict[str, Any], Resources]] = {}
 
     def describe(self) -> Iterable[Metric]:
         specs = (USAGE, LIMIT, NODES, PRICE, ALLOCATABLE, POD_REQUESTS, DAEMON_REQUESTS)
@@ -125,13 +129,14 @@ class ClusterCollector(Collector):
         limit = _family(LIMIT.name, LIMIT.help, LIMIT.labels)
         nodes = _family(NODES.name, NODES.help, NODES.labels)
         price = _family(PRICE.name, PRICE.help, PRICE.labels)
-        used: dict[str, Resources] = defaultdict(Resources)
+        used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         count: dict[tuple[str, str], int] = defaultdict(int)
         dollars: dict[tuple[str, str], float] = defaultdict(float)
         for claim in cluster.claim_views().values():
             if claim.deletion_timestamp or not claim.nodepool:
                 continue
-            used[claim.nodepool] = used[claim.nodepool] + _capacity(claim)
+            for res, amount in _capacity(claim).items:
+                used[claim.nodepool][res] += amount
             tier = claim.labels.get(wk.LABEL_CAPACITY_TYPE) or ""
             if cluster.node_view_for_claim(claim) is not None:
                 count[(claim.nodepool, tier)] += 1
@@ -141,7 +146,7 @@ class ClusterCollector(Collector):
             limits = _limits(pool)
             for res, amount in sorted(limits.items()):
                 limit.add_metric([name, res], base_units(amount))
-            held = used.get(name, Resources())
+            held = Resources(used.get(name, {}))
             for res in sorted(set(held.names()) | set(limits)):
                 usage.add_metric([name, res], base_units(held.get(res)))
         for (pool_name, tier), n in sorted(count.items()):
@@ -154,6 +159,7 @@ class ClusterCollector(Collector):
         allocatable = _family(ALLOCATABLE.name, ALLOCATABLE.help, ALLOCATABLE.labels)
         pods = _family(POD_REQUESTS.name, POD_REQUESTS.help, POD_REQUESTS.labels)
         daemons = _family(DAEMON_REQUESTS.name, DAEMON_REQUESTS.help, DAEMON_REQUESTS.labels)
+        seen: set[str] = set()
         for name, node in sorted(cluster.node_views().items()):
             pool = node.labels.get(wk.LABEL_NODEPOOL)
             if not pool:
@@ -163,14 +169,38 @@ class ClusterCollector(Collector):
                 alloc = Resources.parse(dict(node.allocatable))
             except (QuantityError, ValueError, TypeError):
                 alloc = Resources()
-            requested, daemon = _requests(cluster, name)
+            requested, daemon = self._node_requests(cluster, name, seen)
             for res in alloc.names():
                 allocatable.add_metric([*ident, res], base_units(alloc.get(res)))
             for res in sorted(set(alloc.names()) | set(requested.names())):
                 pods.add_metric([*ident, res], base_units(requested.get(res)))
             for res in daemon.names():
                 daemons.add_metric([*ident, res], base_units(daemon.get(res)))
+        for gone in self._requests.keys() - seen:
+            del self._requests[gone]
         yield from (allocatable, pods, daemons)
+
+    def _node_requests(self, cluster: ClusterState, node_name: str, seen: set[str]) -> tuple[Resources, Resources]:
+        """(non-daemon, daemon) requests of the live pods on the node."""
+        pods: dict[str, int] = defaultdict(int)
+        daemons: dict[str, int] = defaultdict(int)
+        for pod in cluster.pod_views_on_node(node_name):
+            if pod.is_terminal:
+                continue
+            seen.add(pod.key)
+            cached = self._requests.get(pod.key)
+            if cached is not None and cached[0] is pod.raw:
+                req = cached[1]
+            else:
+                try:
+                    req = pod_requests(pod.raw.get("spec") or {})
+                except (QuantityError, ValueError, TypeError):
+                    req = Resources()
+                self._requests[pod.key] = (pod.raw, req)
+            into = daemons if pod.is_daemon else pods
+            for res, amount in req.items:
+                into[res] += amount
+        return Resources(pods), Resources(daemons)
 
 
 def _node_labels(node: NodeView, pool: str) -> list[str]:
@@ -181,23 +211,6 @@ def _node_labels(node: NodeView, pool: str) -> list[str]:
         node.labels.get(wk.LABEL_INSTANCE_TYPE) or "",
         node.labels.get(wk.LABEL_ZONE) or "",
     ]
-
-
-def _requests(cluster: ClusterState, node_name: str) -> tuple[Resources, Resources]:
-    pods = Resources()
-    daemons = Resources()
-    for pod in cluster.pod_views_on_node(node_name):
-        if pod.is_terminal:
-            continue
-        try:
-            req = pod_requests(pod.raw.get("spec") or {})
-        except (QuantityError, ValueError, TypeError):
-            continue
-        if pod.is_daemon:
-            daemons = daemons + req
-        else:
-            pods = pods + req
-    return pods, daemons
 
 
 COLLECTOR = ClusterCollector()
