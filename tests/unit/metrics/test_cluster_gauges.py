@@ -101,3 +101,27 @@ def test_bad_input_is_skipped_not_raised() -> None:
 
 def test_without_a_cache_nothing_is_served() -> None:
     assert list(ClusterCollector().collect()) == []
+
+
+def test_a_pod_whose_requests_changed_is_counted_anew_and_a_gone_pod_is_forgotten() -> None:
+    cluster = a_gpu_pool()
+    collector = ClusterCollector()
+    collector.cluster = cluster
+
+    def cpu_requested() -> float:
+        for metric in collector.collect():
+            if metric.name == "joiner_nodes_total_pod_requests":
+                return sum(
+                    s.value
+                    for s in metric.samples
+                    if s.labels["node_name"] == "gpu-a" and s.labels["resource_type"] == "cpu"
+                )
+        raise AssertionError("no joiner_nodes_total_pod_requests")
+
+    feed(cluster, pod("train", cpu="3", node_name="gpu-a", phase="Running"))
+    assert cpu_requested() == 3
+    feed(cluster, pod("train", cpu="5", node_name="gpu-a", phase="Running"), etype="MODIFIED")  # resized in place
+    assert cpu_requested() == 5
+    feed(cluster, pod("train", cpu="5", node_name="gpu-a", phase="Running"), etype="DELETED")
+    assert cpu_requested() == 0
+    assert collector._requests == {}
