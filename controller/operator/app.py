@@ -231,7 +231,6 @@ async def run_operator(
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
 
-    state_metrics.watch(cluster)
     record_start(now=clock.now().timestamp())
     tasks: list[asyncio.Task[None]] = [asyncio.create_task(cluster.run(), name="cache")]
 
@@ -241,6 +240,7 @@ async def run_operator(
             await elector.is_leader.wait()
         await cluster.wait_synced()
         log.info("operator.started", synced=True)
+        state_metrics.watch(cluster)  # the leader alone serves them, so sums over replicas count once
         controllers = build_controllers(ctx, provider_loops=provider_loops)
         await asyncio.gather(*(_supervise(type(c).__name__, c.run, clock) for c in controllers))
 
