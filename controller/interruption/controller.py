@@ -34,6 +34,7 @@ from controller.interruption.messages import (
 )
 from controller.metrics import counter, histogram
 from controller.state.deletion import delete_nodeclaim
+from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView
 
 log = structlog.get_logger()
@@ -45,6 +46,7 @@ for _kind in (SPOT_INTERRUPTION, REBALANCE, SCHEDULED_CHANGE, STATE_CHANGE):
     MESSAGES.labels(_kind)
 for _action in ("nodeclaim_deleted", "offering_marked_unavailable"):
     ACTIONS.labels(_action)
+RECONCILE_ERRORS.labels("interruption")
 LATENCY = histogram(
     "joiner_interruption_handling_seconds",
     "Time from a message entering the queue to joiner having acted on it (NodeClaim deleted).",
@@ -104,6 +106,7 @@ class InterruptionController:
                         LATENCY.labels(notice.kind).observe(max(0.0, age))
             except Exception:
                 log.exception("interruption.handle_failed", message_id=message.id)
+                RECONCILE_ERRORS.labels("interruption").inc()
                 continue  # not deleted: the queue delivers it again
             await self.source.delete(message)
             deleted += 1

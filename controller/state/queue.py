@@ -15,7 +15,8 @@ log = structlog.get_logger()
 
 RECONCILE_ERRORS = metrics.counter(
     "joiner_controller_reconcile_errors_total",
-    "Reconciles that raised an error (the key is retried 5 s later), by controller (its work queue's name).",
+    "Reconciles or timer passes that raised an error (retried later), by controller (its work queue's name, or "
+    "disruption, garbage-collector, gpu-idle, interruption).",
     ("controller",),
 )
 
