@@ -30,6 +30,14 @@ venv: $(STAMP) ## create or update the virtual environment
 binaries: ## build (or reuse) the pinned cluster binaries
 	@bash hack/build-binaries.sh >/dev/null
 
+.PHONY: tools
+tools: ## build (or reuse) helm, promtool and prometheus from their pinned Go modules
+	@bash hack/build-tools.sh >/dev/null
+
+.PHONY: manifests
+manifests: $(STAMP) tools ## regenerate deploy/controller/ from the Helm chart
+	@$(BIN)/python hack/gen-manifests.py
+
 .PHONY: cluster-up cluster-down cluster-status
 cluster-up: ## start the local KWOK cluster (.kwok/kubeconfig)
 	@bash hack/cluster.sh up
@@ -43,7 +51,7 @@ crds: $(STAMP) ## regenerate deploy/crds from the api/ models
 	@$(BIN)/python -m api.crdgen
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy --strict, the layering contracts, the CRD drift check, hadolint
+lint: $(STAMP) tools ## ruff, mypy --strict, the layering contracts, the CRD drift check, hadolint
 	@echo "==> ruff"
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
@@ -53,6 +61,8 @@ lint: $(STAMP) ## ruff, mypy --strict, the layering contracts, the CRD drift che
 	@$(BIN)/lint-imports
 	@echo "==> CRD drift"
 	@$(BIN)/python -m api.crdgen --check
+	@echo "==> deploy/controller/ generated from the Helm chart"
+	@$(BIN)/python hack/gen-manifests.py --check
 	@echo "==> metrics reference drift (docs/metrics.md)"
 	@$(BIN)/python -m controller.metrics_doc --check
 	@echo "==> Dockerfile (hadolint)"
@@ -64,12 +74,12 @@ unit: $(STAMP) ## unit tests (pure, no cluster)
 	@$(BIN)/pytest tests/unit -q
 
 .PHONY: e2e
-e2e: $(STAMP) binaries ## end-to-end tests against the local KWOK cluster
+e2e: $(STAMP) binaries tools ## end-to-end tests against the local KWOK cluster
 	@echo "==> end-to-end tests (starts the KWOK cluster if it is not running)"
 	@$(BIN)/pytest tests/e2e -q
 
 .PHONY: test
-test: $(STAMP) binaries ## the whole suite: unit, e2e, lint and type checks
+test: $(STAMP) binaries tools ## the whole suite: unit, e2e, lint and type checks
 	@echo "==> unit and end-to-end tests"
 	@$(BIN)/pytest tests -q
 	@$(MAKE) --no-print-directory lint

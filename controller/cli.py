@@ -7,6 +7,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from controller.settings import Settings
 
@@ -172,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
         batch_idle_seconds=args.batch_idle_duration,
         batch_max_seconds=args.batch_max_duration,
         nominate=args.nominate,
+        namespace=args.leader_elect_namespace,
         plan_untried_after_seconds=args.plan_untried_after if args.plan_untried else None,
         launch_timeout_seconds=args.launch_timeout,
         registration_timeout_seconds=args.registration_timeout,
@@ -213,6 +215,96 @@ def _run(args: argparse.Namespace) -> int:
     )
 
 
+def _add_forecast(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "forecast",
+        help="show a NodePool's learned demand profile and the next pre-warm decision",
+        description="Show the weekly demand profile the forecast learned for a NodePool, and what it would "
+        "pre-warm now and how sure it is. Reads the history from the cluster (ConfigMap "
+        "joiner-forecast-history) or from a file.",
+    )
+    p.add_argument("--nodepool", required=True, help="the NodePool")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--namespace", default="kube-system", help="the controller's namespace (default: kube-system)")
+    p.add_argument("--history", help="read the history from this file instead (the ConfigMap as YAML/JSON)")
+    p.add_argument("--at", help="decide as of this UTC time (ISO 8601; default: now)")
+    p.add_argument("--current", type=float, help="demand in use now (default: 0 with --history; the cluster's)")
+    p.add_argument("--lookback", default="168h", help="with --history: the lookback (default 168h)")
+    p.add_argument("--lead-time", default="30m", help="with --history: the lead time (default 30m)")
+    p.add_argument("--confidence", type=float, default=0.7, help="with --history: the threshold (default 0.7)")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p.set_defaults(handler=_forecast)
+
+
+def _forecast(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from api.v1.types import parse_duration
+    from controller.capacity.explain import explain, to_json, to_text
+    from controller.capacity.forecast import ForecastConfig, ForecastError
+    from controller.capacity.history import History, HistoryError
+
+    try:
+        now = datetime.fromisoformat(args.at.replace("Z", "+00:00")).astimezone(UTC) if args.at else datetime.now(UTC)
+    except ValueError:
+        print(f"joiner forecast: --at {args.at!r} is not an ISO 8601 time", file=sys.stderr)
+        return 2
+    try:
+        if args.history:
+            import yaml
+
+            with open(args.history, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+            data = (doc.get("data") if isinstance(doc, dict) and "data" in doc else doc) or {}
+            if args.nodepool not in data:
+                print(f"joiner forecast: {args.history} has no history for NodePool {args.nodepool}", file=sys.stderr)
+                return 1
+            history = History.from_json(str(data[args.nodepool]))
+            lookback, lead_time = parse_duration(args.lookback), parse_duration(args.lead_time)
+            if lookback is None or lead_time is None:
+                raise ValueError("--lookback and --lead-time must be durations such as 168h or 30m, not Never")
+            config = ForecastConfig(lookback=lookback, lead_time=lead_time, confidence=args.confidence)
+            current = args.current or 0.0
+        else:
+            history, config, current = asyncio.run(_forecast_from_cluster(args, now))
+    except (OSError, HistoryError, ForecastError, ValueError) as err:
+        print(f"joiner forecast: {err}", file=sys.stderr)
+        return 1
+    result = explain(args.nodepool, history, now=now, current=current, config=config)
+    print(to_json(result) if args.output == "json" else to_text(result))
+    return 0
+
+
+async def _forecast_from_cluster(args: argparse.Namespace, now: object) -> tuple[Any, Any, float]:
+    from api.v1.nodepool import NodePool
+    from api.v1.validation import validate
+    from controller.capacity.controller import HISTORY_CONFIGMAP, forecast_config
+    from controller.capacity.forecast import ForecastConfig
+    from controller.capacity.history import History
+    from controller.kube.client import KubeClient, NotFoundError
+    from controller.kube.resources import CONFIGMAPS, NODEPOOLS
+
+    client = await KubeClient.connect(args.kubeconfig)
+    try:
+        try:
+            pool = await client.get(NODEPOOLS, args.nodepool)
+        except NotFoundError as err:
+            raise ValueError(f"NodePool {args.nodepool} not found") from err
+        model = validate(NodePool, pool)
+        capacity = model.spec.capacity
+        config = forecast_config(capacity.forecast if capacity else None) or ForecastConfig()
+        try:
+            cm = await client.get(CONFIGMAPS, HISTORY_CONFIGMAP, namespace=args.namespace)
+            raw = (cm.get("data") or {}).get(args.nodepool)
+        except NotFoundError:
+            raw = None
+        history = History.from_json(raw) if raw else History()
+        current = args.current if args.current is not None else 0.0
+        return history, config, current
+    finally:
+        await client.close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="joiner",
@@ -224,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     from controller import plan
 
     plan.add_parser(subparsers)
+    _add_forecast(subparsers)
     return parser
 
 

@@ -1,9 +1,9 @@
 """What every controller is handed: the shared client, cache, clock, recorder, cloud, settings and
-the one NodeClaim writer."""
+the one NodeClaim writer, and the warm buffers they share."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.clock import Clock
 from controller.cloudprovider.types import CloudProvider
@@ -11,6 +11,7 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.kube.client import KubeClient
 from controller.kube.events import EventRecorder
 from controller.settings import Settings
+from controller.state.buffers import BufferBook
 from controller.state.cluster import ClusterState
 from controller.state.writer import NodeClaimWriter
 
@@ -27,3 +28,5 @@ class Context:
     # creates every NodeClaim; its lock is held while deciding and writing them, and it remembers the
     # ones just created, so two decisions never count the same room under a NodePool's limits
     writer: NodeClaimWriter
+    # the warm buffers: published by the capacity controller, planned by the provisioner, kept by disruption
+    buffers: BufferBook = field(default_factory=BufferBook)

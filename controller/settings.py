@@ -41,6 +41,8 @@ class Settings:
     gpu_idle_window_seconds: float = 600.0
     gpu_idle_poll_seconds: float = 30.0
     gpu_utilization_node_label: str = "Hostname"
+    # the controller's own namespace: its Lease and the forecast's history ConfigMap live there
+    namespace: str = "kube-system"
     # serving
     metrics_port: int = 8080
     health_port: int = 8081

@@ -7,6 +7,7 @@ from typing import Annotated, Final, Literal, Self, get_args
 from pydantic import ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from api.v1.capacity import NODES_LIMIT_RULE, BufferStatus, Capacity, check_nodes_limit
 from api.v1.common import (
     MAX_LABELS,
     MAX_REQUIREMENTS,
@@ -25,7 +26,6 @@ from api.v1.common import (
 from api.v1.conditions import Condition
 from api.v1.labels import API_VERSION
 from api.v1.meta import ObjectMeta, SpecModel, StatusModel
-from api.v1.tiermix import Capacity
 from api.v1.types import (
     BudgetDuration,
     BudgetNodes,
@@ -229,15 +229,25 @@ class NodePoolSpec(SpecModel):
     """The NodeClaims the pool creates."""
     disruption: Disruption = Field(default_factory=Disruption, json_schema_extra={"default": {}})
     """Consolidation policy, consolidation delay and disruption budgets."""
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict, json_schema_extra={"x-kubernetes-validations": [NODES_LIMIT_RULE]}
+    )
     """Upper bounds on the total resources of the pool's nodes (``cpu``, ``memory``,
-    ``nvidia.com/gpu``, ...). joiner launches nothing that would exceed them."""
+    ``nvidia.com/gpu``, ...), and ``nodes``: the most nodes the pool may have. joiner launches
+    nothing that would exceed them."""
     weight: int | None = Field(default=None, ge=1, le=100)
     """Priority among pools: higher weight is tried first (1..100). Unset: lowest."""
     gang: GangDefaults | None = None
     """Defaults for gangs provisioned from this pool: attempt timeout and same-zone placement."""
     capacity: Capacity | None = None
-    """How the pool's capacity is bought: the tier mix of spot, on-demand and reserved."""
+    """Capacity kept ahead of demand (warm buffer, schedules, forecast), the $/hour budget and the
+    tier mix of spot, on-demand and reserved."""
+
+    @field_validator("limits")
+    @classmethod
+    def _nodes_limit(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        check_nodes_limit(value)
+        return value
 
 
 class NodePoolStatus(StatusModel):
@@ -251,7 +261,9 @@ class NodePoolStatus(StatusModel):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """``Ready``, ``ValidationSucceeded``, ``NodeClassReady``."""
+    """``Ready``, ``ValidationSucceeded``, ``NodeClassReady``, ``LimitsReached``, ``BufferLimited``."""
+    buffer: BufferStatus | None = None
+    """The warm buffer: wanted now and ready (see ``spec.capacity``)."""
 
 
 class NodePool(SpecModel):

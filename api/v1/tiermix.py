@@ -44,10 +44,3 @@ class TierMix(SpecModel):
                 "tier_mix_total", "tierMix: spot + onDemand + reserved must be 100, got {total}", {"total": total}
             )
         return self
-
-
-class Capacity(SpecModel):
-    """How the pool's capacity is bought ahead of and across demand."""
-
-    tier_mix: TierMix | None = None
-    """Target shares of spot / on-demand / reserved across the pool's nodes."""

@@ -57,6 +57,8 @@ class NodeState:
     ``protected_until``: a replacement disruption created is left alone until then.
     ``reclaimable``: pods (``namespace/name``) disrupting it evicts for good without a place
     elsewhere: its GPUs are idle (``GPUIdle``) and they opted in with ``joiner.sh/idle-gpu-reclaim``.
+    ``keeps_buffer``: the NodePools whose warm buffer sits on it (their placeholders are in
+    ``view.pods``); neither emptiness nor consolidation takes it while it does.
     """
 
     claim: str
@@ -76,6 +78,7 @@ class NodeState:
     protected_until: datetime | None = None
     instance_type: str = ""
     reclaimable: tuple[str, ...] = ()
+    keeps_buffer: tuple[str, ...] = ()
 
     @property
     def node(self) -> str:

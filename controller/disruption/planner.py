@@ -326,6 +326,7 @@ class _Planner:
             and policy is not None
             and policy.consolidates
             and n.empty
+            and not n.keeps_buffer
             and self._stable(n)
             and n.node not in self.nominated
         )
@@ -405,6 +406,7 @@ class _Planner:
             and policy is not None
             and policy.underutilized
             and not n.empty
+            and not n.keeps_buffer
             and self._stable(n)
             and n.node not in self.nominated
         )

@@ -7,8 +7,8 @@ worker thread) only ever sees frozen values.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +35,7 @@ from controller.disruption.safety import idle_gpu_reclaimable, movable, safety_b
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
+from controller.scheduling.warm import place_buffer, virtual_pool, with_virtual_pods
 from controller.state.existing import existing_node
 from controller.state.nodepools import daemon_templates, nodepool_hash, tier_mix
 from controller.state.views import NodeClaimView, Obj, PodView, StateNode
@@ -262,6 +263,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
             assert converted is not None
             other.append(converted)
 
+    nodes, other = keep_buffers(ctx.buffers.pods(), nodes, other)
     templates: list[NodePoolTemplate] = []
     existing_for_usage = [*other, *(n.view for n in nodes)]
     for name, pool in pool_objs.items():
@@ -285,6 +287,28 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         unavailable=unavailable,
         active=memory.active,
     )
+
+
+def keep_buffers(
+    buffer_pods: Sequence[Pod], nodes: Sequence[NodeState], other: Sequence[ExistingNode]
+) -> tuple[list[NodeState], list[ExistingNode]]:
+    """The warm buffers' placeholders put where they sit (`scheduling.warm.place_buffer`): the nodes
+    holding them carry them as pods (their room counts as used when pods are moved) and are marked
+    ``keeps_buffer``, so neither emptiness nor consolidation removes what the buffer must keep."""
+    if not buffer_pods:
+        return list(nodes), list(other)
+    placement = place_buffer(buffer_pods, [*(n.view for n in nodes), *other])
+    kept = [
+        replace(
+            n,
+            view=replace(n.view, pods=(*n.view.pods, *held)),
+            keeps_buffer=tuple(sorted({virtual_pool(p) for p in held})),
+        )
+        if (held := placement.held.get(n.node))
+        else n
+        for n in nodes
+    ]
+    return kept, with_virtual_pods(other, placement)
 
 
 def _in_flight(machine: StateNode, *, pods: Iterable[PodView], types: Iterable[InstanceType]) -> ExistingNode | None:

@@ -80,11 +80,13 @@ from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, 
 from controller.kube.client import ApiError, ConflictError, NotFoundError, PatchType
 from controller.kube.resources import NODECLAIMS, NODES, PODS
 from controller.scheduling import kubeconv
+from controller.scheduling.bounds import apply_bounds
 from controller.scheduling.model import NodePoolTemplate, OfferingKey
 from controller.state.deletion import delete_nodeclaim
 from controller.state.existing import cluster_capacity
 from controller.state.informer import EventType
 from controller.state.nodepools import daemon_templates, valid_pools
+from controller.state.spend import pool_bounds
 from controller.state.views import NodeClaimView, NodeView, Obj, PodView
 from controller.state.writer import NewClaim
 
@@ -592,6 +594,14 @@ class GangController:
             solve_seconds = ctx.clock.monotonic() - started
             if isinstance(result, NoFit):
                 await self._no_fit(view, result, fingerprint=fingerprint)
+                return
+            # the NodePools' budgets and limits.nodes: the whole gang or none of it
+            claims = [*ctx.cluster.claim_views().values(), *ctx.writer.in_flight()]
+            bounds = pool_bounds({n: p for n, (p, _) in pools.items()}, claims, all_types)
+            refused = apply_bounds(result.plan, bounds).refused
+            if refused:
+                why = f"gang {key}: " + next(iter(refused.values()))[1]
+                await self._no_fit(view, NoFit(permanent=False, reason=why), fingerprint=fingerprint)
                 return
             if result.avoided:
                 # the NodeClaims list every instance type that fits, cheapest first: the launch must

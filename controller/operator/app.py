@@ -88,6 +88,7 @@ def build_cloud_provider(
 
 
 def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[Runnable]:
+    from controller.capacity.controller import CapacityController
     from controller.disruption.controller import DisruptionController
     from controller.gang.controller import GangController
     from controller.nodeclaim.gc import GarbageCollector
@@ -128,6 +129,7 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
         NodePoolStatusController(ctx),
         DisruptionController(ctx),
         GangController(ctx),
+        CapacityController(ctx),
         PodStartupTracker(cluster=ctx.cluster, clock=ctx.clock),
     ]
 

@@ -1,10 +1,12 @@
 """NodePool status: what the pool holds (resources, nodes) and whether it can launch (conditions).
 
 Conditions: `ValidationSucceeded` (the spec passes the same rules as the CRD), `NodeClassReady`
-(the referenced NodeClass exists), `LimitsReached` (a resource in spec.limits is used up: the pool
-launches nothing more), `TierMix` (only with spec.capacity.tierMix: whether the pool's capacity by
-capacity type is within 10 points of its target shares; ``SpotShort`` when spot could not be had),
-and `Ready` (validation and NodeClass are fine).
+(the referenced NodeClass exists), `LimitsReached` (a resource in spec.limits, or `limits.nodes`,
+is used up: the pool launches nothing more), `BufferLimited` (only for pools with a warm buffer:
+the buffer stopped short of what it wants, and why), `TierMix` (only with spec.capacity.tierMix:
+whether the pool's capacity by capacity type is within 10 points of its target shares;
+``SpotShort`` when spot could not be had), and `Ready` (validation and NodeClass are fine).
+`status.buffer` (wanted / ready) comes from the capacity controller's report.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from controller.kube.resources import NODEPOOLS
 from controller.scheduling.quantity import QuantityError, format_human, parse_quantity
 from controller.scheduling.resources import Resources, sum_resources
 from controller.scheduling.tiermix import TIERS, TierMix, shares, weight
+from controller.state.buffers import BufferReport
 from controller.state.nodepools import tier_mix
 from controller.state.queue import WorkQueue
 
@@ -35,6 +38,18 @@ CLAIM_COALESCE_SECONDS = 1.0
 
 def _condition(ctype: str, ok: bool, reason: str, message: str) -> Obj:
     return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def _has_buffer(pool: Obj) -> bool:
+    capacity = (pool.get("spec") or {}).get("capacity") or {}
+    return bool(capacity.get("buffer") or capacity.get("schedules") or (capacity.get("forecast") or {}).get("enabled"))
+
+
+def _buffer_condition(buffer: BufferReport | None, limited: str | None) -> Obj:
+    problems = [*(buffer.problems if buffer is not None else ()), *([limited] if limited else [])]
+    if problems:
+        return _condition("BufferLimited", True, "BufferLimited", "; ".join(problems))
+    return _condition("BufferLimited", False, "BufferComplete", "")
 
 
 def _limits(pool: Obj) -> dict[str, int]:
@@ -114,9 +129,17 @@ def tier_mix_condition(mix: TierMix, weights: dict[str, float]) -> Obj:
 
 
 def desired_status(
-    *, pool: Obj, claims: list[Obj], registered: set[str], nodeclass_exists: bool
+    *,
+    pool: Obj,
+    claims: list[Obj],
+    registered: set[str],
+    nodeclass_exists: bool,
+    buffer: BufferReport | None = None,
+    buffer_limited: str | None = None,
 ) -> tuple[Obj, str | None]:
-    """The status a NodePool should have, and the validation error if its spec is invalid. Pure."""
+    """The status a NodePool should have, and the validation error if its spec is invalid. Pure.
+
+    ``buffer``/``buffer_limited``: the pool's warm buffer as last reported, and why it stopped short."""
     name = pool["metadata"]["name"]
     mine = [
         c
@@ -134,8 +157,11 @@ def desired_status(
     reached = [
         f"{res}: {format_human(res, used.get(res))} of {format_human(res, limit)} in use"
         for res, limit in _limits(pool).items()
-        if used.get(res) >= limit  # a limit of 0 is reached from the start: the pool may buy none of it
+        if res != "nodes" and used.get(res) >= limit  # a limit of 0 is reached from the start
     ]
+    max_nodes = _limits(pool).get("nodes")
+    if max_nodes is not None and len(mine) * 1000 >= max_nodes:
+        reached.append(f"nodes: {len(mine)} of {max_nodes // 1000}")
     conditions = [
         _condition(
             "ValidationSucceeded",
@@ -159,6 +185,8 @@ def desired_status(
     mix = tier_mix(pool)
     if mix is not None:
         conditions.append(tier_mix_condition(mix, tier_weights(mine)))
+    if _has_buffer(pool):
+        conditions.append(_buffer_condition(buffer, buffer_limited))
     ready = error is None and nodeclass_exists
     conditions.append(
         _condition(
@@ -173,6 +201,15 @@ def desired_status(
         "nodes": sum(1 for c in mine if c["metadata"]["name"] in registered),
         "conditions": conditions,
     }
+    if _has_buffer(pool):
+        shown: Obj = {
+            "wanted": buffer.wanted if buffer is not None else 0,
+            "ready": buffer.ready if buffer is not None else 0,
+        }
+        if buffer is not None and buffer.forecast is not None:
+            shown["forecast"] = buffer.forecast
+            shown["forecastConfidence"] = f"{buffer.forecast_confidence or 0:.2f}"
+        status["buffer"] = shown
     return status, error
 
 
@@ -210,6 +247,7 @@ class NodePoolStatusController:
         cluster.subscribe("NodeClaim", self._on_claim)
         cluster.subscribe("KWOKNodeClass", self._enqueue_all)
         cluster.subscribe("EC2NodeClass", self._enqueue_all)
+        self.ctx.buffers.subscribe(self.queue.add)
         await cluster.wait_synced()
         self._enqueue_all()
         await self.queue.run(self.reconcile, workers=2)
@@ -245,7 +283,12 @@ class NodePoolStatusController:
         claims = [c.raw for c in cluster.claim_views().values()]
         registered = {c.name for c in cluster.claim_views().values() if cluster.node_view_for_claim(c) is not None}
         status, error = desired_status(
-            pool=pool, claims=claims, registered=registered, nodeclass_exists=nodeclass_exists
+            pool=pool,
+            claims=claims,
+            registered=registered,
+            nodeclass_exists=nodeclass_exists,
+            buffer=self.ctx.buffers.report(name),
+            buffer_limited=self.ctx.buffers.limited(name),
         )
         current = pool.get("status") or {}
         self._tier_metrics(pool, claims)
@@ -258,6 +301,7 @@ class NodePoolStatusController:
         if (
             current.get("resources") == status["resources"]
             and current.get("nodes") == status["nodes"]
+            and current.get("buffer") == status.get("buffer")
             and _same_conditions(current.get("conditions") or [], status["conditions"])
         ):
             return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import structlog
@@ -24,14 +24,19 @@ from controller.provisioning.batcher import Batcher
 from controller.provisioning.capacity import split_nominated
 from controller.provisioning.nominator import Nominator
 from controller.scheduling import kubeconv
+from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NodePoolTemplate, Plan, Pod
+from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
+from controller.scheduling.resources import sum_resources
 from controller.scheduling.solver import solve
 from controller.scheduling.tiermix import Bend
 from controller.scheduling.tiermix import apply as apply_tier_mix
+from controller.scheduling.warm import is_virtual, virtual_pool
+from controller.state.buffers import BufferReport
 from controller.state.existing import cluster_capacity
 from controller.state.manifest import nodeclaim_manifest
 from controller.state.nodepools import daemon_templates, tier_mix, valid_pools
+from controller.state.spend import pool_bounds
 from controller.state.views import DEFAULT_SCHEDULER, NodeClaimView, Obj, PodView
 from controller.state.writer import NewClaim
 
@@ -68,6 +73,8 @@ class Batch:
     plan: Plan
     pending: dict[str, PodView]  # pod key -> pod, the pods this plan was made for
     pools: dict[str, Obj]  # NodePool name -> NodePool, the valid ones
+    # pod key -> (Event reason, message) for pods refused by a NodePool's budget or limits.nodes
+    refused: dict[str, tuple[str, str]] = field(default_factory=dict)
     bends: tuple[Bend, ...] = ()  # machines bought off their pool's tier mix, and why
 
 
@@ -87,6 +94,7 @@ class Provisioner:
         self._untried_timer: asyncio.Task[None] | None = None
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
         self.nominator = Nominator(ctx, nominations=lambda: self._nominations, claim=self._claim)
+        self._buffers_seen: dict[str, BufferReport | None] = {}  # pool -> the buffer report last acted on
 
     # --- triggers --------------------------------------------------------------------------
     def _on_pod(self, etype: str, pod: PodView, old: PodView | None) -> None:
@@ -145,6 +153,14 @@ class Provisioner:
         ):
             self.batcher.trigger()
 
+    def _on_buffer(self, pool: str) -> None:
+        # a warm buffer that came short (a pod took warm room, a window opened) needs a decision
+        report = self.ctx.buffers.report(pool)
+        if report is not self._buffers_seen.get(pool):
+            self._buffers_seen[pool] = report
+            if report is not None and report.missing:
+                self.batcher.trigger()
+
     def _scheduler_has_untried_pods(self) -> bool:
         """Pods created within the last batch window that kube-scheduler has not tried yet: the burst
         is still arriving. (Older ones belong to a scheduler that is not running; they must not hold
@@ -165,6 +181,7 @@ class Provisioner:
         cluster.subscribe("NodePool", self._on_capacity_change)
         cluster.subscribe("KWOKNodeClass", self._on_capacity_change)
         cluster.subscribe("EC2NodeClass", self._on_capacity_change)
+        self.ctx.buffers.subscribe(self._on_buffer)
         await cluster.wait_synced()
         self.batcher.trigger()  # pods that were pending before we started
         resync = asyncio.create_task(self._resync(), name="provisioner-resync")
@@ -259,7 +276,8 @@ class Provisioner:
             claim_name = created.get(node.name)
             if claim_name:
                 for key in node.pods:
-                    self._nominations[key] = claim_name
+                    if not is_virtual(key):  # a warm buffer's placeholder is no pod to nominate
+                        self._nominations[key] = claim_name
         by_node_name = {
             c.node_name or c.name: c.name
             for c in [
@@ -279,7 +297,8 @@ class Provisioner:
         now = self.ctx.clock.now()
         pending_objs = {p.key: p for p in cluster.pod_views() if self._provisionable(p, now)}
         PODS_PENDING.set(sum(1 for p in pending_objs.values() if p.is_unschedulable))
-        if not pending_objs:
+        buffer_pods = self.ctx.buffers.pods()
+        if not pending_objs and not buffer_pods:
             PODS_UNSCHEDULABLE.set(0)
             return None
         pods: list[Pod] = []
@@ -297,7 +316,8 @@ class Provisioner:
         for key in [k for k in self._nominations if k not in live]:
             del self._nominations[key]
         pods, existing = self._with_nominations(pods, existing)
-        if not pods and not unreadable:
+        buffer_pods = [p for p in buffer_pods if virtual_pool(p) in pools]
+        if not pods and not unreadable and not buffer_pods:
             return None
         templates: list[NodePoolTemplate] = []
         for name, (pool, its) in pools.items():
@@ -316,12 +336,26 @@ class Provisioner:
             daemon_pods=daemons,
             unavailable=unavailable,
         )
+        if buffer_pods:
+            plan = self._with_buffer(
+                plan,
+                buffer_pods=buffer_pods,
+                pods=pods,
+                templates=templates,
+                existing=existing,
+                daemons=daemons,
+                unavailable=unavailable,
+                types=all_types,
+            )
         mixes = {name: mix for name, (pool, _) in pools.items() if (mix := tier_mix(pool)) is not None}
         plan, bends = apply_tier_mix(plan, mixes=mixes, existing=existing, instance_types=all_types)
+        bounded = apply_bounds(plan, self._bounds(pools, plan, all_types))
+        plan = bounded.plan
+        self._report_buffers(plan, buffer_pods)
         elapsed = time.perf_counter() - started
         SOLVE_SECONDS.observe(elapsed)
         BATCH_SIZE.observe(len(pods))
-        PODS_UNSCHEDULABLE.set(len(plan.unschedulable))
+        PODS_UNSCHEDULABLE.set(sum(1 for k in plan.unschedulable if not is_virtual(k)))
         log.info(
             "provisioner.solved",
             pods=len(pods),
@@ -333,16 +367,92 @@ class Provisioner:
         )
         if unreadable:
             plan = replace(plan, unschedulable={**plan.unschedulable, **unreadable})
-        return Batch(plan=plan, pending=pending_objs, pools={n: p for n, (p, _) in pools.items()}, bends=tuple(bends))
+        refused = {k: why for k, why in bounded.refused.items() if not is_virtual(k)}
+        return Batch(
+            plan=plan,
+            pending=pending_objs,
+            pools={n: p for n, (p, _) in pools.items()},
+            refused=refused,
+            bends=tuple(bends),
+        )
+
+    # --- warm buffers and bounds ------------------------------------------------------------
+    def _with_buffer(
+        self,
+        plan: Plan,
+        *,
+        buffer_pods: Sequence[Pod],
+        pods: Sequence[Pod],
+        templates: Sequence[NodePoolTemplate],
+        existing: Sequence[ExistingNode],
+        daemons: Sequence[Pod],
+        unavailable: set[tuple[str, str, str]],
+        types: dict[str, InstanceType],
+    ) -> Plan:
+        """The real pods' plan, then the warm buffers' placeholders planned on what it leaves: room on
+        existing and in-flight nodes the real pods do not take first, then new NodeClaims (after the
+        real pods' ones, so limits and budgets serve real pods first)."""
+        by_key = {p.key: p for p in pods}
+        taken = {name: [by_key[k] for k in keys if k in by_key] for name, keys in plan.existing_placements.items()}
+        after = [replace(n, pods=(*n.pods, *taken[n.name])) if taken.get(n.name) else n for n in existing]
+        bought: dict[str, list[NewNodeClaim]] = {}
+        for node in plan.new_nodes:
+            bought.setdefault(node.node_pool, []).append(node)
+        pools = []
+        for t in templates:
+            extra = [
+                types[n.choice.instance_type].capacity
+                for n in bought.get(t.name, ())
+                if n.choice.instance_type in types
+            ]
+            pools.append(replace(t, usage=t.usage + sum_resources(extra)) if extra else t)
+        warm = solve(
+            pods=buffer_pods, node_pools=pools, existing_nodes=after, daemon_pods=daemons, unavailable=unavailable
+        )
+        start = len(plan.new_nodes)
+        refills = tuple(replace(n, name=f"{n.name}-buffer", index=start + i) for i, n in enumerate(warm.new_nodes))
+        return replace(
+            plan,
+            new_nodes=(*plan.new_nodes, *refills),
+            unschedulable={**plan.unschedulable, **warm.unschedulable},
+            total_price=plan.total_price + warm.total_price,
+        )
+
+    def _bounds(
+        self, pools: dict[str, tuple[Obj, tuple[InstanceType, ...]]], plan: Plan, types: dict[str, InstanceType]
+    ) -> dict[str, PoolBounds]:
+        """Each pool's budget and limits.nodes, with what its NodeClaims (cached, just created) hold."""
+        wanted = {node.node_pool for node in plan.new_nodes}
+        claims = [*self.ctx.cluster.claim_views().values(), *self._writer.in_flight()]
+        return pool_bounds({name: pools[name][0] for name in wanted}, claims, types)
+
+    def _report_buffers(self, plan: Plan, buffer_pods: Sequence[Pod]) -> None:
+        """Tell the book which pools' buffers could not be completed, and why (the first reason)."""
+        short: dict[str, str] = {}
+        for pod in buffer_pods:
+            why = plan.unschedulable.get(pod.key)
+            if why is not None:
+                short.setdefault(virtual_pool(pod), why)
+        for pool in {virtual_pool(p) for p in buffer_pods}:
+            self.ctx.buffers.set_limited(pool, short.get(pool))
 
     # --- write -----------------------------------------------------------------------------
     async def apply(self, decision: Batch) -> list[Obj]:
         """Write the plan's NodeClaims (under the writer's lock, held since deciding), then tell the
         pods, off the critical path."""
         requests = [
-            NewClaim(node, nodeclaim_manifest(node, decision.pools[node.node_pool])) for node in decision.plan.new_nodes
+            NewClaim(node, nodeclaim_manifest(node, decision.pools[node.node_pool]))
+            for node in decision.plan.new_nodes
+            if not all(is_virtual(k) for k in node.pods)
         ]
-        written = await self._writer.create(requests, reason="provisioning")
+        refills = [
+            NewClaim(node, nodeclaim_manifest(node, decision.pools[node.node_pool]))
+            for node in decision.plan.new_nodes
+            if all(is_virtual(k) for k in node.pods)
+        ]
+        written = await self._writer.create(requests, reason="provisioning") if requests else []
+        if refills:  # the warm buffers' machines
+            written += await self._writer.create(refills, reason="capacity")
         created: list[Obj] = []
         created_names: dict[str, str] = {}
         events: list[tuple[PodView, str, str, bool]] = []
@@ -363,8 +473,9 @@ class Provisioner:
             pod = decision.pending.get(key)
             if pod is None:
                 continue
-            log.info("provisioner.pod_unschedulable", pod=key, reason=reason)
-            events.append((pod, "FailedProvisioning", reason, True))
+            event_reason = decision.refused[key][0] if key in decision.refused else "FailedProvisioning"
+            log.info("provisioner.pod_unschedulable", pod=key, reason=reason, event_reason=event_reason)
+            events.append((pod, event_reason, reason, True))
         self._nominate(decision.plan, created_names)
         await self._tell_bends(decision, created_names)
         if events:

@@ -623,8 +623,10 @@ def nodepool_template(
             )
             for req in tspec.requirements
         )
-        limits = Resources.parse(pool.spec.limits)
-        zero = [name for name, amount in pool.spec.limits.items() if parse_quantity(amount) == 0]
+        # `nodes` counts machines, not a resource: the provisioner applies it to the plan (scheduling.bounds)
+        resource_limits = {name: amount for name, amount in pool.spec.limits.items() if name != "nodes"}
+        limits = Resources.parse(resource_limits)
+        zero = [name for name, amount in resource_limits.items() if parse_quantity(amount) == 0]
     except (RequirementError, QuantityError) as err:
         raise ConversionError(f"NodePool {pool.name}: {err}") from err
     if zero:

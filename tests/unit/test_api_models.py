@@ -88,6 +88,7 @@ def test_there_are_examples_for_every_pool_the_docs_promise() -> None:
         "l4-inference.yaml",
         "cpu.yaml",
         "kwok-nodeclass.yaml",
+        "h100-warm.yaml",
     }
 
 
@@ -108,11 +109,24 @@ def test_example_pools_reference_the_example_node_class() -> None:
         if isinstance(obj, KWOKNodeClass)
     }
     pools = [obj for path in EXAMPLES for obj in map(parse_object, load_documents(path)) if isinstance(obj, NodePool)]
-    assert len(pools) == 3
+    assert len(pools) == 4
     for pool in pools:
         ref = pool.spec.template.spec.node_class_ref
         assert (ref.group, ref.kind) == ("joiner.sh", "KWOKNodeClass")
         assert ref.name in classes
+
+
+def test_h100_warm_example_is_what_it_says() -> None:
+    pool = parse_object(load_documents(ROOT / "deploy/examples/h100-warm.yaml")[0])
+    assert isinstance(pool, NodePool)
+    capacity = pool.spec.capacity
+    assert capacity is not None
+    assert capacity.buffer is not None
+    assert capacity.buffer.gpus == 8
+    assert [(s.schedule, s.duration, s.buffer.gpus) for s in capacity.schedules] == [("30 8 * * 1-5", "10h", 16)]
+    assert capacity.budget is not None
+    assert capacity.budget.max_price_per_hour == "250.00"
+    assert pool.spec.limits["nodes"] == 10
 
 
 def test_h100_example_is_what_it_says() -> None:

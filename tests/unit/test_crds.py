@@ -257,6 +257,9 @@ def test_nodepool_printer_columns() -> None:
         ("CPU", ".status.resources.cpu", "string", 1),
         ("Memory", ".status.resources.memory", "string", 1),
         ("GPU", ".status.resources.nvidia\\.com/gpu", "string", 1),
+        ("Buffer", ".status.buffer.wanted", "integer", 1),
+        ("Buffer-Ready", ".status.buffer.ready", "integer", 1),
+        ("Forecast", ".status.buffer.forecast", "integer", 1),
     ]
 
 

@@ -1,0 +1,73 @@
+{{/* The release's full name, cut to 63 characters. */}}
+{{- define "joiner.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "joiner.serviceAccountName" -}}
+{{- default (include "joiner.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "joiner.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "joiner.labels" -}}
+{{ include "joiner.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "joiner.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+{{- end -}}
+
+{{/* `joiner run` flags from the settings block; fails on settings that cannot work. */}}
+{{- define "joiner.args" -}}
+{{- $s := .Values.settings -}}
+{{- if not (has $s.provider (list "kwok" "aws")) -}}
+{{- fail (printf "settings.provider must be kwok or aws, got %q" $s.provider) -}}
+{{- end -}}
+{{- if and (eq $s.provider "aws") (not $s.clusterName) -}}
+{{- fail "settings.clusterName is required with settings.provider=aws (instances are tagged with it)" -}}
+{{- end -}}
+- --provider={{ $s.provider }}
+{{- if $s.clusterName }}
+- --cluster-name={{ $s.clusterName }}
+{{- end }}
+{{- if $s.region }}
+- --region={{ $s.region }}
+{{- end }}
+{{- if $s.interruptionQueue }}
+- --interruption-queue={{ $s.interruptionQueue }}
+{{- end }}
+- --leader-elect-namespace={{ .Release.Namespace }}
+- --metrics-port={{ .Values.service.port }}
+- --health-port={{ .Values.healthPort }}
+- --batch-idle-duration={{ $s.batchIdleDuration }}
+- --batch-max-duration={{ $s.batchMaxDuration }}
+- --launch-timeout={{ $s.launchTimeout }}
+- --registration-timeout={{ $s.registrationTimeout }}
+- --initialization-timeout={{ $s.initializationTimeout }}
+- --gang-timeout={{ $s.gangTimeout }}
+- --disruption-poll-interval={{ $s.disruptionPollInterval }}
+- --log-level={{ $s.logLevel }}
+- --log-format={{ $s.logFormat }}
+- {{ if $s.features.nominate }}--nominate{{ else }}--no-nominate{{ end }}
+- {{ if $s.features.planUntried }}--plan-untried{{ else }}--no-plan-untried{{ end }}
+{{- if $s.prometheusUrl }}
+- --prometheus-url={{ $s.prometheusUrl }}
+{{- end }}
+{{- range $s.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
