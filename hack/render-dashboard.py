@@ -37,6 +37,8 @@ MAIN_PANELS = (
     "Spend by NodePool and capacity type ($/h)",
     "Nodes by NodePool and capacity type",
     "NodePool usage of its limits",
+    "Spend against budget by NodePool ($/h)",
+    "Warm buffer wanted and ready by NodePool",
     "Pods waiting for capacity",
     "Pod startup latency (creation to Running), p50 / p90",
     "NodeClaim startup p90 by step",
@@ -96,12 +98,13 @@ def render(*, prometheus: str, out: Path, start: float, end: float, titles: tupl
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6, loc="upper left")
+        handles = ax.get_legend_handles_labels()[0]
+        if handles:
+            ax.legend(fontsize=6, loc="upper left", ncol=1 + len(handles) // 8)
     for ax in list(axes.flat)[len(titles) :]:
         ax.set_visible(False)
     fig.suptitle("joiner dashboard (deploy/dashboards/joiner.json), rendered by hack/render-dashboard.py", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
     plt.close(fig)

@@ -1,5 +1,6 @@
 """The Grafana dashboard against a real Prometheus: after a small run that provisions pods, admits
-a gang after one rollback, handles a spot interruption and gives back empty nodes, every query of
+a gang after one rollback, keeps a warm node under a $/h budget, handles a spot interruption and
+gives back empty nodes, every query of
 every panel in deploy/dashboards/joiner.json returns data. The main panels are rendered to a PNG
 by hack/render-dashboard.py (into docs/ when JOINER_DASHBOARD_PNG names the file)."""
 
@@ -54,6 +55,7 @@ def test_every_dashboard_query_returns_data_after_a_small_run(
     disruption = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "3s", "budgets": [{"nodes": "100%"}]}
     web = nodepool("web", requirements=[req(INSTANCE_TYPE, "In", WEB)], limits={"cpu": "64"})
     web["spec"]["disruption"] = disruption
+    web["spec"]["capacity"] = {"buffer": {"nodes": 1}, "budget": {"maxPricePerHour": "10.00"}}
     batch = nodepool("batch", requirements=[req(INSTANCE_TYPE, "In", CHEAP, DEARER)], limits={"cpu": "32"})
     cluster.apply([nodeclass(registrationDelay="1s", failures={"neverRegister": [CHEAP]}), web, batch])
     joiner = start_joiner(
