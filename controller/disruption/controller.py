@@ -51,6 +51,7 @@ from controller.kube.resources import NODECLAIMS
 from controller.state.deletion import delete_nodeclaim, termination_reason
 from controller.state.informer import EventType
 from controller.state.manifest import nodeclaim_manifest
+from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import CreateReason, NewClaim
 from controller.state.writes import ConditionUpdate, matches, with_conditions
@@ -108,6 +109,7 @@ class DisruptionController:
         cluster = self.ctx.cluster
         await cluster.wait_synced()
         await self.recover()
+        RECONCILE_ERRORS.labels("disruption")  # served at 0 from the start
         try:
             while True:
                 try:
@@ -119,6 +121,7 @@ class DisruptionController:
                     raise
                 except Exception:
                     log.exception("disruption.pass_failed")
+                    RECONCILE_ERRORS.labels("disruption").inc()
                 await self.ctx.clock.sleep(self.ctx.settings.disruption_poll_interval_seconds)
         finally:
             for task in list(self.running):
@@ -238,6 +241,8 @@ class DisruptionController:
             metrics.BLOCKED.labels(reason).set(blocked.get(reason, 0))
         for (pool, reason), allowed in decision.allowed.items():
             metrics.ALLOWED.labels(pool, reason).set(-1 if allowed is None else allowed)
+            for action in ("delete", "replace"):  # served at 0 before the first one, so rate() sees it
+                metrics.DECISIONS.labels(pool, reason, action)
 
     def _forget_gone(self) -> None:
         nodes = self.ctx.cluster.node_views()

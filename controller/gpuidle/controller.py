@@ -32,6 +32,7 @@ from controller.gpuidle.tracker import IdleNode, IdleTracker
 from controller.kube.client import ConflictError, InvalidError, NotFoundError
 from controller.kube.resources import NODECLAIMS
 from controller.metrics import counter, gauge
+from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView, NodeView
 from controller.state.writes import ConditionUpdate, matches, with_conditions
 
@@ -114,11 +115,13 @@ class GPUIdleController:
 
     async def run(self) -> None:
         await self.ctx.cluster.wait_synced()
+        RECONCILE_ERRORS.labels("gpu-idle")  # served at 0 from the start
         while True:
             try:
                 await self.reconcile()
             except Exception:
                 log.exception("gpuidle.failed")
+                RECONCILE_ERRORS.labels("gpu-idle").inc()
             await self.ctx.clock.sleep(self.poll_seconds)
 
     async def reconcile(self) -> None:

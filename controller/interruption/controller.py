@@ -25,19 +25,28 @@ from controller.cloudprovider.types import OfferingId
 from controller.context import Context
 from controller.interruption.messages import (
     REBALANCE,
+    SCHEDULED_CHANGE,
     SPOT_INTERRUPTION,
+    STATE_CHANGE,
     MalformedMessage,
     Notice,
     parse,
 )
 from controller.metrics import counter, histogram
 from controller.state.deletion import delete_nodeclaim
+from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
 MESSAGES = counter("joiner_interruption_messages_total", "Interruption messages received, by kind.", ("kind",))
 ACTIONS = counter("joiner_interruption_actions_total", "Actions taken on interruption notices.", ("action",))
+# served at 0 from the start: a single interruption then shows in rate() and increase()
+for _kind in (SPOT_INTERRUPTION, REBALANCE, SCHEDULED_CHANGE, STATE_CHANGE):
+    MESSAGES.labels(_kind)
+for _action in ("nodeclaim_deleted", "offering_marked_unavailable"):
+    ACTIONS.labels(_action)
+RECONCILE_ERRORS.labels("interruption")
 LATENCY = histogram(
     "joiner_interruption_handling_seconds",
     "Time from a message entering the queue to joiner having acted on it (NodeClaim deleted).",
@@ -97,6 +106,7 @@ class InterruptionController:
                         LATENCY.labels(notice.kind).observe(max(0.0, age))
             except Exception:
                 log.exception("interruption.handle_failed", message_id=message.id)
+                RECONCILE_ERRORS.labels("interruption").inc()
                 continue  # not deleted: the queue delivers it again
             await self.source.delete(message)
             deleted += 1

@@ -20,6 +20,7 @@ from controller.cloudprovider.types import CloudProviderError, Instance, NodeCla
 from controller.context import Context
 from controller.nodeclaim import metrics
 from controller.state.deletion import delete_nodeclaim
+from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView
 
 log = structlog.get_logger()
@@ -70,11 +71,13 @@ class GarbageCollector:
 
     async def run(self) -> None:
         await self.ctx.cluster.wait_synced()
+        RECONCILE_ERRORS.labels("garbage-collector")  # served at 0 from the start
         while True:
             try:
                 await self.collect()
             except Exception:
                 log.exception("gc.failed")
+                RECONCILE_ERRORS.labels("garbage-collector").inc()
             await self.ctx.clock.sleep(self.ctx.settings.gc_interval_seconds)
 
     def _due(self, key: str, seen: set[str]) -> bool:

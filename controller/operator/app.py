@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
-from controller.clock import RealClock
+from controller.clock import Clock, RealClock
 from controller.cloudprovider.metrics import MeteredCloudProvider
 from controller.cloudprovider.types import CloudProvider
 from controller.cloudprovider.unavailable import UnavailableOfferings
@@ -21,8 +21,10 @@ from controller.kube.events import EventRecorder
 from controller.kube.resources import CRDS, EC2NODECLASSES
 from controller.metrics import REGISTRY
 from controller.operator.leader import LeaderElector
+from controller.operator.metrics import LOOP_RESTARTS, record_start
 from controller.operator.server import Servers
 from controller.settings import Settings
+from controller.state import metrics as state_metrics
 from controller.state.cluster import WATCHED, ClusterState
 from controller.state.writer import NodeClaimWriter
 
@@ -93,6 +95,7 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
     from controller.nodeclaim.lifecycle import LifecycleController
     from controller.provisioning.nodepool_status import NodePoolStatusController
     from controller.provisioning.provisioner import Provisioner
+    from controller.provisioning.startup import PodStartupTracker
     from controller.termination.controller import TerminationController
 
     optional: list[Runnable] = []
@@ -127,6 +130,7 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
         DisruptionController(ctx),
         GangController(ctx),
         CapacityController(ctx),
+        PodStartupTracker(cluster=ctx.cluster, clock=ctx.clock),
     ]
 
 
@@ -229,6 +233,7 @@ async def run_operator(
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
 
+    record_start(now=clock.now().timestamp())
     tasks: list[asyncio.Task[None]] = [asyncio.create_task(cluster.run(), name="cache")]
 
     async def lead() -> None:
@@ -237,6 +242,7 @@ async def run_operator(
             await elector.is_leader.wait()
         await cluster.wait_synced()
         log.info("operator.started", synced=True)
+        state_metrics.watch(cluster)  # the leader alone serves them, so sums over replicas count once
         controllers = build_controllers(ctx, provider_loops=provider_loops)
         await asyncio.gather(*(_supervise(type(c).__name__, c.run, clock) for c in controllers))
 
@@ -277,9 +283,10 @@ class _NoMessages:
         return None
 
 
-async def _supervise(name: str, run: Callable[[], Awaitable[None]], clock: RealClock) -> None:
+async def _supervise(name: str, run: Callable[[], Awaitable[None]], clock: Clock) -> None:
     """Keep a controller running: a crash is logged and the controller restarted, never the process."""
     backoff = 1.0
+    LOOP_RESTARTS.labels(name)  # served as 0 from the start
     while True:
         try:
             await run()
@@ -288,5 +295,6 @@ async def _supervise(name: str, run: Callable[[], Awaitable[None]], clock: RealC
             raise
         except Exception:
             log.exception("controller.crashed", controller=name, restart_in=backoff)
+        LOOP_RESTARTS.labels(name).inc()
         await clock.sleep(backoff)
         backoff = min(backoff * 2, 60.0)

@@ -8,15 +8,24 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from controller import metrics
 from controller.clock import Clock
 
 log = structlog.get_logger()
+
+RECONCILE_ERRORS = metrics.counter(
+    "joiner_controller_reconcile_errors_total",
+    "Reconciles or timer passes that raised an error (retried later), by controller (its work queue's name, or "
+    "disruption, garbage-collector, gpu-idle, interruption).",
+    ("controller",),
+)
 
 
 class WorkQueue:
     def __init__(self, *, name: str, clock: Clock) -> None:
         self.name = name
         self._clock = clock
+        RECONCILE_ERRORS.labels(name)  # served as 0 from the start, so rate() has a series to read
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._pending: set[str] = set()
         self._active: set[str] = set()
@@ -68,6 +77,7 @@ class WorkQueue:
                     raise
                 except Exception:
                     log.exception(f"{self.name}.reconcile_failed", key=key)
+                    RECONCILE_ERRORS.labels(self.name).inc()
                     again = 5.0
                 finally:
                     self._active.discard(key)
