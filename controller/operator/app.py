@@ -21,7 +21,7 @@ from controller.kube.events import EventRecorder
 from controller.kube.resources import CRDS, EC2NODECLASSES
 from controller.metrics import REGISTRY
 from controller.operator.leader import LeaderElector
-from controller.operator.metrics import LOOP_RESTARTS, record_start
+from controller.operator.metrics import LEADER, LOOP_RESTARTS, record_start
 from controller.operator.server import Servers
 from controller.settings import Settings
 from controller.state import metrics as state_metrics
@@ -242,6 +242,7 @@ async def run_operator(
             await elector.is_leader.wait()
         await cluster.wait_synced()
         log.info("operator.started", synced=True)
+        LEADER.set(1)
         state_metrics.watch(cluster)  # the leader alone serves them, so sums over replicas count once
         controllers = build_controllers(ctx, provider_loops=provider_loops)
         await asyncio.gather(*(_supervise(type(c).__name__, c.run, clock) for c in controllers))
@@ -258,6 +259,7 @@ async def run_operator(
             exit_code = 1
     if elector is not None and elector.lost.is_set():
         exit_code = 1
+    LEADER.set(0)
     log.info("operator.stopping")
     for task in [*tasks, *waiters]:
         task.cancel()

@@ -20,6 +20,11 @@ START_TIME = metrics.gauge(
     "joiner_controller_start_time_seconds",
     "Unix time the process started; process restarts are changes() of it (it is not a counter that survives them).",
 )
+LEADER = metrics.gauge(
+    "joiner_leader",
+    "1 while this replica leads and its controllers act (always 1 with --no-leader-elect), else 0; the sum over "
+    "replicas is 1 when exactly one leads.",
+)
 LOOP_RESTARTS = metrics.counter(
     "joiner_controller_restarts_total",
     "Controller loops the operator restarted in-process after they crashed or returned, by controller.",

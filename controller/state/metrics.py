@@ -104,6 +104,15 @@ def _price(claim: NodeClaimView) -> float:
         return 0.0
 
 
+NOT_READY_AGE = declare(
+    name="joiner_nodeclaims_not_ready_oldest_age_seconds",
+    type="gauge",
+    labels=("nodepool",),
+    help="Age of the NodePool's oldest NodeClaim that is not Ready yet (deleting ones left out); 0 when all are "
+    "Ready. A NodeClaim stuck before Ready shows here long before its lifecycle timeout.",
+)
+
+
 class ClusterCollector(Collector):
     """Serves the cache-derived gauges of one ClusterState (``watch`` it once the cache exists)."""
 
@@ -114,7 +123,7 @@ class ClusterCollector(Collector):
         self._requests: dict[str, tuple[dict[str, Any], Resources]] = {}
 
     def describe(self) -> Iterable[Metric]:
-        specs = (USAGE, LIMIT, NODES, PRICE, ALLOCATABLE, POD_REQUESTS, DAEMON_REQUESTS)
+        specs = (USAGE, LIMIT, NODES, PRICE, ALLOCATABLE, POD_REQUESTS, DAEMON_REQUESTS, NOT_READY_AGE)
         return [_family(s.name, s.help, s.labels) for s in specs]
 
     def collect(self) -> Iterator[Metric]:
@@ -129,6 +138,9 @@ class ClusterCollector(Collector):
         limit = _family(LIMIT.name, LIMIT.help, LIMIT.labels)
         nodes = _family(NODES.name, NODES.help, NODES.labels)
         price = _family(PRICE.name, PRICE.help, PRICE.labels)
+        not_ready = _family(NOT_READY_AGE.name, NOT_READY_AGE.help, NOT_READY_AGE.labels)
+        now = cluster.clock.now()
+        oldest: dict[str, float] = {}
         used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         count: dict[tuple[str, str], int] = defaultdict(int)
         dollars: dict[tuple[str, str], float] = defaultdict(float)
@@ -142,6 +154,10 @@ class ClusterCollector(Collector):
                 count[(claim.nodepool, tier)] += 1
             if claim.is_true("Launched"):
                 dollars[(claim.nodepool, tier)] += _price(claim)
+            created = claim.created
+            if not claim.is_true("Ready") and created is not None:
+                age = max(0.0, (now - created).total_seconds())
+                oldest[claim.nodepool] = max(age, oldest.get(claim.nodepool, 0.0))
         for name, pool in sorted(cluster.nodepools().items()):
             limits = _limits(pool)
             for res, amount in sorted(limits.items()):
@@ -149,11 +165,12 @@ class ClusterCollector(Collector):
             held = Resources(used.get(name, {}))
             for res in sorted(set(held.names()) | set(limits)):
                 usage.add_metric([name, res], base_units(held.get(res)))
+            not_ready.add_metric([name], round(oldest.get(name, 0.0), 3))
         for (pool_name, tier), n in sorted(count.items()):
             nodes.add_metric([pool_name, tier], n)
         for (pool_name, tier), spend in sorted(dollars.items()):
             price.add_metric([pool_name, tier], round(spend, 6))
-        yield from (usage, limit, nodes, price)
+        yield from (usage, limit, nodes, price, not_ready)
 
     def _nodes(self, cluster: ClusterState) -> Iterator[Metric]:
         allocatable = _family(ALLOCATABLE.name, ALLOCATABLE.help, ALLOCATABLE.labels)

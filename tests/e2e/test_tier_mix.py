@@ -47,3 +47,4 @@ def test_a_gpu_burst_is_split_as_the_tier_mix_says(cluster: Cluster, start_joine
     assert "spot 50% (target 50%)" in cond["message"]
     assert joiner.metric("joiner_nodepool_capacity_share", nodepool="l4", capacity_type="spot") == 0.5
     assert joiner.metric("joiner_nodepool_capacity_share_target", nodepool="l4", capacity_type="on-demand") == 0.5
+    assert joiner.metric("joiner_leader") == 1  # the one replica acts (JoinerNoLeader reads the sum over replicas)

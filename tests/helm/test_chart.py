@@ -3,6 +3,7 @@ settings that cannot work, and grant only what the controller calls."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -93,8 +94,8 @@ def test_aws_values_render_the_provider_settings_irsa_and_monitoring(tools: Path
     }
     assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
     rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
-    assert {r["alert"] for r in rules} >= {"JoinerDown", "JoinerPodsUnschedulable", "JoinerGangRollbacks"}
-    assert "{{ $value }}" in rules[0]["annotations"]["summary"]  # Prometheus templates pass through helm
+    assert {r["alert"] for r in rules} >= {"JoinerDown", "JoinerNoLeader", "JoinerGangRollbacksRepeating"}
+    assert "{{ $value | humanizeDuration }}" in rules[0]["annotations"]["summary"]  # Prometheus templates pass helm
 
 
 def test_settings_flags_and_switches(tools: Path) -> None:
@@ -178,3 +179,38 @@ def test_the_alert_rules_pass_promtool(tools: Path, tmp_path: Path) -> None:
     result = subprocess.run([str(tools / "promtool"), "check", "rules", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_fires_when_it_should_and_stays_quiet_otherwise(tools: Path, tmp_path: Path) -> None:
+    """promtool's unit tests of the rules (tests/helm/alerts-test.yaml), one case or more per alert."""
+    rules = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    (tmp_path / "alerts.rules.yaml").write_text(yaml.safe_dump(rules))
+    tests = Path(__file__).with_name("alerts-test.yaml")
+    (tmp_path / tests.name).write_text(tests.read_text())
+    result = subprocess.run(
+        [str(tools / "promtool"), "test", "rules", str(tmp_path / tests.name)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    tested = set(re.findall(r"alertname: (\w+)", tests.read_text()))
+    assert tested == {r["alert"] for r in rules["groups"][0]["rules"]}  # no alert without a test
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    rules = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())["groups"][0]["rules"]
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    for rule in rules:
+        anchor = rule["annotations"]["runbook"].split("#", 1)[1]
+        assert anchor == rule["alert"].lower()
+        assert f"## {rule['alert']}" in runbook, rule["alert"]
+
+
+def test_the_dashboard_configmap_carries_the_dashboard(tools: Path) -> None:
+    docs = render(tools, "--set", "dashboard.enabled=true")
+    cm = one(docs, "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    import json
+
+    dashboard = json.loads(cm["data"]["joiner.json"])
+    assert dashboard == json.loads((ROOT / "deploy" / "dashboards" / "joiner.json").read_text())
+    assert dashboard["panels"]
+    assert "ConfigMap" not in {d["kind"] for d in render(tools)}  # off by default

@@ -125,3 +125,23 @@ def test_a_pod_whose_requests_changed_is_counted_anew_and_a_gone_pod_is_forgotte
     feed(cluster, pod("train", cpu="5", node_name="gpu-a", phase="Running"), etype="DELETED")
     assert cpu_requested() == 0
     assert collector._requests == {}
+
+
+def test_the_oldest_nodeclaim_not_ready_by_pool() -> None:
+    from datetime import timedelta
+
+    from controller.clock import FakeClock, format_time
+
+    clock = FakeClock()
+    cluster = new_cluster(clock)
+    feed(cluster, nodepool("gpu"), nodepool("cpu"))
+    old = nodeclaim("gpu-old", pool="gpu", tier="spot", capacity=GPU_NODE)
+    old["metadata"]["creationTimestamp"] = format_time(clock.now() - timedelta(minutes=20))
+    ready = nodeclaim("gpu-ready", pool="gpu", tier="spot", capacity=GPU_NODE)
+    ready["metadata"]["creationTimestamp"] = format_time(clock.now() - timedelta(hours=3))
+    ready["status"]["conditions"].append({"type": "Ready", "status": "True"})
+    young = nodeclaim("gpu-young", pool="gpu", tier="spot", capacity=GPU_NODE)
+    young["metadata"]["creationTimestamp"] = format_time(clock.now() - timedelta(minutes=2))
+    feed(cluster, old, ready, young)
+    got = scrape(cluster)["joiner_nodeclaims_not_ready_oldest_age_seconds"]
+    assert got == {("gpu",): 1200.0, ("cpu",): 0.0}  # the Ready one does not count; a pool with none reads 0
