@@ -68,7 +68,9 @@ def test_a_buffer_of_two_gpu_nodes_is_warm_before_any_pod_and_refills_behind_a_p
     time.sleep(8)
     assert _names(nodeclaims(cluster)) == _names(warm)
     assert joiner.metric("joiner_capacity_buffer_ready", nodepool="warm") == 2
-    assert _wide_columns(cluster, "warm")[-2:] == [("BUFFER", "2"), ("BUFFER-READY", "2")]
+    columns = _wide_columns(cluster, "warm")
+    assert columns[-3:-1] == [("BUFFER", "2"), ("BUFFER-READY", "2")]
+    assert columns[-1] == ("FORECAST", "")  # no forecast on this pool
 
     # a GPU pod starts on a warm node: no NodeClaim is made for it
     cluster.apply(pod("infer", ns, gpus=1))
