@@ -53,6 +53,27 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="elect a leader through a Lease so that only one replica acts (default: on)",
     )
     p.add_argument(
+        "--leader-elect-lease-duration",
+        type=float,
+        default=d.leader_lease_seconds,
+        metavar="SECONDS",
+        help="how long a standby waits, after it last saw the Lease change, before it takes over",
+    )
+    p.add_argument(
+        "--leader-elect-renew-deadline",
+        type=float,
+        default=d.leader_renew_deadline_seconds,
+        metavar="SECONDS",
+        help="the leader stops acting when it could not renew the Lease for this long (shorter than the lease)",
+    )
+    p.add_argument(
+        "--leader-elect-retry-period",
+        type=float,
+        default=d.leader_retry_period_seconds,
+        metavar="SECONDS",
+        help="time between attempts to acquire or renew the Lease",
+    )
+    p.add_argument(
         "--leader-elect-namespace",
         default="kube-system",
         help="the controller's namespace: its Lease and the forecast's history ConfigMap live there",
@@ -210,8 +231,18 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     from controller.operator.app import AWSOptions, run_operator
+    from controller.operator.leader import LeaderElectionError, check_timings
     from controller.operator.logging import configure
 
+    try:
+        check_timings(
+            lease=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+        )
+    except LeaderElectionError as err:
+        print(f"joiner run: {err}", file=sys.stderr)
+        return 2
     if not args.plan_untried_after >= 0:
         print(f"joiner run: --plan-untried-after must be 0 or more, got {args.plan_untried_after}", file=sys.stderr)
         return 2
@@ -239,6 +270,9 @@ def _run(args: argparse.Namespace) -> int:
         batch_max_seconds=args.batch_max_duration,
         nominate=args.nominate,
         namespace=args.leader_elect_namespace,
+        leader_lease_seconds=args.leader_elect_lease_duration,
+        leader_renew_deadline_seconds=args.leader_elect_renew_deadline,
+        leader_retry_period_seconds=args.leader_elect_retry_period,
         plan_untried_after_seconds=args.plan_untried_after if args.plan_untried else None,
         launch_timeout_seconds=args.launch_timeout,
         registration_timeout_seconds=args.registration_timeout,

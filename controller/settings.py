@@ -41,6 +41,10 @@ class Settings:
     gpu_idle_window_seconds: float = 600.0
     gpu_idle_poll_seconds: float = 30.0
     gpu_utilization_node_label: str = "Hostname"
+    # leader election (client-go's semantics, controller/operator/leader.py): retry < renew deadline < lease
+    leader_lease_seconds: float = 15.0
+    leader_renew_deadline_seconds: float = 10.0
+    leader_retry_period_seconds: float = 2.0
     # the controller's own namespace: its Lease and the forecast's history ConfigMap live there
     namespace: str = "kube-system"
     # serving

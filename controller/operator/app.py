@@ -208,7 +208,18 @@ async def run_operator(
         from controller.interruption.kwok import AnnotationInterruptions
 
         provider_loops.append(AnnotationInterruptions(InterruptionController(ctx, source=_NoMessages())))
-    elector = LeaderElector(client=client, clock=clock, namespace=leader_namespace) if leader_elect else None
+    elector = (
+        LeaderElector(
+            client=client,
+            clock=clock,
+            namespace=leader_namespace,
+            lease_seconds=settings.leader_lease_seconds,
+            renew_deadline_seconds=settings.leader_renew_deadline_seconds,
+            retry_period_seconds=settings.leader_retry_period_seconds,
+        )
+        if leader_elect
+        else None
+    )
 
     def not_ready() -> list[str]:
         problems = []
