@@ -53,7 +53,7 @@ class Joiner:
             "kwok",
             "--kubeconfig",
             str(self.cluster.kubeconfig),
-            "--no-leader-elect",
+            *([] if "leader-elect-namespace" in self.flags else ["--no-leader-elect"]),
             "--bind-address",
             "127.0.0.1",
             "--metrics-port",

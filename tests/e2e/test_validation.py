@@ -328,10 +328,13 @@ def test_kubectl_get_shows_the_printer_columns(cluster: Cluster, objects: Tracke
         "CPU",
         "MEMORY",
         "GPU",
+        "BUFFER",
+        "BUFFER-READY",
+        "FORECAST",
     ]
     row = cluster.kubectl("get", "np", "h100-training", "-o", "wide", "--no-headers").stdout.split()
     assert row[:4] == ["h100-training", "default", "2", "True"]
-    assert row[5:] == ["50", "384", "4Ti", "16"]
+    assert row[5:] == ["50", "384", "4Ti", "16"]  # no buffer or forecast on this pool: blank columns
 
     assert header(cluster, "nodeclaims") == ["NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"]
     assert header(cluster, "nodeclaims", "-o", "wide") == [
