@@ -6,12 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import yaml
-
 from controller.kube import resources
 from controller.kube.resources import EC2NODECLASSES, Resource
 from controller.state.cluster import WATCHED
-from tests.helm.conftest import CHART, ROOT
+from tests.helm.conftest import ROOT
 from tests.helm.test_chart import render
 
 VERBS = {
@@ -73,7 +71,7 @@ def calls_in_code() -> tuple[set[tuple[str, str, str]], list[str]]:
                     unknown.append(f"{rel}:{node.lineno} {ast.unparse(node)[:80]}")
                 continue
             sub = next((k.value for k in node.keywords if k.arg == "subresource"), None)
-            subresource = sub.value if isinstance(sub, ast.Constant) else None
+            subresource = sub.value if isinstance(sub, ast.Constant) and isinstance(sub.value, str) else None
             plural = f"{res.plural}/{subresource}" if subresource else res.plural
             needed.add((res.group, plural, VERBS[method]))
     for res in (*WATCHED, EC2NODECLASSES):  # the informers (the aws provider's watches EC2NodeClasses)
@@ -103,5 +101,3 @@ def test_every_call_the_controller_makes_is_allowed_and_every_rule_is_used(tools
     unused = sorted(have - needed)
     assert missing == [], f"calls the chart's RBAC forbids: {missing}"
     assert unused == [], f"rules no call uses (least privilege): {unused}"
-    assert yaml  # the chart was rendered as YAML by helm
-    assert CHART.exists()
