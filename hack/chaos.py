@@ -11,7 +11,14 @@ injected at seeded moments:
 * every other run, kube-apiserver is killed with SIGKILL and restarted with the same command line
   (every watch breaks; the informers must relist and carry on);
 * the cheapest offerings are out of capacity (KWOKNodeClass ``failures.insufficientCapacity``:
-  L4 spot in one zone, the H100 reserved offering), so launches fail and fall back.
+  L4 spot in one zone, the H100 reserved offering), so launches fail and fall back;
+* with ``--fault-rates``, seeded launch faults on top (KWOKNodeClass failure rates, drawn from the
+  run's seed): 30 % of offerings answer "no capacity" at random, 10 % of launch calls are throttled
+  (retried with backoff), every launch takes up to 2 s, 5 % of machines never register and 5 %
+  never become Ready (the lifecycle's 20 s timeouts replace them);
+* with the apiserver restart, etcd is compacted while the apiserver is down, so nothing can resume
+  from a resourceVersion older than the restart (joiner's informers relist after any broken watch;
+  the 410 Gone path of a watch that ends cleanly too late is unit-tested in tests/unit/test_informer.py).
 
 When every pod runs (or the run's deadline passes), the run is judged by what a user would check:
 
@@ -82,7 +89,16 @@ def _pool(name: str, requirements: list[Obj], *, taint: bool) -> Obj:
     }
 
 
-def setup_objects() -> list[Obj]:
+FAULT_RATES: dict[str, Any] = {
+    "insufficientCapacityRate": 0.3,
+    "throttleRate": 0.1,
+    "launchLatency": "2s",
+    "neverRegisterRate": 0.05,
+    "neverReadyRate": 0.05,
+}
+
+
+def setup_objects(seed: int = 0, *, rates: bool = False) -> list[Obj]:
     nodeclass = {
         "apiVersion": "joiner.sh/v1",
         "kind": "KWOKNodeClass",
@@ -93,7 +109,9 @@ def setup_objects() -> list[Obj]:
                 "insufficientCapacity": [
                     {"instanceType": "g6.xlarge", "zone": "us-east-1a", "capacityType": "spot"},
                     {"instanceType": "p5.48xlarge", "capacityType": "reserved"},
-                ]
+                ],
+                **(FAULT_RATES if rates else {}),
+                "seed": seed,
             },
         },
     }
@@ -184,8 +202,32 @@ def offline_nodeclaims(setup: list[Obj], work: list[Obj]) -> int:
 # --- faults ------------------------------------------------------------------------------------
 
 
-def restart_apiserver() -> None:
-    """SIGKILL kube-apiserver and start it again with the same command line (state is in etcd)."""
+def compact_etcd(etcd: str) -> int | None:
+    """Compact etcd at its current revision (its v3 JSON gateway); the revision, or None if it failed."""
+    import base64
+    import json
+    import urllib.request
+
+    def post(path: str, body: Obj) -> Obj:
+        req = urllib.request.Request(f"{etcd}{path}", data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            answer: Obj = json.loads(resp.read())
+            return answer
+
+    try:
+        key = base64.b64encode(b"/registry").decode()
+        revision = int(post("/v3/kv/range", {"key": key, "limit": 1})["header"]["revision"])
+        post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+    except (OSError, ValueError, KeyError) as err:
+        print(f"    etcd compaction failed: {err}", file=sys.stderr)
+        return None
+    return revision
+
+
+def restart_apiserver(*, compact: bool = True) -> int | None:
+    """SIGKILL kube-apiserver, compact etcd while it is down (every watch then resumes from a
+    compacted resourceVersion: 410 Gone), and start it again with the same command line. Returns the
+    compaction revision (None when not compacted)."""
     pid_file = CLUSTER_DIR / "pids" / "kube-apiserver"
     pid = int(pid_file.read_text().strip())
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
@@ -193,10 +235,13 @@ def restart_apiserver() -> None:
     deadline = time.monotonic() + 10
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+    etcd = next((a.decode().split("=", 1)[1] for a in argv if a.startswith(b"--etcd-servers=")), None)
+    compacted = compact_etcd(etcd.split(",")[0]) if compact and etcd else None
     log = (CLUSTER_DIR / "logs" / "kube-apiserver.log").open("ab")
     proc = subprocess.Popen([a.decode() for a in argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     pid_file.write_text(f"{proc.pid}\n")
+    return compacted
 
 
 def apiserver_ready(cluster: Cluster) -> bool:
@@ -217,6 +262,8 @@ class Run:
     bought: int = 0
     planned: int = 0
     checks: dict[str, str] = field(default_factory=dict)  # invariant -> "" when it held, else why not
+    compacted: int | None = None  # the etcd revision compacted during the apiserver restart
+    rates: bool = False  # KWOKNodeClass fault rates on
 
     @property
     def held(self) -> bool:
@@ -249,10 +296,12 @@ def _all_running(cluster: Cluster, ns: str) -> bool:
 
 def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
     clean_cluster(cluster)
-    setup = setup_objects()
+    setup = setup_objects(run.seed, rates=run.rates)
     cluster.apply(setup)
     joiner = Joiner(
-        cluster=cluster, log_path=logs / f"joiner-{run.seed}.log", flags={"registration-timeout": "20"}
+        cluster=cluster,
+        log_path=logs / f"joiner-{run.seed}.log",
+        flags={"registration-timeout": "20", "initialization-timeout": "20"},
     ).start()
     ns = cluster.create_namespace(f"chaos-{run.seed}-{int(time.time()) % 100000}")
     work = workloads(ns)
@@ -270,7 +319,7 @@ def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
                 time.sleep(run.pauses[i])
                 joiner.start()
             else:
-                restart_apiserver()
+                run.compacted = restart_apiserver()
                 deadline = time.monotonic() + 60
                 while not apiserver_ready(cluster) and time.monotonic() < deadline:
                     time.sleep(0.2)
@@ -282,6 +331,7 @@ def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
             time.sleep(1.0)
         time.sleep(3.0)  # let the lifecycle and GC finish what the last restart left
         judge(cluster, run, ns=ns, setup=setup, work=work)
+
     finally:
         joiner.stop()
     return run
@@ -351,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="the first run's seed; run i uses seed + i")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--kills", type=int, default=4, help="controller SIGKILLs per run")
+    parser.add_argument(
+        "--fault-rates",
+        action="store_true",
+        help="also inject seeded launch faults: random insufficient capacity, throttling, latency, "
+        "never-register and never-Ready machines",
+    )
     parser.add_argument("--logs", type=Path, help="where the controller logs go (default: a temporary directory)")
     args = parser.parse_args(argv)
     logs = args.logs or Path(tempfile.mkdtemp(prefix="joiner-chaos-"))
@@ -359,12 +415,16 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     for i in range(args.runs):
         run = plan_run(args.seed + i, kills=args.kills, apiserver=i % 2 == 1)
+        run.rates = args.fault_rates
         execute(cluster, run, logs=logs)
         runs.append(run)
         took = f"{run.seconds:.1f} s" if run.seconds is not None else f"not all Running in {RUN_TIMEOUT:.0f} s"
         faults = f"kills at {', '.join(f'{t:.1f}' for t in run.kills)} s"
         if run.apiserver_at is not None:
             faults += f"; apiserver restart at {run.apiserver_at:.1f} s"
+            faults += f" (etcd compacted at {run.compacted})" if run.compacted is not None else ""
+        if run.rates:
+            faults += "; launch fault rates"
         print(
             f"run seed={run.seed}: {faults}; all Running after {took}; "
             f"{run.bought} NodeClaims (one plan: {run.planned}); {'held' if run.held else 'BROKEN'}"

@@ -40,6 +40,18 @@ class FailureInjection(SpecModel):
     """Instance types whose Nodes register but never become Ready."""
     hide_gpus: list[LabelValue] = Field(default_factory=list, max_length=MAX_FAILURE_ENTRIES, alias="hideGPUs")
     """Instance types whose Nodes never show ``nvidia.com/gpu`` in allocatable."""
+    insufficient_capacity_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Share (0..1) of offerings that answer "no capacity" to a launch, drawn per NodeClaim and offering."""
+    throttle_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Share (0..1) of launch calls that fail as throttled (the lifecycle retries them with backoff)."""
+    launch_latency: Duration | None = None
+    """Each launch takes up to this long (drawn per NodeClaim), e.g. ``3s``."""
+    never_register_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Share (0..1) of launched machines whose Node never appears (drawn per NodeClaim)."""
+    never_ready_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Share (0..1) of Nodes that never become Ready (drawn per NodeClaim)."""
+    seed: int | None = Field(default=None, ge=0)
+    """Seed of the draws above: the same seed and NodeClaims give the same faults."""
 
 
 class KWOKNodeClassSpec(SpecModel):

@@ -88,7 +88,7 @@ def build_node(
     failures = nodeclass.failures
     labels = node_labels(nodeclaim=nodeclaim, instance_type=instance_type, offering=offering)
     annotations: dict[str, str] = {ANNOTATION_LAUNCHED_BY: LAUNCHED_BY_KWOK}
-    if instance_type.name not in failures.never_ready:
+    if instance_type.name not in failures.never_ready and not failures.stuck(str(nodeclaim.uid or nodeclaim.name)):
         annotations[ANNOTATION_KWOK_NODE] = KWOK_NODE_FAKE
     allocatable = instance_type.allocatable.to_quantities()
     if instance_type.name in failures.hide_gpus:

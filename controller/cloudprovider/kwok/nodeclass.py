@@ -8,6 +8,10 @@ Failure injection (``spec.failures``), for tests and demos:
 * ``neverRegister``: instance types whose Node is never created (registration times out).
 * ``neverReady``: instance types whose Node lacks the kwok annotation, so it never becomes Ready.
 * ``hideGPUs``: instance types whose Node never shows ``nvidia.com/gpu`` in allocatable.
+* Rates (0..1), drawn deterministically from ``seed`` and the NodeClaim's uid, so a chaos run
+  reproduces: ``insufficientCapacityRate`` (per offering), ``throttleRate`` (per launch call),
+  ``neverRegisterRate`` and ``neverReadyRate`` (per NodeClaim); ``launchLatency`` (each launch
+  waits up to it).
 
 The three instance-type lists accept names, ``"*"`` for every type, or ``true``.
 Pure parsing: no I/O.
@@ -15,6 +19,8 @@ Pure parsing: no I/O.
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,9 +61,37 @@ class Failures:
     never_register: InstanceTypeSet = InstanceTypeSet()
     never_ready: InstanceTypeSet = InstanceTypeSet()
     hide_gpus: InstanceTypeSet = InstanceTypeSet()
+    insufficient_capacity_rate: float = 0.0
+    throttle_rate: float = 0.0
+    launch_latency_seconds: float = 0.0
+    never_register_rate: float = 0.0
+    never_ready_rate: float = 0.0
+    seed: int = 0
 
     def insufficient(self, offering: OfferingId) -> bool:
         return any(m.matches(offering) for m in self.insufficient_capacity)
+
+    def draw(self, *parts: object) -> float:
+        """A number in [0, 1) fixed by the seed and ``parts`` (a NodeClaim uid, what is drawn, ...)."""
+        text = "/".join(str(p) for p in (self.seed, *parts))
+        return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16) / float(16**12)
+
+    def unlucky(self, uid: str, offering: OfferingId) -> bool:
+        """This offering has no capacity for this NodeClaim (``insufficientCapacityRate``)."""
+        key = (offering.instance_type, offering.zone, offering.capacity_type)
+        return self.insufficient_capacity_rate > 0 and self.draw(uid, "ice", *key) < self.insufficient_capacity_rate
+
+    def throttled(self, uid: str, attempt: int) -> bool:
+        return self.throttle_rate > 0 and self.draw(uid, "throttle", attempt) < self.throttle_rate
+
+    def latency(self, uid: str) -> float:
+        return self.launch_latency_seconds * self.draw(uid, "latency") if self.launch_latency_seconds > 0 else 0.0
+
+    def withheld(self, uid: str) -> bool:
+        return self.never_register_rate > 0 and self.draw(uid, "register") < self.never_register_rate
+
+    def stuck(self, uid: str) -> bool:
+        return self.never_ready_rate > 0 and self.draw(uid, "ready") < self.never_ready_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +154,14 @@ def _delay_seconds(value: Any, *, where: str) -> float:
     raise ValueError(f"{where}: expected a duration such as 10s")
 
 
+def _rate(value: Any, *, where: str) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= 1:
+        raise ValueError(f"{where}: expected a share between 0 and 1, got {value!r}")
+    return float(value)
+
+
 def parse_nodeclass(obj: Obj) -> KWOKNodeClassSpec:
     """Read a KWOKNodeClass object; ValueError (naming the field) when the spec is malformed."""
     name = str((obj.get("metadata") or {}).get("name", ""))
@@ -137,6 +179,14 @@ def parse_nodeclass(obj: Obj) -> KWOKNodeClassSpec:
         never_register=_instance_type_set(raw.get("neverRegister"), where="spec.failures.neverRegister"),
         never_ready=_instance_type_set(raw.get("neverReady"), where="spec.failures.neverReady"),
         hide_gpus=_instance_type_set(raw.get("hideGPUs"), where="spec.failures.hideGPUs"),
+        insufficient_capacity_rate=_rate(
+            raw.get("insufficientCapacityRate"), where="spec.failures.insufficientCapacityRate"
+        ),
+        throttle_rate=_rate(raw.get("throttleRate"), where="spec.failures.throttleRate"),
+        launch_latency_seconds=_delay_seconds(raw.get("launchLatency"), where="spec.failures.launchLatency"),
+        never_register_rate=_rate(raw.get("neverRegisterRate"), where="spec.failures.neverRegisterRate"),
+        never_ready_rate=_rate(raw.get("neverReadyRate"), where="spec.failures.neverReadyRate"),
+        seed=int(raw.get("seed") or 0),
     )
     cond = condition_of(obj, "Ready")
     ready = cond is None or cond.status != "False"

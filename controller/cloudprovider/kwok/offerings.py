@@ -128,7 +128,13 @@ def compatible(*, nodeclaim: Obj, catalog: Sequence[InstanceType]) -> list[Candi
     return out
 
 
-def choose(*, candidates: Iterable[Candidate], unavailable: frozenset[OfferingId], failures: Failures) -> Choice:
+def choose(
+    *,
+    candidates: Iterable[Candidate],
+    unavailable: frozenset[OfferingId],
+    failures: Failures,
+    uid: str = "",
+) -> Choice:
     """The cheapest available candidate (ties: the NodeClaim's order, then zone, then capacity type)."""
     ordered = sorted(
         candidates,
@@ -144,6 +150,8 @@ def choose(*, candidates: Iterable[Candidate], unavailable: frozenset[OfferingId
             why = "recently out of capacity"
         elif failures.insufficient(key):
             why = "insufficient capacity (injected by the KWOKNodeClass)"
+        elif failures.unlucky(uid, key):
+            why = "insufficient capacity (injected at the KWOKNodeClass's insufficientCapacityRate)"
         else:
             return Choice(chosen=cand, exhausted=tuple(exhausted), reasons=tuple(reasons))
         exhausted.append(key)

@@ -99,6 +99,7 @@ class KWOKCloudProvider:
         self._unavailable = unavailable
         self._workers = workers
         self._launches: dict[str, _Launch] = {}
+        self._attempts: dict[str, int] = {}  # NodeClaim uid -> launch calls (the throttle draws)
         self._created: dict[str, str] = {}  # node name -> NodeClaim uid, until the cache shows the Node
         self._queue = WorkQueue(name="kwok-nodes", clock=clock)
         self._configmap_catalogs: dict[str, tuple[float, _Catalog]] = {}
@@ -120,6 +121,17 @@ class KWOKCloudProvider:
         if previous is not None and previous.uid == claim.uid:
             return previous.instance  # a retried create buys nothing more
         nodeclass = self.nodeclass_for(claim)
+        failures = nodeclass.failures
+        uid = str(claim.uid or name)
+        attempt = self._attempts[uid] = self._attempts.get(uid, 0) + 1
+        delay = failures.latency(uid)
+        if delay > 0:
+            await self._clock.sleep(delay)
+        if failures.throttled(uid, attempt):
+            raise CreateError(
+                f"launch call {attempt} for NodeClaim {name} throttled (injected at the KWOKNodeClass's throttleRate)",
+                reason="Throttled",
+            )
         catalog = await self._catalog_for(nodeclass)
         candidates = compatible(nodeclaim=nodeclaim, catalog=catalog.types)
         if not candidates:
@@ -128,7 +140,7 @@ class KWOKCloudProvider:
                 reason="NoCompatibleInstanceType",
             )
         unavailable = self._unavailable.current() if self._unavailable is not None else frozenset()
-        choice = choose(candidates=candidates, unavailable=unavailable, failures=nodeclass.failures)
+        choice = choose(candidates=candidates, unavailable=unavailable, failures=failures, uid=uid)
         if choice.chosen is None:
             raise InsufficientCapacityError(
                 f"all {len(choice.exhausted)} candidate offerings are out of capacity: "
@@ -151,8 +163,8 @@ class KWOKCloudProvider:
             registration_delay=nodeclass.registration_delay_seconds,
             reason="cheapest available offering among the NodeClaim's candidates",
         )
-        if it.name in nodeclass.failures.never_register:
-            log.info("kwok.node_withheld", nodeclaim=name, reason="the instance type is in failures.neverRegister")
+        if it.name in failures.never_register or failures.withheld(uid):
+            log.info("kwok.node_withheld", nodeclaim=name, reason="failures.neverRegister or neverRegisterRate")
         elif nodeclass.registration_delay_seconds <= 0:
             await self._create_node(claim, it, offering, nodeclass)
         else:
@@ -332,7 +344,7 @@ class KWOKCloudProvider:
                 reason=f"the launched offering {it_name}/{zone}/{capacity_type} is not in the catalog",
             )
             return None
-        if it.name in nodeclass.failures.never_register:
+        if it.name in nodeclass.failures.never_register or nodeclass.failures.withheld(str(claim.uid or name)):
             return None
         launched_at = claim.transition_time("Launched")
         if launched_at is None and launch is not None:
@@ -367,7 +379,7 @@ class KWOKCloudProvider:
             node=name,
             provider_id=provider_id_for(name),
             instance_type=it.name,
-            never_ready=it.name in nodeclass.failures.never_ready,
+            never_ready=it.name in nodeclass.failures.never_ready or nodeclass.failures.stuck(uid),
             hide_gpus=it.name in nodeclass.failures.hide_gpus,
         )
 
