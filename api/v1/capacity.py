@@ -13,7 +13,7 @@ from api.quantity import is_non_negative_quantity
 from api.v1.common import cel_rule
 from api.v1.meta import SpecModel, StatusModel
 from api.v1.tiermix import TierMix
-from api.v1.types import BudgetDuration, CronSchedule, PositiveDuration, Quantity
+from api.v1.types import BudgetDuration, CronSchedule, PositiveDuration, Quantity, parse_duration
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 MAX_BUFFER_NODES: Final = 500
@@ -110,6 +110,17 @@ class CapacitySchedule(SpecModel):
 class Forecast(SpecModel):
     """Settings of the forecast that pre-warms ahead of demand learned from the pool's history."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "!has(self.lookback) || duration(self.lookback) >= duration('24h')",
+                    "forecast: lookback must be 24h or more (it learns from earlier days)",
+                )
+            ]
+        }
+    )
+
     enabled: bool = False
     """Pre-warm from the forecast. Off by default."""
     lookback: PositiveDuration = DEFAULT_LOOKBACK
@@ -118,6 +129,18 @@ class Forecast(SpecModel):
     """How far ahead of predicted demand capacity is started (default ``30m``)."""
     confidence: float = Field(default=DEFAULT_CONFIDENCE, ge=0.0, le=1.0)
     """Below this confidence (0..1) the forecast does nothing (default ``0.7``)."""
+
+    @field_validator("lookback")
+    @classmethod
+    def _a_day_or_more(cls, value: str) -> str:
+        parsed = parse_duration(value)
+        if parsed is not None and parsed.total_seconds() < 24 * 3600:
+            raise PydanticCustomError(
+                "forecast_lookback",
+                "forecast: lookback must be 24h or more (it learns from earlier days), got {v}",
+                {"v": value},
+            )
+        return value
 
 
 def _check_price(value: str) -> str:

@@ -214,8 +214,10 @@ class CapacityController:
                 config = None
             if config is None:
                 if self.decisions.pop(name, None) is not None:
-                    for metric, labels in ((FORECAST_CONFIDENCE, (name,)),):
-                        _remove(metric, *labels)
+                    _remove(FORECAST_CONFIDENCE, name)
+                    for unit in ("gpu", "cpu"):
+                        _remove(FORECAST_PREDICTED, name, unit)
+                        _remove(FORECAST_PREWARM, name, unit)
                     self.queue.add(name)
                 continue
             try:

@@ -69,6 +69,8 @@ def test_a_full_capacity_spec_reads_with_its_defaults() -> None:
             "spec.capacity.buffer: buffer: set exactly one of 'nodes' or 'gpus'",
         ),
         ({"buffer": {}}, None, "buffer: set exactly one of 'nodes' or 'gpus'"),
+        ({"forecast": {"enabled": True, "lookback": "2h"}}, None, "lookback must be 24h or more"),
+        ({"tierMix": {"spot": 60, "onDemand": 30}}, None, "spot + onDemand + reserved must be 100, got 90"),
         (
             {"buffer": {"nodes": 1, "shape": {"requests": {"nvidia.com/gpu": 1}}}},
             None,
