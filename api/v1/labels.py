@@ -106,6 +106,10 @@ def normalize_label_key(key: str) -> str:
 
 ANNOTATION_DO_NOT_DISRUPT: Final = "joiner.sh/do-not-disrupt"
 """On a pod or Node: ``"true"`` forbids voluntary disruption (consolidation, drift, expiry)."""
+ANNOTATION_EVICTION_PRIORITY: Final = "joiner.sh/eviction-priority"
+"""On a pod: ``low``, ``medium`` (the default) or ``high``. A draining node evicts its ``low`` pods
+first, its ``medium`` pods once those are gone, its ``high`` pods last."""
+EVICTION_PRIORITIES: Final = ("low", "medium", "high")
 ANNOTATION_IDLE_GPU_RECLAIM: Final = "joiner.sh/idle-gpu-reclaim"
 """On a pod: ``"true"`` lets consolidation evict it for good from a node whose GPUs are idle (the
 NodeClaim's ``GPUIdle`` condition), even when no controller would recreate it."""

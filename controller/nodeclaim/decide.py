@@ -129,7 +129,7 @@ def decide(*, claim: NodeClaimView, node: NodeView | None, now: datetime, settin
     # --- registration ---------------------------------------------------------------------------
     registered = claim.registered
     if node is not None and not node.deleting:
-        patch = registration_patch(claim, node)
+        patch = registration_patch(claim, node, registered=registered and claim.node_name == node.name)
         if patch:
             return SyncNode(node.name, tuple(patch))
         if not registered or claim.node_name != node.name:

@@ -17,16 +17,27 @@ from controller.state.views import NodeClaimView, NodeView
 from controller.state.writes import Patch, finalizer_patch, label_patch, owner_patch, taint_patch
 
 
-def registration_patch(claim: NodeClaimView, node: NodeView) -> Patch:
+def registration_patch(claim: NodeClaimView, node: NodeView, *, registered: bool = False) -> Patch:
     """What registering a Node to its NodeClaim changes on the Node: the NodeClaim's labels, the
-    termination finalizer, the owner reference, and no more `joiner.sh/unregistered` taint."""
+    termination finalizer, the owner reference, and no more `joiner.sh/unregistered` taint.
+
+    Until the NodeClaim is Registered, its taints and startup taints are also put on the Node when
+    the kubelet did not register with them (a real machine's kubelet only has what its user data
+    passed): a GPU node must not take pods that do not tolerate its taint in the moment between
+    joining and being registered. After that they are left to whoever owns them (a startup taint is
+    removed by its agent and must not come back)."""
     missing = {k: v for k, v in claim.labels.items() if k not in node.labels}
+    add = () if registered else (*claim.taints, *claim.startup_taints)
     return [
         *label_patch(node, missing),
         *finalizer_patch(node, add=True),
         *owner_patch(node, claim),
         # and NoExecute, the effect earlier builds of joiner gave it
-        *taint_patch(node, remove=[(TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT), (TAINT_UNREGISTERED, "NoExecute")]),
+        *taint_patch(
+            node,
+            add=add,
+            remove=[(TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT), (TAINT_UNREGISTERED, "NoExecute")],
+        ),
     ]
 
 

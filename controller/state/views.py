@@ -23,7 +23,9 @@ from typing import Any, Final, TypeVar
 from api.v1.conditions import INITIALIZED, LAUNCHED, REGISTERED
 from api.v1.labels import (
     ANNOTATION_DO_NOT_DISRUPT,
+    ANNOTATION_EVICTION_PRIORITY,
     ANNOTATION_PLANNED_INSTANCE_TYPE,
+    EVICTION_PRIORITIES,
     FINALIZER_TERMINATION,
     LABEL_CAPACITY_TYPE,
     LABEL_GANG,
@@ -253,6 +255,16 @@ class PodView(HasConditions):
     @property
     def do_not_disrupt(self) -> bool:
         return self.annotations.get(ANNOTATION_DO_NOT_DISRUPT) == "true"
+
+    @property
+    def eviction_priority(self) -> str | None:
+        """``low``, ``medium`` or ``high`` from ``joiner.sh/eviction-priority`` (unset: ``medium``);
+        None when the annotation holds anything else."""
+        raw = self.annotations.get(ANNOTATION_EVICTION_PRIORITY)
+        if raw is None:
+            return "medium"
+        value = raw.strip().lower()
+        return value if value in EVICTION_PRIORITIES else None
 
     @property
     def is_unschedulable(self) -> bool:

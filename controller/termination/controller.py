@@ -25,7 +25,7 @@ from typing import Literal
 import structlog
 
 from api.v1.conditions import DRAINED
-from api.v1.labels import TAINT_DISRUPTED, TAINT_DISRUPTED_EFFECT
+from api.v1.labels import ANNOTATION_EVICTION_PRIORITY, TAINT_DISRUPTED, TAINT_DISRUPTED_EFFECT
 from controller.clock import format_seconds
 from controller.cloudprovider.types import CloudProviderError, NodeClaimNotFoundError
 from controller.context import Context
@@ -181,7 +181,17 @@ class TerminationController:
             if patch and not node.deleting:
                 await self.ctx.client.patch(NODES, node_name, patch, patch_type="json")
             deadline = grace_deadline(claim)
-            plan = plan_drain(pods=self.ctx.cluster.pod_views_on_node(node_name), now=now, deadline=deadline)
+            on_node = self.ctx.cluster.pod_views_on_node(node_name)
+            plan = plan_drain(pods=on_node, now=now, deadline=deadline)
+            for pod in plan.evict + plan.waiting:
+                if pod.eviction_priority is None:  # the Event recorder sends each message once
+                    await self.ctx.events.emit(
+                        pod.raw,
+                        reason="InvalidEvictionPriority",
+                        message=f"{ANNOTATION_EVICTION_PRIORITY}={pod.annotations.get(ANNOTATION_EVICTION_PRIORITY)!r} "
+                        "is not low, medium or high: drained as medium",
+                        type="Warning",
+                    )
             if not plan.done:
                 blocked = await self._act(plan, claim=claim, node_name=node_name, nodepool=nodepool)
                 detail = f"evicting pods from Node {node_name}"

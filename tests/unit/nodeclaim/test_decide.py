@@ -153,8 +153,26 @@ def test_a_joined_node_is_synced_then_registered(effect: str) -> None:
     assert ("add", "/metadata/finalizers") in ops
     assert ("add", "/metadata/ownerReferences") in ops
     taints = next(op["value"] for op in decision.patch if op["path"] == "/spec/taints" and op["op"] == "replace")
-    assert taints == [keep]
-    assert decide(claim=launched(), node=a_node(), now=at(30), settings=SETTINGS) == Register("nc")
+    # the NodeClaim's startup taint was not on the Node the kubelet registered: it is put there
+    assert taints == [keep, {"key": "agent", "effect": "NoSchedule"}]
+    synced = a_node(taints=[keep, {"key": "agent", "effect": "NoSchedule"}])
+    assert decide(claim=launched(), node=synced, now=at(30), settings=SETTINGS) == Register("nc")
+
+
+def test_the_claims_taints_reach_a_node_registered_without_them_but_never_come_back_after() -> None:
+    claim = launched()
+    claim["spec"]["taints"] = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    decision = decide(claim=claim, node=a_node(), now=at(30), settings=SETTINGS)
+    assert isinstance(decision, SyncNode)
+    taints = [op["value"] for op in decision.patch if op["path"] == "/spec/taints"][-1]
+    assert taints == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+        {"key": "agent", "effect": "NoSchedule"},
+    ]
+    # once registered, the startup taint's agent removed it (and someone the GPU taint): left alone
+    done = registered(20)
+    done["spec"]["taints"] = claim["spec"]["taints"]
+    assert not isinstance(decide(claim=done, node=a_node(), now=at(30), settings=SETTINGS), SyncNode)
 
 
 def test_a_node_being_deleted_does_not_register() -> None:

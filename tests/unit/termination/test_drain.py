@@ -91,3 +91,44 @@ def test_the_grace_deadline_counts_from_deletion() -> None:
     assert grace_deadline_of(claim) == T0 + timedelta(minutes=90)
     assert grace_deadline_of({"metadata": {"deletionTimestamp": format_time(T0)}, "spec": {}}) is None
     assert grace_deadline_of({"metadata": {}, "spec": {"terminationGracePeriod": "1h"}}) is None
+
+
+def _prio(name: str, value: str | None, **meta: Any) -> PodView:
+    annotations = {} if value is None else {"joiner.sh/eviction-priority": value}
+    return pod(name, metadata={"annotations": annotations, **meta})
+
+
+def test_pods_are_evicted_low_then_medium_then_high() -> None:
+    low, plain, medium, high = _prio("batch", "low"), _prio("web", None), _prio("api", "medium"), _prio("db", "high")
+    plan = plan_drain(pods=[high, plain, low, medium], now=T0, deadline=None)
+    assert names(plan.evict) == ["batch"]
+    assert names(plan.waiting) == ["api", "db", "web"]
+    # the low pod is terminating: medium waits for it to be gone
+    leaving = _prio("batch", "low", deletionTimestamp=format_time(T0))
+    plan = plan_drain(pods=[high, plain, leaving, medium], now=T0, deadline=None)
+    assert plan.evict == ()
+    plan = plan_drain(pods=[high, plain, medium], now=T0, deadline=None)
+    assert names(plan.evict) == ["api", "web"]
+    plan = plan_drain(pods=[high], now=T0, deadline=None)
+    assert names(plan.evict) == ["db"]
+
+
+def test_an_unknown_priority_counts_as_medium_and_case_does_not_matter() -> None:
+    odd, high, low = _prio("odd", "urgent"), _prio("db", "HIGH"), _prio("batch", " Low ")
+    assert odd.eviction_priority is None
+    plan = plan_drain(pods=[odd, high, low], now=T0, deadline=None)
+    assert names(plan.evict) == ["batch"]
+    plan = plan_drain(pods=[odd, high], now=T0, deadline=None)
+    assert names(plan.evict) == ["odd"]
+
+
+def test_a_do_not_disrupt_low_pod_holds_back_no_stage_and_critical_pods_still_go_last() -> None:
+    annotations = {ANNOTATION_DO_NOT_DISRUPT: "true", "joiner.sh/eviction-priority": "low"}
+    keep = pod("train", metadata={"annotations": annotations})
+    high = _prio("db", "high")
+    dns = pod("dns", spec={"priorityClassName": "system-cluster-critical"})
+    plan = plan_drain(pods=[keep, high, dns], now=T0, deadline=None)
+    assert names(plan.evict) == ["db"]
+    assert names(plan.waiting) == ["dns", "train"]
+    plan = plan_drain(pods=[keep, dns], now=T0, deadline=None)
+    assert plan.evict == ()

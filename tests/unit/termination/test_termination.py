@@ -142,3 +142,22 @@ async def test_a_node_with_our_finalizer_but_no_claim_is_let_go(world: Harness) 
     await h.cached("Node", "stray")
     await h.kube.delete(NODES, "stray")
     await h.eventually(lambda: h.node("stray") is None, "finalizer removed")
+
+
+async def test_pods_leave_by_eviction_priority_and_a_bad_value_gets_an_event(world: Harness) -> None:
+    h = world
+    await running_node(h, "nc-1")
+    ann = "joiner.sh/eviction-priority"
+    await h.bind_pod("db", "nc-1", metadata={"annotations": {ann: "high"}})
+    await h.bind_pod("web", "nc-1")
+    await h.bind_pod("batch", "nc-1", metadata={"annotations": {ann: "low"}})
+    await h.bind_pod("odd", "nc-1", metadata={"annotations": {ann: "urgent"}})
+    for name in ("db", "web", "batch", "odd"):
+        await h.cached("Pod", f"default/{name}")
+    await h.kube.delete(NODECLAIMS, "nc-1")
+    await h.eventually(lambda: gone(h, "nc-1"), "NodeClaim and Node gone")
+    evictions = [name for verb, _, name in h.kube.calls if verb == "evict"]
+    assert evictions.index("batch") < min(evictions.index("web"), evictions.index("odd"))
+    assert max(evictions.index("web"), evictions.index("odd")) < evictions.index("db")
+    assert "InvalidEvictionPriority" in h.kube.event_reasons("odd")
+    assert "InvalidEvictionPriority" not in h.kube.event_reasons("web")
