@@ -110,6 +110,9 @@ ANNOTATION_EVICTION_PRIORITY: Final = "joiner.sh/eviction-priority"
 """On a pod: ``low``, ``medium`` (the default) or ``high``. A draining node evicts its ``low`` pods
 first, its ``medium`` pods once those are gone, its ``high`` pods last."""
 EVICTION_PRIORITIES: Final = ("low", "medium", "high")
+ANNOTATION_REBALANCE_RECOMMENDED: Final = "joiner.sh/rebalance-recommended"
+"""On a NodeClaim: when EC2 recommended rebalancing its spot instance (RFC 3339). Acted on only where
+the NodePool's ``spec.disruption.rebalanceRecommendation`` is ``Replace``."""
 ANNOTATION_IDLE_GPU_RECLAIM: Final = "joiner.sh/idle-gpu-reclaim"
 """On a pod: ``"true"`` lets consolidation evict it for good from a node whose GPUs are idle (the
 NodeClaim's ``GPUIdle`` condition), even when no controller would recreate it."""

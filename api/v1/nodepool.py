@@ -42,6 +42,7 @@ DEFAULT_BUDGET_NODES: Final = "10%"
 MAX_BUDGETS: Final = 50
 
 ConsolidationPolicy = Literal["WhenEmpty", "WhenEmptyOrUnderutilized"]
+RebalancePolicy = Literal["Ignore", "Replace"]
 DisruptionReason = Literal["Empty", "Underutilized", "Drifted", "Expired"]
 DISRUPTION_REASONS: Final[tuple[str, ...]] = get_args(DisruptionReason)
 
@@ -198,6 +199,11 @@ class Disruption(SpecModel):
     consolidate_after: NillableDuration = DEFAULT_CONSOLIDATE_AFTER
     """How long after the last pod scheduled on or left a node it becomes a consolidation
     candidate (e.g. ``30s``, ``10m``), or ``Never`` to disable consolidation."""
+    rebalance_recommendation: RebalancePolicy = "Ignore"
+    """What an EC2 rebalance recommendation (AWS sees an elevated risk of interrupting the spot
+    instance) does to the pool's nodes: ``Ignore`` (default) records it on the NodeClaim (annotation
+    ``joiner.sh/rebalance-recommended``, Event, metric) and nothing more; ``Replace`` also makes the
+    node drifted, so disruption replaces it -- the new node first -- under the pool's budgets."""
     budgets: list[Budget] = Field(
         default_factory=_default_budgets,
         max_length=MAX_BUDGETS,

@@ -18,6 +18,7 @@ from api.v1.conditions import GPU_IDLE, INITIALIZED
 from api.v1.labels import (
     ANNOTATION_NODEPOOL_HASH,
     ANNOTATION_PLANNED_PRICE,
+    ANNOTATION_REBALANCE_RECOMMENDED,
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
     LABEL_ZONE,
@@ -92,6 +93,18 @@ def drift_of(claim: NodeClaimView, pool: Mapping[str, Any] | None) -> str | None
             f"was made (hash {recorded} -> {current})"
         )
     return None
+
+
+def rebalance_of(claim: NodeClaimView, pool: Mapping[str, Any] | None) -> str | None:
+    """Why a recorded EC2 rebalance recommendation makes the NodeClaim drifted, or None: only when
+    its NodePool's ``spec.disruption.rebalanceRecommendation`` is ``Replace``."""
+    when = claim.annotations.get(ANNOTATION_REBALANCE_RECOMMENDED)
+    if pool is None or not when:
+        return None
+    disruption = ((pool.get("spec") or {}).get("disruption")) or {}
+    if not isinstance(disruption, Mapping) or disruption.get("rebalanceRecommendation") != "Replace":
+        return None
+    return f"EC2 recommended rebalancing the spot instance at {when} (elevated risk of interruption)"
 
 
 def expiry_of(claim: NodeClaimView) -> datetime | None:
@@ -209,7 +222,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
             memory.pod_events.get(node_name),
             *(p.bound_at for p in pods if not p.is_daemon),
         )
-        drift = drift_of(claim, pool_objs.get(pool_name))
+        drift = drift_of(claim, pool_objs.get(pool_name)) or rebalance_of(claim, pool_objs.get(pool_name))
         if drift is None and not claim.deleting:
             try:
                 provider_drift = await ctx.cloud.is_drifted(claim.raw)

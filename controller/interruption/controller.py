@@ -4,7 +4,9 @@ For a spot interruption warning, a scheduled change or an instance stopping/term
 NodeClaim whose providerID names the instance is deleted (reason ``Interrupted``, with an Event):
 the termination controller taints and drains its Node right away and provisioning replaces the
 pods elsewhere. A spot interruption also marks that spot offering unavailable, so the replacement
-goes to another pool. Rebalance recommendations are recorded (metric, log) and not acted on.
+goes to another pool. Rebalance recommendations are recorded on the NodeClaim (annotation
+``joiner.sh/rebalance-recommended``, Event, metric); disruption replaces the node under its budgets
+where the NodePool's ``spec.disruption.rebalanceRecommendation`` is ``Replace``.
 
 A message is deleted from the queue only after it was handled; one that fails is left for the
 queue to deliver again. A malformed message is logged, counted and deleted, never crashing the loop.
@@ -14,13 +16,15 @@ Metrics: ``joiner_interruption_messages_total{kind}``, ``joiner_interruption_act
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
 import structlog
 
-from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from api.v1.labels import ANNOTATION_REBALANCE_RECOMMENDED, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from controller.clock import format_time
 from controller.cloudprovider.types import OfferingId
 from controller.context import Context
 from controller.interruption.messages import (
@@ -32,6 +36,8 @@ from controller.interruption.messages import (
     Notice,
     parse,
 )
+from controller.kube.client import NotFoundError
+from controller.kube.resources import NODECLAIMS
 from controller.metrics import counter, histogram
 from controller.state.deletion import delete_nodeclaim
 from controller.state.queue import RECONCILE_ERRORS
@@ -44,7 +50,7 @@ ACTIONS = counter("joiner_interruption_actions_total", "Actions taken on interru
 # served at 0 from the start: a single interruption then shows in rate() and increase()
 for _kind in (SPOT_INTERRUPTION, REBALANCE, SCHEDULED_CHANGE, STATE_CHANGE):
     MESSAGES.labels(_kind)
-for _action in ("nodeclaim_deleted", "offering_marked_unavailable"):
+for _action in ("nodeclaim_deleted", "offering_marked_unavailable", "recorded", "rebalance_replace"):
     ACTIONS.labels(_action)
 RECONCILE_ERRORS.labels("interruption")
 LATENCY = histogram(
@@ -119,6 +125,30 @@ class InterruptionController:
                 return claim
         return None
 
+    async def _record_rebalance(self, claim: NodeClaimView) -> None:
+        """Note the recommendation on the NodeClaim (once); disruption acts on it where the NodePool
+        opts in (``spec.disruption.rebalanceRecommendation: Replace``), under the pool's budgets."""
+        name = claim.name
+        pool = self.ctx.cluster.nodepools().get(claim.nodepool) or {}
+        replace = ((pool.get("spec") or {}).get("disruption") or {}).get("rebalanceRecommendation") == "Replace"
+        if ANNOTATION_REBALANCE_RECOMMENDED not in claim.annotations and not claim.deleting:
+            when = format_time(self.ctx.clock.now())
+            patch = {"metadata": {"annotations": {ANNOTATION_REBALANCE_RECOMMENDED: when}}}
+            with contextlib.suppress(NotFoundError):
+                await self.ctx.client.patch(NODECLAIMS, name, patch)
+            await self.ctx.events.emit(
+                claim.raw,
+                reason="RebalanceRecommended",
+                message="EC2 sees an elevated risk of interrupting this spot instance: "
+                + (
+                    "replacing it under the NodePool's disruption budgets"
+                    if replace
+                    else "recorded only (the NodePool's spec.disruption.rebalanceRecommendation is Ignore)"
+                ),
+            )
+        ACTIONS.labels("rebalance_replace" if replace else "recorded").inc()
+        log.info("interruption.rebalance_recommended", nodeclaim=name, instance=claim.provider_id, replace=replace)
+
     async def handle(self, notice: Notice) -> None:
         claim = self._claim_for(notice.instance_id)
         if claim is None:
@@ -127,8 +157,7 @@ class InterruptionController:
             return
         name = claim.name
         if notice.kind == REBALANCE:
-            ACTIONS.labels("recorded").inc()
-            log.info("interruption.rebalance_recommended", nodeclaim=name, instance=notice.instance_id)
+            await self._record_rebalance(claim)
             return
         labels = claim.labels
         if notice.kind == SPOT_INTERRUPTION and labels.get(LABEL_INSTANCE_TYPE) and labels.get(LABEL_ZONE):

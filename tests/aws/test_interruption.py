@@ -126,6 +126,23 @@ async def test_scheduled_changes_and_stopping_states_delete_rebalance_is_only_re
     assert left(queue) == 0
 
 
+async def test_a_rebalance_recommendation_is_recorded_on_the_nodeclaim_once(
+    h: Harness, controller: InterruptionController, queue: tuple[Any, str]
+) -> None:
+    await launched(h, "nc-r", instance="i-0000000000000r0b1")
+    send(queue, ec2_event("EC2 Instance Rebalance Recommendation", "i-0000000000000r0b1"))
+    send(queue, ec2_event("EC2 Instance Rebalance Recommendation", "i-0000000000000r0b1"))
+    for _ in range(3):
+        await controller.poll_once()
+    await h.settle()
+    claim = h.claim("nc-r")
+    assert claim is not None  # not deleted: only disruption acts, and only where the pool opts in
+    when = claim["metadata"]["annotations"]["joiner.sh/rebalance-recommended"]
+    assert when.endswith("Z")
+    assert h.kube.event_reasons("nc-r").count("RebalanceRecommended") == 1
+    assert left(queue) == 0
+
+
 async def test_malformed_messages_are_dropped_and_counted_and_the_rest_handled(
     h: Harness, controller: InterruptionController, queue: tuple[Any, str]
 ) -> None:

@@ -76,6 +76,21 @@ def test_drift_is_a_changed_template_hash() -> None:
     assert drift_of({"metadata": {"name": "old"}}, p) is None  # made before hashes: cannot tell
 
 
+def test_a_rebalance_recommendation_drifts_a_node_only_where_the_pool_opts_in() -> None:
+    claim = NodeClaimView.of(
+        {"metadata": {"name": "c", "annotations": {"joiner.sh/rebalance-recommended": "2026-01-01T00:00:00Z"}}}
+    )
+    assert snapshot.rebalance_of(claim, pool()) is None  # default: Ignore
+    assert snapshot.rebalance_of(claim, pool(rebalanceRecommendation="Ignore")) is None
+    why = snapshot.rebalance_of(claim, pool(rebalanceRecommendation="Replace"))
+    assert why is not None
+    assert "2026-01-01T00:00:00Z" in why
+    assert "rebalanc" in why
+    plain = NodeClaimView.of({"metadata": {"name": "d"}})
+    assert snapshot.rebalance_of(plain, pool(rebalanceRecommendation="Replace")) is None
+    assert snapshot.rebalance_of(claim, None) is None
+
+
 def test_expiry_is_creation_plus_expire_after() -> None:
     created = datetime(2026, 1, 1, tzinfo=UTC)
     claim = {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"expireAfter": "720h"}}
