@@ -35,6 +35,13 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--region", help="aws: the region (default: from the standard AWS configuration)")
     p.add_argument("--interruption-queue", metavar="URL", help="aws: SQS queue URL of interruption events")
     p.add_argument("--aws-endpoint-url", metavar="URL", help="aws: send AWS calls here (tests, e.g. a moto server)")
+    p.add_argument(
+        "--aws-pricing-refresh",
+        type=float,
+        default=43200.0,
+        metavar="SECONDS",
+        help="aws: refresh the shipped on-demand prices from the AWS Price List API this often (0: never)",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
     p.add_argument(
@@ -306,6 +313,7 @@ def _run(args: argparse.Namespace) -> int:
                 cluster_name=args.cluster_name,
                 region=args.region,
                 endpoint_url=args.aws_endpoint_url,
+                pricing_refresh_seconds=args.aws_pricing_refresh,
                 interruption_queue=args.interruption_queue,
             )
             if args.provider == "aws"

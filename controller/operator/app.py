@@ -41,6 +41,7 @@ class AWSOptions:
     region: str | None = None
     endpoint_url: str | None = None
     interruption_queue: str | None = None
+    pricing_refresh_seconds: float = 0.0
 
 
 @runtime_checkable
@@ -76,6 +77,7 @@ def build_cloud_provider(
             clock=clock,
             unavailable=unavailable,
             loop=status,
+            pricing_refresh_seconds=aws.pricing_refresh_seconds,
         )
     if provider == "kwok":
         from controller.cloudprovider.catalog import load_catalog

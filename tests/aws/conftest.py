@@ -80,12 +80,16 @@ class FaultProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 params = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
                 action = params.get("Action") or str(self.headers.get("X-Amz-Target") or "")
+                if "Action" not in params:  # the JSON protocol: the request is a JSON document
+                    params = {"Body": body.decode("utf-8", "replace")}
                 proxy.actions.append(action)
                 proxy.requests.append((action, params))
                 for rule in list(proxy.rules):
                     answer = rule(action, params)
                     if answer is not None:
-                        self._send(answer[0], answer[1].encode())
+                        json_answer = answer[1].startswith("{")  # the JSON protocol (Price List API)
+                        kind = "application/x-amz-json-1.1" if json_answer else "text/xml"
+                        self._send(answer[0], answer[1].encode(), content_type=kind)
                         return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 request = urllib.request.Request(proxy.upstream + self.path, data=body, headers=headers, method="POST")

@@ -50,7 +50,7 @@ class Joiner:
             str(exe),
             "run",
             "--provider",
-            "kwok",
+            self.flags.get("provider", "kwok"),
             *([] if "kubeconfig" in self.flags else ["--kubeconfig", str(self.cluster.kubeconfig)]),
             *([] if "leader-elect-namespace" in self.flags else ["--no-leader-elect"]),
             "--bind-address",
@@ -62,7 +62,7 @@ class Joiner:
             "--log-format",
             "json",
         ]
-        for key, value in {**FAST, **self.flags}.items():
+        for key, value in {**FAST, **{k: v for k, v in self.flags.items() if k != "provider"}}.items():
             args += [f"--{key}", value] if value else [f"--{key}"]  # "" : a switch such as --no-nominate
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ))

@@ -284,6 +284,75 @@ def test_a_launch_failure_rolls_back_every_nodeclaim_then_succeeds_once_cleared(
     assert {p["spec"]["nodeName"] for p in running} == {c["status"]["nodeName"] for c in claims}
 
 
+# --- interruption --------------------------------------------------------------------------------
+
+
+def gang_statefulset(name: str, namespace: str, *, size: int, gpu_name: str) -> Obj:
+    """A gang the way a training operator makes one: a StatefulSet whose pods are gated members, so
+    a member deleted by the restart-gang policy is recreated (gated) by its controller."""
+    template = gang_pod(name, namespace, gang=name, size=size, gpus=1, cpu="1", memory="4Gi")
+    template["spec"]["nodeSelector"] = {GPU_NAME: gpu_name}
+    meta = {k: v for k, v in template["metadata"].items() if k in ("labels", "annotations")}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": size,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": meta, "spec": template["spec"]},
+        },
+    }
+
+
+def test_a_spot_interruption_of_a_gang_member_restarts_the_gang_on_fresh_nodes_elsewhere(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    """kwok's interruption hook goes through the same handler as the SQS messages: the member's
+    NodeClaim is deleted, its spot offering marked unavailable, and the gang (restart-gang, the
+    default) starts again as a unit on nodes that avoid that offering."""
+    ns = _ns(cluster)
+    gpu_pool = nodepool(
+        "l4",
+        requirements=[req(GPU_NAME, "In", "L4"), req("joiner.sh/capacity-type", "In", "spot", "on-demand")],
+        taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+    )
+    cluster.apply([nodeclass(), gpu_pool])
+    joiner = start_joiner(**{**FAST_GANGS, "unavailable_offering_ttl": "600"})
+    cluster.apply(gang_statefulset("trainer", ns, size=2, gpu_name="L4"))
+    first = expect_gang_running(cluster, ns, "trainer", 2, timeout=90)
+    claims = gang_claims(cluster, ns, "trainer")
+    assert len(claims) == 2
+    victim = claims[0]
+    labels = victim["metadata"]["labels"]
+    offering = (labels[INSTANCE_TYPE], labels[ZONE], labels["joiner.sh/capacity-type"])
+    old_uids = {p["metadata"]["uid"] for p in first}
+
+    cluster.kubectl("annotate", "nodeclaim", victim["metadata"]["name"], "joiner.sh/interruption=spot")
+    expect_event(cluster, namespace=ns, name="trainer-0", reason="GangMemberLost", timeout=60)
+
+    def restarted() -> list[Obj] | None:
+        pods = pods_of(cluster, ns, "trainer")
+        fresh = [p for p in pods if p["metadata"]["uid"] not in old_uids and p["status"].get("phase") == "Running"]
+        return fresh if len(fresh) == 2 == len(pods) else None
+
+    with PartialStartWatch(cluster, ns, "trainer"):
+        again = eventually(restarted, timeout=120, interval=0.5, what="the gang running again, both pods new")
+    names = {c["metadata"]["name"] for c in nodeclaims(cluster)}
+    assert victim["metadata"]["name"] not in names, "the interrupted NodeClaim is gone"
+    for p in again:
+        node = cluster.get("nodes", p["spec"]["nodeName"])
+        node_labels = node["metadata"]["labels"]
+        got = (node_labels[INSTANCE_TYPE], node_labels[ZONE], node_labels["joiner.sh/capacity-type"])
+        assert got != offering, f"{p['metadata']['name']} went back to the interrupted offering {offering}"
+    assert joiner.metric("joiner_interruption_messages_total", kind="spot_interruption") == 1
+    assert joiner.metric("joiner_interruption_actions_total", action="offering_marked_unavailable") == 1
+    event = expect_event(cluster, namespace="default", name=victim["metadata"]["name"], reason="Terminating")
+    assert "Interrupted" in event["message"]
+
+
 # --- restart safety ------------------------------------------------------------------------------
 
 

@@ -107,6 +107,16 @@ _TRANSPORT_ERRORS: Final = (
 )
 
 
+def pricing_region(region: str) -> str:
+    """The Price List API answers only in us-east-1, eu-central-1 and ap-south-1: the one to ask for
+    ``region``'s prices."""
+    if region.startswith(("eu-", "me-", "af-", "il-")):
+        return "eu-central-1"
+    if region.startswith("ap-"):
+        return "ap-south-1"
+    return "us-east-1"
+
+
 class AWSApi:
     """Long-lived aioboto3 clients for one region (and an endpoint URL in tests)."""
 
@@ -131,8 +141,9 @@ class AWSApi:
         client = self._clients.get(service)
         if client is None:
             config = Config(retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=30)
+            region = pricing_region(self.region) if service == "pricing" else self.region
             client = await self._stack.enter_async_context(
-                self._session.client(service, region_name=self.region, endpoint_url=self._endpoint_url, config=config)
+                self._session.client(service, region_name=region, endpoint_url=self._endpoint_url, config=config)
             )
             self._clients[service] = client
         return client

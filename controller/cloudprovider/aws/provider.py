@@ -47,6 +47,7 @@ from controller.cloudprovider.aws.instancetypes import (
     on_demand_prices,
 )
 from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, resolved_view, variant_of
+from controller.cloudprovider.aws.pricing import fetch_on_demand_prices
 from controller.cloudprovider.kwok.offerings import Candidate, compatible, offering_labels
 from controller.cloudprovider.types import (
     CreateError,
@@ -57,10 +58,23 @@ from controller.cloudprovider.types import (
     OfferingId,
 )
 from controller.cloudprovider.unavailable import UnavailableOfferings
+from controller.metrics import counter, gauge
 from controller.scheduling.instancetypes import InstanceType
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
+PRICING_REFRESHES = counter(
+    "joiner_aws_pricing_refreshes_total",
+    "On-demand price refreshes from the AWS Price List API, by result (ok, failed, empty).",
+    ("result",),
+)
+for _result in ("ok", "failed", "empty"):
+    PRICING_REFRESHES.labels(_result)
+PRICES_KNOWN = gauge("joiner_aws_on_demand_prices", "Instance types with a known on-demand price.")
+PRICING_LAST_SUCCESS = gauge(
+    "joiner_aws_pricing_last_refresh_timestamp_seconds",
+    "When the on-demand prices were last refreshed from the Price List API (Unix time; 0: never).",
+)
 
 PROVIDER_ID_PREFIX: Final = "aws:///"
 TAG_CLUSTER: Final = "joiner.sh/cluster"
@@ -130,6 +144,7 @@ class AWSCloudProvider:
         prices: Mapping[str, float] | None = None,
         cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
         loop: Any = None,
+        pricing_refresh_seconds: float = 0.0,
     ) -> None:
         self.api = api
         self.cluster_name = cluster_name
@@ -144,13 +159,47 @@ class AWSCloudProvider:
         self._reserved_seen: dict[str, int] = {}  # reservation id -> availableInstanceCount last read
         self._loop = loop
         self._described: tuple[float, dict[str, Obj]] | None = None
+        self._pricing_refresh = pricing_refresh_seconds
+        PRICES_KNOWN.set(len(self._prices))
 
     async def run(self) -> None:
-        """The provider's own loop: the EC2NodeClass status controller, when one was given."""
+        """The provider's own loops: the EC2NodeClass status controller, when one was given, and the
+        on-demand price refresh, when it is on. Either alone lasts; the supervisor expects run() to."""
+        loops = []
         if self._loop is not None:
-            await self._loop.run()
-        else:
-            await asyncio.Event().wait()  # nothing to do; the operator's supervisor expects run() to last
+            loops.append(self._loop.run())
+        if self._pricing_refresh > 0:
+            loops.append(self._refresh_prices_forever())
+        if not loops:
+            loops.append(asyncio.Event().wait())
+        await asyncio.gather(*loops)
+
+    async def refresh_prices(self) -> bool:
+        """Lay the Price List API's on-demand prices over the current table; False (prices kept) on failure."""
+        try:
+            fetched = await fetch_on_demand_prices(self.api, self.api.region)
+        except AWSError as err:
+            PRICING_REFRESHES.labels("failed").inc()
+            log.warning("aws.pricing_refresh_failed", error=str(err), code=err.code, kept=len(self._prices))
+            return False
+        if not fetched:
+            PRICING_REFRESHES.labels("empty").inc()
+            log.warning("aws.pricing_refresh_empty", region=self.api.region, kept=len(self._prices))
+            return False
+        changed = {k for k, v in fetched.items() if self._prices.get(k) != v}
+        self._prices = {**self._prices, **fetched}
+        if changed:
+            self._types.clear()  # the next instance_types() builds offerings at the new prices
+        PRICING_REFRESHES.labels("ok").inc()
+        PRICES_KNOWN.set(len(self._prices))
+        PRICING_LAST_SUCCESS.set(self._clock.now().timestamp())
+        log.info("aws.prices_refreshed", region=self.api.region, fetched=len(fetched), changed=len(changed))
+        return True
+
+    async def _refresh_prices_forever(self) -> None:
+        while True:
+            await self.refresh_prices()
+            await self._clock.sleep(self._pricing_refresh)
 
     async def aclose(self) -> None:
         """Close the AWS clients (at shutdown)."""
