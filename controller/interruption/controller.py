@@ -11,11 +11,14 @@ where the NodePool's ``spec.disruption.rebalanceRecommendation`` is ``Replace``.
 A message is deleted from the queue only after it was handled; one that fails is left for the
 queue to deliver again. A malformed message is logged, counted and deleted, never crashing the loop.
 Metrics: ``joiner_interruption_messages_total{kind}``, ``joiner_interruption_actions_total{action}`` and
-``joiner_interruption_handling_seconds{kind}`` (queue arrival to action).
+``joiner_interruption_handling_seconds{kind}`` (queue arrival to action) and
+``joiner_interruption_replacement_seconds{kind}`` (queue arrival to the interrupted node's workload
+running again elsewhere: :mod:`controller.interruption.replacement`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +39,7 @@ from controller.interruption.messages import (
     Notice,
     parse,
 )
+from controller.interruption.replacement import Displaced, displaced, replaced
 from controller.kube.client import NotFoundError
 from controller.kube.resources import NODECLAIMS
 from controller.metrics import counter, histogram
@@ -58,7 +62,16 @@ LATENCY = histogram(
     "Time from a message entering the queue to joiner having acted on it (NodeClaim deleted).",
     ("kind",),
 )
+REPLACEMENT = histogram(
+    "joiner_interruption_replacement_seconds",
+    "Time from an interruption message entering the queue to the interrupted node's workload running "
+    "again elsewhere (every controller with a pod on it has its Running pods back).",
+    ("kind",),
+    buckets=(5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800),
+)
 ERROR_BACKOFF_SECONDS: Final = 5.0
+REPLACEMENT_CHECK_SECONDS: Final = 1.0
+REPLACEMENT_GIVE_UP_SECONDS: Final = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +91,16 @@ class MessageSource(Protocol):
 
 
 class InterruptionController:
-    def __init__(self, ctx: Context, *, source: MessageSource) -> None:
+    def __init__(self, ctx: Context, *, source: MessageSource | None) -> None:
         self.ctx = ctx
         self.source = source
+        self.displaced: list[Displaced] = []  # interrupted work not running again yet
 
     async def run(self) -> None:
         await self.ctx.cluster.wait_synced()
+        await asyncio.gather(self._poll_forever(), self.track_replacements())
+
+    async def _poll_forever(self) -> None:
         while True:
             try:
                 await self.poll_once()
@@ -91,8 +108,31 @@ class InterruptionController:
                 log.warning("interruption.receive_failed", error=str(err))
                 await self.ctx.clock.sleep(ERROR_BACKOFF_SECONDS)
 
+    def check_replacements(self) -> int:
+        """Observe the interrupted work that runs again; the number still waiting."""
+        now = self.ctx.clock.now()
+        pods = list(self.ctx.cluster.pod_views()) if self.displaced else []
+        waiting: list[Displaced] = []
+        for d in self.displaced:
+            took = (now - d.since).total_seconds()
+            if replaced(d, pods):
+                REPLACEMENT.labels(d.kind).observe(max(0.0, took))
+                log.info("interruption.replaced", kind=d.kind, node=d.node, seconds=round(took, 1))
+            elif took > REPLACEMENT_GIVE_UP_SECONDS:
+                log.warning("interruption.replacement_not_seen", kind=d.kind, node=d.node, seconds=round(took))
+            else:
+                waiting.append(d)
+        self.displaced = waiting
+        return len(waiting)
+
+    async def track_replacements(self) -> None:
+        while True:
+            self.check_replacements()
+            await self.ctx.clock.sleep(REPLACEMENT_CHECK_SECONDS)
+
     async def poll_once(self) -> int:
         """Receive one batch and handle it; the number of messages deleted."""
+        assert self.source is not None
         deleted = 0
         for message in await self.source.receive():
             try:
@@ -106,7 +146,7 @@ class InterruptionController:
             try:
                 for notice in notices:
                     MESSAGES.labels(notice.kind).inc()
-                    await self.handle(notice)
+                    await self.handle(notice, since=message.sent_at)
                     if message.sent_at is not None:
                         age = (self.ctx.clock.now() - message.sent_at).total_seconds()
                         LATENCY.labels(notice.kind).observe(max(0.0, age))
@@ -149,7 +189,8 @@ class InterruptionController:
         ACTIONS.labels("rebalance_replace" if replace else "recorded").inc()
         log.info("interruption.rebalance_recommended", nodeclaim=name, instance=claim.provider_id, replace=replace)
 
-    async def handle(self, notice: Notice) -> None:
+    async def handle(self, notice: Notice, *, since: datetime | None = None) -> None:
+        """Act on one notice; ``since`` is when the message entered the queue (default: now)."""
         claim = self._claim_for(notice.instance_id)
         if claim is None:
             ACTIONS.labels("ignored").inc()
@@ -174,6 +215,16 @@ class InterruptionController:
             "scheduled_change": f"AWS scheduled a change for the instance ({notice.detail or 'maintenance'})",
             "state_change": f"the instance is {notice.detail}",
         }.get(notice.kind, notice.kind)
+        if claim.node_name and not claim.deleting:
+            work = displaced(
+                kind=notice.kind,
+                since=since or self.ctx.clock.now(),
+                node=claim.node_name,
+                on_node=self.ctx.cluster.pod_views_on_node(claim.node_name),
+                pods=self.ctx.cluster.pod_views(),
+            )
+            if work is not None:
+                self.displaced.append(work)
         deleted = await delete_nodeclaim(
             self.ctx,
             claim,

@@ -8,6 +8,7 @@ say) without AWS. Each NodeClaim object (by uid) is interrupted once.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Final
 
 import structlog
@@ -47,7 +48,7 @@ class AnnotationInterruptions:
         for name, claim in list(self.ctx.cluster.claim_views().items()):
             if ANNOTATION_INTERRUPTION in claim.annotations:
                 self.queue.add(name)
-        await self.queue.run(self.reconcile, workers=1)
+        await asyncio.gather(self.queue.run(self.reconcile, workers=1), self.handler.track_replacements())
 
     async def reconcile(self, name: str) -> float | None:
         claim = self.ctx.cluster.claim_views().get(name)
@@ -61,6 +62,12 @@ class AnnotationInterruptions:
         kind = KINDS.get(value)
         if kind is None:
             MESSAGES.labels("malformed").inc()
+            await self.ctx.events.emit(
+                claim.raw,
+                reason="InvalidInterruption",
+                message=f"{ANNOTATION_INTERRUPTION}={value!r} is not one of {', '.join(KINDS)}: ignored",
+                type="Warning",
+            )
             log.warning(
                 "interruption.bad_annotation",
                 nodeclaim=name,

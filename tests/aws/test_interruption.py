@@ -15,6 +15,7 @@ from controller.cloudprovider.types import OfferingId
 from controller.interruption.controller import MESSAGES, InterruptionController
 from controller.interruption.messages import MalformedMessage, parse
 from controller.kube.resources import NODECLAIMS
+from controller.metrics import REGISTRY
 from tests.aws.conftest import REGION
 from tests.unit.nodeclaim.harness import Harness, make_harness
 
@@ -141,6 +142,27 @@ async def test_a_rebalance_recommendation_is_recorded_on_the_nodeclaim_once(
     assert when.endswith("Z")
     assert h.kube.event_reasons("nc-r").count("RebalanceRecommended") == 1
     assert left(queue) == 0
+
+
+async def test_the_time_to_replacement_runs_from_the_message_to_the_work_running_elsewhere(
+    h: Harness, controller: InterruptionController, queue: tuple[Any, str]
+) -> None:
+    await launched(h, "nc-web", instance="i-0000000000000f0f1")
+    await h.kube.patch(NODECLAIMS, "nc-web", {"status": {"nodeName": "node-web"}}, subresource="status")
+    owner = {"ownerReferences": [{"kind": "ReplicaSet", "name": "web", "uid": "rs-web", "controller": True}]}
+    await h.bind_pod("web-1", "node-web", metadata=owner)
+    await h.cached("Pod", "default/web-1")
+    await h.eventually(lambda: h.cluster.claim_views()["nc-web"].node_name == "node-web", what="node name cached")
+    labels = {"kind": "spot_interruption"}
+    before = REGISTRY.get_sample_value("joiner_interruption_replacement_seconds_count", labels) or 0.0
+    send(queue, spot_warning("i-0000000000000f0f1"))
+    assert await controller.poll_once() == 1
+    assert [d.wanted for d in controller.displaced] == [(("rs-web", 1),)]
+    assert controller.check_replacements() == 1  # web-1 is still on the interrupted node
+    await h.bind_pod("web-2", "node-other", metadata=owner)
+    await h.cached("Pod", "default/web-2")
+    assert controller.check_replacements() == 0
+    assert REGISTRY.get_sample_value("joiner_interruption_replacement_seconds_count", labels) == before + 1
 
 
 async def test_malformed_messages_are_dropped_and_counted_and_the_rest_handled(
