@@ -395,3 +395,43 @@ def test_an_expired_nodeclaim_is_replaced(cluster: Cluster, start_joiner: Any) -
     eventually(replaced, timeout=90, interval=1.0, what=f"NodeClaim {name} replaced after expiring")
     assert joiner.metric("joiner_disruption_decisions_total", reason="Expired") >= 1
     assert _events(cluster, name, "Disrupting")
+
+
+def test_a_rebalance_recommendation_replaces_the_node_only_where_the_pool_opts_in(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    """kwok's interruption hook sends a rebalance recommendation for each pool's node: the pool that
+    opts in (``rebalanceRecommendation: Replace``) gets its node replaced as drifted, new node first;
+    the other pool's node keeps running with the recommendation recorded on its NodeClaim."""
+    ns = _ns(cluster)
+    replace = _pool("replace", SMALL, disruption={"consolidateAfter": "Never", "rebalanceRecommendation": "Replace"})
+    ignore = _pool("ignore", MEDIUM, disruption={"consolidateAfter": "Never"})
+    cluster.apply([nodeclass(), replace, ignore])
+    joiner = start_joiner(**FAST)
+    web = deployment("web", ns, replicas=1, cpu="500m", memory="256Mi", node_selector={"joiner.sh/nodepool": "replace"})
+    api = deployment("api", ns, replicas=1, cpu="500m", memory="256Mi", node_selector={"joiner.sh/nodepool": "ignore"})
+    cluster.apply([web, api])
+    expect_pods_running(cluster, ns, 2)
+    claims = {c["metadata"]["labels"]["joiner.sh/nodepool"]: c["metadata"]["name"] for c in nodeclaims(cluster)}
+    for name in claims.values():
+        cluster.kubectl("annotate", "nodeclaim", name, "joiner.sh/interruption=rebalance")
+
+    def replaced() -> bool:
+        names = {c["metadata"]["name"] for c in nodeclaims(cluster)}
+        pods = cluster.items("pods", namespace=ns)
+        return (
+            claims["replace"] not in names
+            and claims["ignore"] in names
+            and len(names) == 2
+            and len(pods) == 2
+            and all(p["status"].get("phase") == "Running" for p in pods)
+        )
+
+    eventually(replaced, timeout=90, interval=1.0, what="the opted-in pool's node replaced, the other kept")
+    kept = cluster.get("nodeclaims", claims["ignore"])
+    assert kept["metadata"]["annotations"].get("joiner.sh/rebalance-recommended")
+    assert not is_true(kept, "Drifted")
+    assert _events(cluster, claims["ignore"], "RebalanceRecommended")
+    assert joiner.metric("joiner_disruption_decisions_total", reason="Drifted", action="replace") == 1
+    assert joiner.metric("joiner_interruption_actions_total", action="rebalance_replace") == 1
+    assert joiner.metric("joiner_interruption_actions_total", action="recorded") == 1
