@@ -175,6 +175,7 @@ def main() -> int:
             "region": REGION,
             "interruption-queue": queue,
             "registration-timeout": str(int(args.boot_delay + 120)),
+            "aws-pricing-refresh": "0",  # moto has no Price List API
         },
     )
     try:

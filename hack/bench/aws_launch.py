@@ -11,7 +11,8 @@ tag lookup for an instance already bought, the launch template). Reported: wall 
 the AWS calls made per NodeClaim, and that N distinct instances exist, each tagged with its
 NodeClaim (nothing bought twice). Then every instance is terminated through ``delete``.
 
-moto answers from one Python process, so the figure measures joiner's provider and moto together;
+moto runs in its own process (its CPU is reported apart from the benchmark's, which is joiner's
+provider); it answers from one Python process, so the figure measures joiner's provider and moto together;
 the real EC2 API adds its own latency (CreateFleet instant typically 1-3 s) and account limits.
 """
 
@@ -22,14 +23,18 @@ import asyncio
 import logging
 import os
 import platform
+import socket
 import statistics
+import subprocess
+import sys
 import time
+import urllib.request
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import aioboto3
 import boto3
-from moto.server import ThreadedMotoServer
 
 from api.v1.ec2nodeclass import EC2NodeClass
 from controller.clock import RealClock, format_time
@@ -50,6 +55,37 @@ MIX: tuple[tuple[list[str], list[str]], ...] = (
     (["g6.xlarge", "g6.2xlarge", "g5.xlarge"], ["spot", "on-demand"]),
     (["p5.48xlarge"], ["on-demand"]),
 )
+
+
+class MotoProcess:
+    """``moto_server`` in its own process, so its CPU is told apart from joiner's."""
+
+    def __init__(self) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        exe = Path(sys.executable).parent / "moto_server"
+        self.proc = subprocess.Popen(
+            [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.url}/moto-api/", timeout=2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.2)
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
 
 
 def world(url: str, tag: str) -> Obj:
@@ -105,10 +141,8 @@ def calls_total() -> float:
 
 
 async def run_size(n: int, workers: int) -> Obj:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
+    server = MotoProcess()
+    url = server.url
     try:
         obj = world(url, f"b{n}")
         clock = RealClock()
@@ -137,6 +171,7 @@ async def run_size(n: int, workers: int) -> Obj:
                 return inst.provider_id
 
         calls_before = calls_total()
+        moto_cpu0 = server.cpu_seconds()
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         ids = await asyncio.gather(*(launch(c) for c in claims))
@@ -154,7 +189,9 @@ async def run_size(n: int, workers: int) -> Obj:
         )
         await api.close()
         latencies.sort()
+        moto_cpu = server.cpu_seconds() - moto_cpu0
         return {
+            "moto_cpu": moto_cpu,
             "claims": n,
             "wall": wall,
             "rate": n / wall,
@@ -182,13 +219,14 @@ def main() -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load {os.getloadavg()}")
     columns = ("NodeClaims", "wall s", "NodeClaims/s", "launch p50 / p95 s", "AWS calls per NodeClaim")
-    print("| " + " | ".join((*columns, "instances", "bought twice", "process CPU s")) + " |")
-    print("|---:|---:|---:|---|---:|---:|---:|---:|")
+    print("| " + " | ".join((*columns, "instances", "bought twice", "joiner CPU s", "moto CPU s")) + " |")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for n in (int(x) for x in args.claims.split(",")):
         r = asyncio.run(run_size(n, args.workers))
         print(
             f"| {r['claims']} | {r['wall']:.2f} | {r['rate']:.1f} | {r['p50']:.2f} / {r['p95']:.2f} | "
-            f"{r['calls_per_claim']:.1f} | {r['instances']} | {r['bought_twice']} | {r['cpu']:.1f} |",
+            f"{r['calls_per_claim']:.1f} | {r['instances']} | {r['bought_twice']} | {r['cpu']:.1f} | "
+            f"{r['moto_cpu']:.1f} |",
             flush=True,
         )
     return 0
