@@ -5,6 +5,7 @@
 #   3. run the joiner controller with the kwok provider
 #   4. submit sample GPU workloads (inference, CPU services, a distributed-training gang)
 #   5. show the NodeClaims and Nodes joiner made, and the pods Running on them
+#   6. interrupt one machine of the gang (scheduled maintenance) and show the gang restart as a unit
 # The cluster stays up afterwards for exploring (KUBECONFIG=.kwok/kubeconfig); `make cluster-down` ends it.
 set -euo pipefail
 
@@ -68,8 +69,33 @@ say "kubectl get nodepools -o wide"
 kubectl get nodepools -o wide
 say "kubectl get pods -n demo -o wide"
 kubectl get pods -n demo -o wide
+say "an interruption of a gang member: AWS schedules maintenance for one trainer machine"
+victim=$(kubectl get nodeclaims -l joiner.sh/gang=demo.trainer -o jsonpath='{.items[0].metadata.name}')
+old_pods=$(kubectl get pods -n demo -l joiner.sh/gang=trainer -o jsonpath='{.items[*].metadata.uid}')
+echo "kubectl annotate nodeclaim $victim joiner.sh/interruption=scheduled-change"
+echo "  (on AWS the same handler reads the SQS queue's EventBridge messages: docs/aws.md#interruption)"
+kubectl annotate nodeclaim "$victim" joiner.sh/interruption=scheduled-change >/dev/null
+start=$(date +%s)
+while true; do
+    fresh=0
+    for uid in $(kubectl get pods -n demo -l joiner.sh/gang=trainer --field-selector=status.phase=Running \
+            -o jsonpath='{.items[*].metadata.uid}'); do
+        case " $old_pods " in *" $uid "*) ;; *) fresh=$((fresh + 1)) ;; esac
+    done
+    printf '  %3ds: %d/4 trainer pods Running again on fresh nodes\n' $(( $(date +%s) - start )) "$fresh"
+    [ "$fresh" -eq 4 ] && break
+    if [ $(( $(date +%s) - start )) -gt 180 ]; then
+        echo "the gang did not restart within 180s; see .kwok/logs/joiner.log"
+        break
+    fi
+    sleep 2
+done
+kubectl get events -n demo --field-selector reason=GangMemberLost,involvedObject.name=trainer-0 \
+    -o custom-columns=OBJECT:.involvedObject.name,MESSAGE:.message
+kubectl get nodeclaims -l joiner.sh/gang=demo.trainer -o wide
+
 say "a few of joiner's metrics"
-curl -s http://127.0.0.1:18080/metrics | grep -E '^joiner_(nodeclaims_(created|launched|initialized)_total|gangs_admitted|pods_pending|provisioner_nominations_total)' | head -24 || true
+curl -s http://127.0.0.1:18080/metrics | grep -E '^joiner_(nodeclaims_(created|launched|initialized)_total|gangs_admitted|pods_pending|provisioner_nominations_total|interruption_(messages_total|replacement_seconds_(sum|count)))' | head -30 || true
 
 cat <<EOF
 
