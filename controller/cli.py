@@ -36,6 +36,21 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--interruption-queue", metavar="URL", help="aws: SQS queue URL of interruption events")
     p.add_argument("--aws-endpoint-url", metavar="URL", help="aws: send AWS calls here (tests, e.g. a moto server)")
     p.add_argument(
+        "--cluster-endpoint",
+        metavar="URL",
+        help="aws: the API server URL kubelets join (default: from EKS DescribeCluster)",
+    )
+    p.add_argument(
+        "--cluster-ca-bundle",
+        metavar="BASE64",
+        help="aws: the cluster's CA certificate, base64 PEM (default: from EKS DescribeCluster)",
+    )
+    p.add_argument(
+        "--cluster-cidr",
+        metavar="CIDR",
+        help="aws: the cluster's service CIDR, for the kubelet's DNS (default: from EKS DescribeCluster)",
+    )
+    p.add_argument(
         "--aws-pricing-refresh",
         type=float,
         default=43200.0,
@@ -314,6 +329,9 @@ def _run(args: argparse.Namespace) -> int:
                 region=args.region,
                 endpoint_url=args.aws_endpoint_url,
                 pricing_refresh_seconds=args.aws_pricing_refresh,
+                cluster_endpoint=args.cluster_endpoint,
+                cluster_ca_bundle=args.cluster_ca_bundle,
+                cluster_cidr=args.cluster_cidr,
                 interruption_queue=args.interruption_queue,
             )
             if args.provider == "aws"

@@ -47,7 +47,7 @@ Obj = dict[str, Any]
 TAG_CLUSTER = "joiner.sh/cluster"
 MANAGED = "joiner.sh/aws-kubelet"  # a label on the Nodes this loop made: it deletes no other Node
 MIB = 1024 * 1024
-_FLAG = re.compile(r"--(register-with-taints|node-labels)[= ]([^\s\"'\\\],]+)")
+_FLAG = re.compile(r"--(register-with-taints|node-labels)[= ]([^\s\"'\\\]]+)")
 
 
 def kubelet_flags(user_data: str) -> tuple[list[Obj], dict[str, str]]:

@@ -220,7 +220,7 @@ class EC2NodeClassSpec(SpecModel):
     block_device_mappings: list[BlockDeviceMapping] = Field(default_factory=list, max_length=50)
     """Volumes; unset: the image's default root volume."""
     user_data: str | None = None
-    """User data passed to the instances (base64-encoded by joiner)."""
+    """User data for the instances; for AL2023 and Bottlerocket joiner adds the bootstrap after it."""
     metadata_options: MetadataOptions = Field(default_factory=MetadataOptions, json_schema_extra={"default": {}})
     """IMDS settings; default IMDSv2 only, hop limit 1."""
     tags: Tags = Field(default_factory=dict)

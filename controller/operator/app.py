@@ -42,6 +42,9 @@ class AWSOptions:
     endpoint_url: str | None = None
     interruption_queue: str | None = None
     pricing_refresh_seconds: float = 0.0
+    cluster_endpoint: str | None = None
+    cluster_ca_bundle: str | None = None
+    cluster_cidr: str | None = None
 
 
 @runtime_checkable
@@ -61,7 +64,7 @@ def build_cloud_provider(
 ) -> CloudProvider:
     if provider == "aws":
         from controller.cloudprovider.aws.api import AWSApi
-        from controller.cloudprovider.aws.provider import AWSCloudProvider
+        from controller.cloudprovider.aws.provider import AWSCloudProvider, ClusterSettings
         from controller.cloudprovider.aws.status import EC2NodeClassStatusController
 
         if aws is None or not aws.cluster_name:
@@ -78,6 +81,9 @@ def build_cloud_provider(
             unavailable=unavailable,
             loop=status,
             pricing_refresh_seconds=aws.pricing_refresh_seconds,
+            cluster_settings=ClusterSettings(
+                endpoint=aws.cluster_endpoint, ca_bundle=aws.cluster_ca_bundle, service_cidr=aws.cluster_cidr
+            ),
         )
     if provider == "kwok":
         from controller.cloudprovider.catalog import load_catalog

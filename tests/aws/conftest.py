@@ -91,8 +91,15 @@ class FaultProxy:
                         kind = "application/x-amz-json-1.1" if json_answer else "text/xml"
                         self._send(answer[0], answer[1].encode(), content_type=kind)
                         return
+                self._forward("POST", body)
+
+            def do_GET(self) -> None:  # REST APIs (EKS DescribeCluster): forwarded as they are
+                proxy.actions.append(f"GET {self.path}")
+                self._forward("GET", None)
+
+            def _forward(self, method: str, body: bytes | None) -> None:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                request = urllib.request.Request(proxy.upstream + self.path, data=body, headers=headers, method="POST")
+                request = urllib.request.Request(proxy.upstream + self.path, data=body, headers=headers, method=method)
                 try:
                     with urllib.request.urlopen(request, timeout=30) as resp:
                         self._send(resp.status, resp.read(), content_type=resp.headers.get("Content-Type"))

@@ -30,15 +30,13 @@ __all__ = ["amazon_images", "boto_clients", "moto_url", "world"]  # the moto fix
 Obj = dict[str, Any]
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
-# what a node's bootstrap passes to its kubelet: it joins tainted until joiner has registered it
-USER_DATA = (
-    "#!/bin/bash\n/etc/eks/bootstrap.sh my-cluster "
-    "--kubelet-extra-args '--register-with-taints=joiner.sh/unregistered=true:NoSchedule'\n"
-)
+# the user's own part of the user data: joiner adds the NodeConfig that joins the cluster after it
+USER_DATA = "#!/bin/bash\necho 'vm.max_map_count=262144' > /etc/sysctl.d/90-training.conf\n"
 
 
 def ec2nodeclass(world: World) -> Obj:
-    obj = world.nodeclass("default", userData=USER_DATA)
+    """AL2023 (nodeadm): joiner writes the bootstrap, from the EKS cluster it finds in (moto's) EKS."""
+    obj = world.nodeclass("default", amiFamily="AL2023", userData=USER_DATA)
     obj["metadata"] = {"name": "default"}
     return obj
 
@@ -92,6 +90,10 @@ def instance_id(claim: Obj) -> str:
 def test_pods_run_on_ec2_instances_and_a_spot_interrupted_gang_member_restarts_the_gang(
     cluster: Cluster, start_joiner: Any, world: World, moto_url: str
 ) -> None:
+    eks = boto3.client("eks", region_name=REGION, endpoint_url=moto_url)
+    eks.create_cluster(
+        name=world.cluster, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": []}
+    )
     sqs = boto3.client("sqs", region_name=REGION, endpoint_url=moto_url)
     queue = sqs.create_queue(QueueName=f"joiner-{world.tag}")["QueueUrl"]
     cluster.apply(
@@ -208,13 +210,14 @@ def test_pods_run_on_ec2_instances_and_a_spot_interrupted_gang_member_restarts_t
             return live == {instance_id(c) for c in nodeclaims(cluster) if c["status"].get("providerID")}
 
         eventually(no_orphans, timeout=60, what="every running instance has its NodeClaim and the other way round")
-    # user data reached the instances: the kubelet registered with the taint joiner then removed
-    assert (
-        "--register-with-taints=joiner.sh/unregistered"
-        in base64.b64decode(
-            world.ec2.describe_instance_attribute(InstanceId=victim_iid, Attribute="userData")["UserData"]["Value"]
-        ).decode()
-    )
+    # the instances' user data: the user's script, then joiner's NodeConfig with which the kubelet
+    # (here the stand-in) registered, tainted until joiner registered it
+    user_data = base64.b64decode(
+        world.ec2.describe_instance_attribute(InstanceId=victim_iid, Attribute="userData")["UserData"]["Value"]
+    ).decode()
+    assert user_data.index("vm.max_map_count") < user_data.index("kind: NodeConfig")
+    assert "--register-with-taints=joiner.sh/unregistered=true:NoSchedule,nvidia.com/gpu=true:NoSchedule" in user_data
+    assert "--node-labels=joiner.sh/nodepool=l4" in user_data
 
 
 def _left(sqs: Any, queue: str) -> int:

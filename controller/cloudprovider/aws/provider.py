@@ -38,6 +38,13 @@ from api.v1.labels import (
 )
 from controller.clock import Clock
 from controller.cloudprovider.aws.api import AWSApi, AWSError
+from controller.cloudprovider.aws.bootstrap import (
+    FAMILIES_WITH_BOOTSTRAP,
+    BootTaint,
+    ClusterInfo,
+    family_of,
+    user_data_for,
+)
 from controller.cloudprovider.aws.instancetypes import (
     DEFAULT_ROOT_VOLUME_GIB,
     Reservation,
@@ -63,6 +70,17 @@ from controller.scheduling.instancetypes import InstanceType
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """What the operator said of the cluster (``--cluster-endpoint`` ...); the rest comes from EKS."""
+
+    endpoint: str | None = None
+    ca_bundle: str | None = None
+    service_cidr: str | None = None
+
+
 PRICING_REFRESHES = counter(
     "joiner_aws_pricing_refreshes_total",
     "On-demand price refreshes from the AWS Price List API, by result (ok, failed, empty).",
@@ -145,6 +163,7 @@ class AWSCloudProvider:
         cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
         loop: Any = None,
         pricing_refresh_seconds: float = 0.0,
+        cluster_settings: ClusterSettings | None = None,
     ) -> None:
         self.api = api
         self.cluster_name = cluster_name
@@ -160,6 +179,8 @@ class AWSCloudProvider:
         self._loop = loop
         self._described: tuple[float, dict[str, Obj]] | None = None
         self._pricing_refresh = pricing_refresh_seconds
+        self._cluster_settings = cluster_settings or ClusterSettings()
+        self._cluster_info: ClusterInfo | None = None
         PRICES_KNOWN.set(len(self._prices))
 
     async def run(self) -> None:
@@ -487,7 +508,9 @@ class AWSCloudProvider:
                 return str(ami["id"])
         return str(same_arch[0]["id"]) if same_arch else ""
 
-    def _template_data(self, nodeclass: ResolvedNodeClass, *, image: str, reservation: Reservation | None) -> Obj:
+    def _template_data(
+        self, nodeclass: ResolvedNodeClass, *, image: str, reservation: Reservation | None, user_data: str | None
+    ) -> Obj:
         spec = nodeclass.model.spec
         data: Obj = {
             "ImageId": image,
@@ -502,8 +525,8 @@ class AWSCloudProvider:
         }
         if nodeclass.instance_profile:
             data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
-        if spec.user_data:
-            data["UserData"] = base64.b64encode(spec.user_data.encode()).decode()
+        if user_data:
+            data["UserData"] = base64.b64encode(user_data.encode()).decode()
         mappings = []
         for m in spec.block_device_mappings:
             entry: Obj = {"DeviceName": m.device_name}
@@ -571,6 +594,49 @@ class AWSCloudProvider:
         self._templates[name] = name
         return name
 
+    async def cluster_info(self) -> ClusterInfo:
+        """How kubelets reach the cluster: the settings given, the rest from EKS DescribeCluster (cached)."""
+        if self._cluster_info is not None:
+            return self._cluster_info
+        given = self._cluster_settings
+        endpoint, ca, cidr = given.endpoint, given.ca_bundle, given.service_cidr
+        if not (endpoint and ca and cidr):
+            try:
+                found = (await self.api.call("eks", "describe_cluster", name=self.cluster_name)).get("cluster") or {}
+            except AWSError as err:
+                raise CreateError(
+                    f"cannot write the bootstrap user data: EKS DescribeCluster {self.cluster_name!r} failed "
+                    f"({err.code}: {err.message}); give --cluster-endpoint, --cluster-ca-bundle and --cluster-cidr",
+                    reason=err.code,
+                ) from None
+            endpoint = endpoint or str(found.get("endpoint") or "")
+            ca = ca or str((found.get("certificateAuthority") or {}).get("data") or "")
+            cidr = cidr or str((found.get("kubernetesNetworkConfig") or {}).get("serviceIpv4Cidr") or "")
+        if not (endpoint and ca and cidr):
+            raise CreateError(
+                f"cannot write the bootstrap user data: the cluster endpoint, CA bundle or service CIDR of "
+                f"{self.cluster_name!r} is unknown; give --cluster-endpoint, --cluster-ca-bundle and --cluster-cidr",
+                reason="ClusterInfoMissing",
+            )
+        self._cluster_info = ClusterInfo(name=self.cluster_name, endpoint=endpoint, ca_bundle=ca, service_cidr=cidr)
+        return self._cluster_info
+
+    async def _user_data(self, nodeclaim: Obj, nodeclass: ResolvedNodeClass) -> str | None:
+        """The EC2NodeClass's userData, with the bootstrap joiner writes for its image family."""
+        spec = nodeclass.model.spec
+        alias = next((t.alias for t in spec.ami_selector_terms if t.alias), None)
+        family = family_of(alias=alias, ami_family=spec.ami_family)
+        if family not in FAMILIES_WITH_BOOTSTRAP:
+            return spec.user_data
+        claim_spec = nodeclaim.get("spec") or {}
+        taints = [
+            BootTaint(key=str(t.get("key")), effect=str(t.get("effect")), value=str(t.get("value") or ""))
+            for t in [*(claim_spec.get("taints") or []), *(claim_spec.get("startupTaints") or [])]
+            if isinstance(t, Mapping) and t.get("key") and t.get("effect")
+        ]
+        labels = {str(k): str(v) for k, v in ((nodeclaim.get("metadata") or {}).get("labels") or {}).items()}
+        return user_data_for(family, await self.cluster_info(), labels=labels, taints=taints, user_data=spec.user_data)
+
     async def _launch_configs(
         self,
         *,
@@ -606,9 +672,10 @@ class AWSCloudProvider:
                 reason="NoCompatibleOffering",
             )
         configs = []
+        user_data = await self._user_data(nodeclaim, nodeclass)
         for image, overrides in overrides_by_image.items():
             template = await self._launch_template(
-                nodeclass, self._template_data(nodeclass, image=image, reservation=reservation)
+                nodeclass, self._template_data(nodeclass, image=image, reservation=reservation, user_data=user_data)
             )
             configs.append(
                 {
