@@ -199,9 +199,9 @@ class Disruption(SpecModel):
     consolidate_after: NillableDuration = DEFAULT_CONSOLIDATE_AFTER
     """How long after the last pod scheduled on or left a node it becomes a consolidation
     candidate (e.g. ``30s``, ``10m``), or ``Never`` to disable consolidation."""
-    rebalance_recommendation: RebalancePolicy = "Ignore"
+    rebalance_recommendation: RebalancePolicy | None = None
     """What an EC2 rebalance recommendation (AWS sees an elevated risk of interrupting the spot
-    instance) does to the pool's nodes: ``Ignore`` (default) records it on the NodeClaim (annotation
+    instance) does to the pool's nodes: ``Ignore`` (also when unset) records it on the NodeClaim (annotation
     ``joiner.sh/rebalance-recommended``, Event, metric) and nothing more; ``Replace`` also makes the
     node drifted, so disruption replaces it -- the new node first -- under the pool's budgets."""
     budgets: list[Budget] = Field(
