@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -44,6 +45,10 @@ log = structlog.get_logger()
 # a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
 # if kube-scheduler has not bound it there by then, it is solved again
 NOMINATION_GRACE_SECONDS = 10.0
+# ... and longer while kube-scheduler is visibly working through a backlog: the time it needs, at the
+# pace it binds pods, for the pods waiting on Initialized nodes (at most this much)
+MAX_NOMINATION_GRACE_SECONDS = 120.0
+BIND_RATE_WINDOW_SECONDS = 15.0
 RESYNC_SECONDS = 5.0
 # Events on pods written at once: after a large decision there is one per pod, and they must not
 # crowd out the writes that launch the machines
@@ -95,11 +100,15 @@ class Provisioner:
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
         self.nominator = Nominator(ctx, nominations=lambda: self._nominations, claim=self._claim)
         self._buffers_seen: dict[str, BufferReport | None] = {}  # pool -> the buffer report last acted on
+        self._binds: deque[float] = deque()  # when kube-scheduler bound pods (monotonic), for its pace
+        self._grace = NOMINATION_GRACE_SECONDS
 
     # --- triggers --------------------------------------------------------------------------
     def _on_pod(self, etype: str, pod: PodView, old: PodView | None) -> None:
         if etype == "DELETED":
             return
+        if pod.node_name and old is not None and not old.node_name:
+            self._binds.append(self.ctx.clock.monotonic())
         if pod.is_unschedulable:
             self.batcher.trigger()
         elif etype == "ADDED" and self._may_plan_untried(pod):
@@ -225,6 +234,33 @@ class Provisioner:
     def _claim(self, name: str) -> NodeClaimView | None:
         return self.ctx.cluster.claim_views().get(name) or self._writer.just_created(name)
 
+    def bind_rate(self) -> float:
+        """Pods kube-scheduler bound per second over the last ``BIND_RATE_WINDOW_SECONDS``."""
+        horizon = self.ctx.clock.monotonic() - BIND_RATE_WINDOW_SECONDS
+        while self._binds and self._binds[0] < horizon:
+            self._binds.popleft()
+        return len(self._binds) / BIND_RATE_WINDOW_SECONDS
+
+    def nomination_grace(self) -> float:
+        """How long a pod planned onto a NodeClaim keeps its place after the node is Initialized.
+
+        10 s normally. While kube-scheduler works through a backlog (a large burst: it tries a few
+        dozen pods a second), the pods waiting on Initialized nodes cannot all be bound within 10 s;
+        solving them again would only put them back where they are, at the cost of a large solve
+        every few seconds. So the grace grows by the time kube-scheduler needs for them at the pace
+        it has been binding (at most ``MAX_NOMINATION_GRACE_SECONDS``). A pod whose room was taken is
+        released at once whatever the grace (``split_nominated``).
+        """
+        rate = self.bind_rate()
+        if rate <= 0:
+            return NOMINATION_GRACE_SECONDS
+        waiting = 0
+        for claim_name in self._nominations.values():
+            claim = self._claim(claim_name)
+            if claim is not None and not claim.deleting and claim.initialized:
+                waiting += 1
+        return min(MAX_NOMINATION_GRACE_SECONDS, NOMINATION_GRACE_SECONDS + waiting / rate)
+
     def _claim_node_name(self, claim_name: str) -> str | None:
         """The node a nominated NodeClaim stands for in the solver's input, or None if it is gone
         or has been initialized long enough that a pod still pending on it will not land there."""
@@ -234,7 +270,7 @@ class Provisioner:
         initialized = claim.condition("Initialized")
         if initialized is not None and initialized.is_true:
             since = initialized.transitioned
-            if since is None or (self.ctx.clock.now() - since).total_seconds() > NOMINATION_GRACE_SECONDS:
+            if since is None or (self.ctx.clock.now() - since).total_seconds() > self._grace:
                 return None
         return claim.node_name or claim_name
 
@@ -315,6 +351,7 @@ class Provisioner:
         live = set(pending_objs)
         for key in [k for k in self._nominations if k not in live]:
             del self._nominations[key]
+        self._grace = self.nomination_grace()
         pods, existing = self._with_nominations(pods, existing)
         buffer_pods = [p for p in buffer_pods if virtual_pool(p) in pools]
         if not pods and not unreadable and not buffer_pods:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
+from controller.clock import format_time
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
@@ -323,3 +324,57 @@ async def test_planning_untried_pods_can_be_switched_off() -> None:
         assert claims(harness) == []
     finally:
         await harness.close()
+
+
+async def _planned_and_initialized(h: Harness, provisioner: Provisioner, pods: int) -> Obj:
+    """``pods`` small pending pods, one NodeClaim bought for them, its Node up and Initialized now."""
+    for i in range(pods):
+        await pending(h, f"p{i}", "100m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await register(h, claim)
+    name = claim["metadata"]["name"]
+    now = format_time(h.clock.now())
+    initialized = {"type": "Initialized", "status": "True", "reason": "Initialized", "lastTransitionTime": now}
+    await h.kube.patch(NODECLAIMS, name, {"status": {"conditions": [initialized]}}, subresource="status")
+    await h.eventually(lambda: h.cluster.claim_views()[name].initialized, what="Initialized in the cache")
+    return claim
+
+
+async def _binds(h: Harness, node: str, count: int) -> None:
+    """kube-scheduler binding other pods: pending first, then bound."""
+    for i in range(count):
+        await pending(h, f"other-{i}", "10m")
+    for i in range(count):
+        key = f"default/other-{i}"
+        await h.kube.patch(PODS, f"other-{i}", {"spec": {"nodeName": node}}, namespace="default")
+
+        def bound(key: str = key) -> bool:
+            view = h.cluster.pod_view(key)
+            return view is not None and bool(view.node_name)
+
+        await h.eventually(bound, what="bound in the cache")
+
+
+async def test_planned_pods_keep_their_place_while_kube_scheduler_works_through_a_backlog(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
+    claim = await _planned_and_initialized(h, provisioner, 30)
+    await h.advance(25)
+    await _binds(h, "elsewhere", 3)  # binding a pod every 5 s: 30 pods need minutes
+    assert provisioner.nomination_grace() == pytest.approx(120.0)
+    assert await provisioner.reconcile() is None  # held: nothing solved again, nothing bought
+    assert len(claims(h)) == 1
+    assert claim["metadata"]["name"] in set(provisioner._nominations.values())
+
+
+async def test_without_a_backlog_planned_pods_are_solved_again_after_ten_seconds(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
+    await _planned_and_initialized(h, provisioner, 30)
+    await h.advance(25)
+    assert provisioner.nomination_grace() == 10.0  # kube-scheduler binds nothing: no pace to wait for
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert plan.new_nodes == ()  # solved again onto the node they wait on: nothing bought
+    assert len(claims(h)) == 1
