@@ -91,7 +91,7 @@ class MessageSource(Protocol):
 
 
 class InterruptionController:
-    def __init__(self, ctx: Context, *, source: MessageSource | None) -> None:
+    def __init__(self, ctx: Context, *, source: MessageSource) -> None:
         self.ctx = ctx
         self.source = source
         self.displaced: list[Displaced] = []  # interrupted work not running again yet
@@ -132,7 +132,6 @@ class InterruptionController:
 
     async def poll_once(self) -> int:
         """Receive one batch and handle it; the number of messages deleted."""
-        assert self.source is not None
         deleted = 0
         for message in await self.source.receive():
             try:
