@@ -45,9 +45,8 @@ log = structlog.get_logger()
 # a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
 # if kube-scheduler has not bound it there by then, it is solved again
 NOMINATION_GRACE_SECONDS = 10.0
-# ... and longer while kube-scheduler is visibly working through a backlog: the time it needs, at the
-# pace it binds pods, for the pods waiting on Initialized nodes (at most this much)
-MAX_NOMINATION_GRACE_SECONDS = 120.0
+# ... and up to this long while kube-scheduler is visibly working through a backlog
+BACKLOG_NOMINATION_GRACE_SECONDS = 600.0
 BIND_RATE_WINDOW_SECONDS = 15.0
 RESYNC_SECONDS = 5.0
 # Events on pods written at once: after a large decision there is one per pod, and they must not
@@ -244,22 +243,22 @@ class Provisioner:
     def nomination_grace(self) -> float:
         """How long a pod planned onto a NodeClaim keeps its place after the node is Initialized.
 
-        10 s normally. While kube-scheduler works through a backlog (a large burst: it tries a few
-        dozen pods a second), the pods waiting on Initialized nodes cannot all be bound within 10 s;
-        solving them again would only put them back where they are, at the cost of a large solve
-        every few seconds. So the grace grows by the time kube-scheduler needs for them at the pace
-        it has been binding (at most ``MAX_NOMINATION_GRACE_SECONDS``). A pod whose room was taken is
-        released at once whatever the grace (``split_nominated``).
+        10 s normally. While kube-scheduler works through a backlog (a large burst: it binds a few
+        dozen pods a second, so thousands of pods wait minutes on nodes that are ready for them),
+        solving the waiting pods again would only put them back where they are, at the cost of a large
+        solve every few seconds: so while kube-scheduler has bound pods in the last
+        ``BIND_RATE_WINDOW_SECONDS`` and pods wait on Initialized nodes, they keep their place (up to
+        ``BACKLOG_NOMINATION_GRACE_SECONDS`` after their node was Initialized). Once it stops binding,
+        the 10 s apply again. A pod whose room was taken is released at once whatever the grace
+        (``split_nominated``).
         """
-        rate = self.bind_rate()
-        if rate <= 0:
+        if self.bind_rate() <= 0:
             return NOMINATION_GRACE_SECONDS
-        waiting = 0
         for claim_name in self._nominations.values():
             claim = self._claim(claim_name)
             if claim is not None and not claim.deleting and claim.initialized:
-                waiting += 1
-        return min(MAX_NOMINATION_GRACE_SECONDS, NOMINATION_GRACE_SECONDS + waiting / rate)
+                return BACKLOG_NOMINATION_GRACE_SECONDS
+        return NOMINATION_GRACE_SECONDS
 
     def _claim_node_name(self, claim_name: str) -> str | None:
         """The node a nominated NodeClaim stands for in the solver's input, or None if it is gone

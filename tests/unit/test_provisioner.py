@@ -361,11 +361,16 @@ async def test_planned_pods_keep_their_place_while_kube_scheduler_works_through_
     h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
     claim = await _planned_and_initialized(h, provisioner, 30)
     await h.advance(25)
-    await _binds(h, "elsewhere", 3)  # binding a pod every 5 s: 30 pods need minutes
-    assert provisioner.nomination_grace() == pytest.approx(120.0)
+    await _binds(h, "elsewhere", 3)  # kube-scheduler is working through pods
+    assert provisioner.nomination_grace() == 600.0
     assert await provisioner.reconcile() is None  # held: nothing solved again, nothing bought
     assert len(claims(h)) == 1
     assert claim["metadata"]["name"] in set(provisioner._nominations.values())
+    await h.advance(16)  # and then it stops binding: the usual 10 s apply again
+    assert provisioner.nomination_grace() == 10.0
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert plan.new_nodes == ()
 
 
 async def test_without_a_backlog_planned_pods_are_solved_again_after_ten_seconds(h: Harness) -> None:
