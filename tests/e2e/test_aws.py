@@ -23,7 +23,14 @@ from hack.aws_kubelet import StandIn
 from tests.aws.conftest import REGION, World, amazon_images, boto_clients, moto_url, world
 from tests.e2e.harness import Cluster, eventually
 from tests.e2e.manifests import deployment, expect_event, is_true, nodeclaims, req
-from tests.e2e.test_gang import FAST_GANGS, PartialStartWatch, gang_claims, gang_statefulset, pods_of
+from tests.e2e.test_gang import (
+    FAST_GANGS,
+    PartialStartWatch,
+    expect_gang_restarted,
+    gang_claims,
+    gang_statefulset,
+    pods_of,
+)
 
 __all__ = ["amazon_images", "boto_clients", "moto_url", "world"]  # the moto fixtures, shared with tests/aws
 
@@ -174,13 +181,7 @@ def test_pods_run_on_ec2_instances_and_a_spot_interrupted_gang_member_restarts_t
         sqs.send_message(QueueUrl=queue, MessageBody=spot_warning(victim_iid))
         expect_event(cluster, namespace=ns, name="trainer-0", reason="GangMemberLost", timeout=60)
 
-        def restarted() -> list[Obj] | None:
-            pods = pods_of(cluster, ns, "trainer")
-            fresh = [p for p in pods if p["metadata"]["uid"] not in old_uids and p["status"].get("phase") == "Running"]
-            return fresh if len(fresh) == 2 == len(pods) else None
-
-        with PartialStartWatch(cluster, ns, "trainer"):
-            again = eventually(restarted, timeout=180, interval=0.5, what="the gang running again on fresh nodes")
+        again = expect_gang_restarted(cluster, ns, "trainer", 2, old_uids=old_uids, timeout=180)
         took = time.monotonic() - sent
         print(f"spot warning -> gang running again: {took:.1f} s")
 

@@ -287,6 +287,20 @@ def test_a_launch_failure_rolls_back_every_nodeclaim_then_succeeds_once_cleared(
 # --- interruption --------------------------------------------------------------------------------
 
 
+def expect_gang_restarted(
+    cluster: Cluster, namespace: str, gang: str, size: int, *, old_uids: set[str], timeout: float
+) -> list[Obj]:
+    """Every member recreated (none of ``old_uids``) and Running, and never some bound while others wait."""
+
+    def restarted() -> list[Obj] | None:
+        pods = pods_of(cluster, namespace, gang)
+        fresh = [p for p in pods if p["metadata"]["uid"] not in old_uids and p["status"].get("phase") == "Running"]
+        return fresh if len(fresh) == size == len(pods) else None
+
+    with PartialStartWatch(cluster, namespace, gang):
+        return eventually(restarted, timeout=timeout, interval=0.5, what=f"gang {gang} running again, every pod new")
+
+
 def gang_statefulset(name: str, namespace: str, *, size: int, gpu_name: str) -> Obj:
     """A gang the way a training operator makes one: a StatefulSet whose pods are gated members, so
     a member deleted by the restart-gang policy is recreated (gated) by its controller."""
@@ -333,13 +347,7 @@ def test_a_spot_interruption_of_a_gang_member_restarts_the_gang_on_fresh_nodes_e
     cluster.kubectl("annotate", "nodeclaim", victim["metadata"]["name"], "joiner.sh/interruption=spot")
     expect_event(cluster, namespace=ns, name="trainer-0", reason="GangMemberLost", timeout=60)
 
-    def restarted() -> list[Obj] | None:
-        pods = pods_of(cluster, ns, "trainer")
-        fresh = [p for p in pods if p["metadata"]["uid"] not in old_uids and p["status"].get("phase") == "Running"]
-        return fresh if len(fresh) == 2 == len(pods) else None
-
-    with PartialStartWatch(cluster, ns, "trainer"):
-        again = eventually(restarted, timeout=120, interval=0.5, what="the gang running again, both pods new")
+    again = expect_gang_restarted(cluster, ns, "trainer", 2, old_uids=old_uids, timeout=120)
     names = {c["metadata"]["name"] for c in nodeclaims(cluster)}
     assert victim["metadata"]["name"] not in names, "the interrupted NodeClaim is gone"
     for p in again:
