@@ -85,6 +85,8 @@ class SolverBase:
         self._compat_cache: dict[tuple[Requirements, int], bool] = {}
         self._offer_cache: dict[tuple[Requirement | None, Requirement | None, int], tuple[Offering, ...]] = {}
         self._inter_cache: dict[tuple[Requirements, Requirements], Requirements | None] = {}
+        self._pin_cache: dict[tuple[Requirements, int, frozenset[str] | None], Requirements | None] = {}
+        self._canon: dict[Requirements, Requirements] = {}
         self._taint_cache: dict[tuple[tuple[Toleration, ...], tuple[Taint, ...]], Taint | None] = {}
         # packing (solver_packing) and node choice (solver_choice): fill bounds, rollout journal
         self._suffix_min: list[Vec] = []
@@ -95,6 +97,7 @@ class SolverBase:
         # candidate lists per finished node (solver_candidates)
         self._cand_cache: dict[object, list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}
+        self._kmax_masks: dict[tuple[int, int], int] = {}
         self._info_cache: dict[
             tuple[tuple[int, int], ...],
             tuple[
@@ -249,7 +252,8 @@ class SolverBase:
         if key in self._inter_cache:
             return self._inter_cache[key]
         merged = a.intersect(b)
-        out = merged if merged.is_satisfiable() else None
+        # one object per distinct value: later cache lookups then hit on identity
+        out = self._canon.setdefault(merged, merged) if merged.is_satisfiable() else None
         self._inter_cache[key] = out
         return out
 

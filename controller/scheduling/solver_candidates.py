@@ -4,6 +4,7 @@ bounds), and, for a finished node, every instance type of its pool that still ho
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 from controller.scheduling.instancetypes import Offering
 from controller.scheduling.labels import (
@@ -17,7 +18,7 @@ from controller.scheduling.model import (
 )
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_model import Group, Node, Pool, Slot, SlotIndex
-from controller.scheduling.solver_numeric import fit_count
+from controller.scheduling.solver_numeric import fit_dense
 from controller.scheduling.solver_topology import TopologyRules
 from controller.scheduling.taints import Toleration
 
@@ -43,14 +44,24 @@ class CandidateTypes(TopologyRules):
                                 break
                 by_pattern[key] = compat
             best_w = float("inf")
+            cap = self._self_cap(g)
+            req, nz = g.req, g.nz
+            kmax = g.kmax
+            cands = g.cands
             for slot, vi, price in compat:
-                k = fit_count(slot.alloc, g.req)
+                k = fit_dense(slot.alloc, req, nz)
                 if k <= 0:
                     continue
-                k = min(k, self._self_cap(g))
-                g.kmax[slot.idx] = k
-                g.cands.setdefault(slot.pool.tier, []).append((price, slot, vi))
-                best_w = min(best_w, price / k)
+                if cap < k:
+                    k = cap
+                kmax[slot.idx] = k
+                tier = slot.pool.tier
+                if tier in cands:
+                    cands[tier].append((price, slot, vi))
+                else:
+                    cands[tier] = [(price, slot, vi)]
+                if price / k < best_w:
+                    best_w = price / k
             g.w = best_w if best_w < float("inf") else 0.0
 
     def _bounds(self, groups: Sequence[Group]) -> None:
@@ -65,18 +76,19 @@ class CandidateTypes(TopologyRules):
         dens: dict[int, list[float]] = {}
         needs: dict[int, list[bool]] = {}
         for g in groups:
+            ratios = [(i, g.w / r) for i, r in enumerate(g.req) if r]
+            unused = [i for i, r in enumerate(g.req) if not r]
             for slot_idx in g.kmax:
                 d = dens.get(slot_idx)
                 if d is None:
                     d = dens[slot_idx] = [0.0] * n_dims
                     needs[slot_idx] = [True] * n_dims
-                nd = needs[slot_idx]
-                for i, r in enumerate(g.req):
-                    if r:
-                        ratio = g.w / r
-                        if ratio > d[i]:
-                            d[i] = ratio
-                    else:
+                for i, ratio in ratios:
+                    if ratio > d[i]:
+                        d[i] = ratio
+                if unused:
+                    nd = needs[slot_idx]
+                    for i in unused:
                         nd[i] = False
         for slot in self.slots:
             ub = float("inf")
@@ -87,21 +99,35 @@ class CandidateTypes(TopologyRules):
                     if nd[i]:
                         ub = min(ub, slot.alloc[i] * d[i])
             slot.ub_value = ub
+        inf = float("inf")
         for g in groups:
             for tier, cands in g.cands.items():
-                ranked = []
+                keyed = []
                 for price, slot, vi in cands:
                     ub = slot.ub_value
-                    lb = price / ub if 0.0 < ub < float("inf") else 0.0
-                    ranked.append((lb, slot, vi))
-                ranked.sort(key=lambda c: (c[0], c[1].min_price, c[1].idx))
-                g.cands[tier] = ranked
+                    lb = price / ub if 0.0 < ub < inf else 0.0
+                    keyed.append(((lb, slot.min_price, slot.idx), slot, vi))
+                keyed.sort(key=itemgetter(0))
+                g.cands[tier] = [(key[0], slot, vi) for key, slot, vi in keyed]
 
     def _slot_index(self, pool: Pool) -> SlotIndex:
         index = self._slot_indexes.get(pool.idx)
         if index is None:
             index = self._slot_indexes[pool.idx] = SlotIndex([s.alloc for s in pool.slots], len(self.u.names))
         return index
+
+    def _kmax_mask(self, group_idx: int, pool: Pool) -> int:
+        """The slots of the pool that can host the group (its ``kmax``), as a bitmask over ``pool.slots``."""
+        key = (group_idx, pool.idx)
+        mask = self._kmax_masks.get(key)
+        if mask is None:
+            kmax = self.groups[group_idx].kmax
+            mask = 0
+            for pos, s in enumerate(pool.slots):
+                if s.idx in kmax:
+                    mask |= 1 << pos
+            self._kmax_masks[key] = mask
+        return mask
 
     def _candidates(self, node: Node, used: Sequence[int]) -> list[tuple[Slot, tuple[Offering, ...]]]:
         """All slots of the node's pool that can host its pods, cheapest first."""
@@ -115,19 +141,19 @@ class CandidateTypes(TopologyRules):
             hit = self._cand_cache.get(cache_key)
             if hit is not None:
                 return hit
-        kmaxes = [self.groups[gi].kmax for gi in group_ids]
         usage = self.state.usage[pool.idx]
         out: list[tuple[float, str, Slot, tuple[Offering, ...]]] = []
         index = self._slot_index(pool)
         mask = index.fitting(used)
+        for gi in group_ids:
+            if not mask:
+                break
+            mask &= self._kmax_mask(gi, pool)
         slots = pool.slots
         while mask:
             low = mask & -mask
             mask ^= low
             s = slots[low.bit_length() - 1]
-            idx = s.idx
-            if not all(idx in km for km in kmaxes):
-                continue
             if not self._compat(node.reqs, s):
                 continue
             offers = self._offerings(node.reqs, s)

@@ -256,6 +256,7 @@ class Group:
         "host_spread",
         "idx",
         "kmax",
+        "nz",
         "per_node_only",
         "pods",
         "rep",
@@ -279,6 +280,9 @@ class Group:
         self.rep = rep
         self.req_res = rep.requests + ONE_POD
         self.req = universe.vec(self.req_res)
+        # the dimensions the group requests (None: all of them), for `fit_count_group`
+        nz = tuple(i for i, r in enumerate(self.req) if r)
+        self.nz: tuple[int, ...] | None = None if len(nz) == len(self.req) else nz
         self.gpu = sum(v for n, v in rep.requests.items if is_accelerator(n))
         self.gang = rep.gang
         self.tol_key: tuple[Toleration, ...] = rep.tolerations
