@@ -172,6 +172,8 @@ class NodeChoice(Packer):
         saved_usage = [dict(u) for u in st.usage]
         saved_zone = dict(st.placed_zone)
         saved_total = dict(st.placed_total)
+        saved_agg_zone = [dict(a) for a in st.agg_zone]
+        saved_agg_total = list(st.agg_total)
         saved_counter = st.node_counter
         saved_parts = [(p, p.placed, p.remaining, p.quota) for p in active]
         journal: dict[int, tuple[Node, Node]] = {}
@@ -205,6 +207,8 @@ class NodeChoice(Packer):
             st.usage = saved_usage
             st.placed_zone = saved_zone
             st.placed_total = saved_total
+            st.agg_zone = saved_agg_zone
+            st.agg_total = saved_agg_total
             st.node_counter = saved_counter
             for p, placed, remaining, quota in saved_parts:
                 p.placed, p.remaining, p.quota = placed, remaining, quota
@@ -272,11 +276,9 @@ class NodeChoice(Packer):
                 return None
             return Sim(node, slot, pattern, offers[0].price, value)
         finally:
-            st = self.state
+            groups = self.groups
             for gi, zone, c in undo:
-                st.placed_total[gi] -= c
-                if zone is not None:
-                    st.placed_zone[(gi, zone)] -= c
+                self._count_placed(groups[gi], zone, -c)
 
     def _density_order(self, slot: Slot, free: Sequence[int], tail: list[tuple[int, Part]]) -> list[tuple[int, Part]]:
         scored = []
@@ -306,11 +308,7 @@ class NodeChoice(Packer):
         node.reqs = reqs
         zr = reqs.get(LABEL_ZONE)
         node.zone = zr.single_value() if zr is not None else None
-        st = self.state
-        st.placed_total[g.idx] = st.placed_total.get(g.idx, 0) + k
-        if node.zone is not None:
-            key = (g.idx, node.zone)
-            st.placed_zone[key] = st.placed_zone.get(key, 0) + k
+        self._count_placed(g, node.zone, k)
         undo.append((g.idx, node.zone, k))
 
 

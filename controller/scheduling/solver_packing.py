@@ -212,11 +212,7 @@ class Packer(Explanations):
         total = k * node.mult
         part.placed += total
         part.remaining -= total
-        st = self.state
-        st.placed_total[g.idx] = st.placed_total.get(g.idx, 0) + total
-        if node.zone is not None:
-            key = (g.idx, node.zone)
-            st.placed_zone[key] = st.placed_zone.get(key, 0) + total
+        self._count_placed(g, node.zone, total)
 
     def _touch(self, node: Node) -> None:
         journal = self._journal
