@@ -98,6 +98,7 @@ class SolverBase:
         self._cand_cache: dict[object, list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}
         self._kmax_masks: dict[tuple[int, int], int] = {}
+        self._compat_orders: dict[tuple[int, Requirements], list[tuple[int, Slot, tuple[Offering, ...]]]] = {}
         # per group, the running counts (State.agg_zone / agg_total) its placements add to
         self._group_aggs: list[list[int]] = []
         self._info_cache: dict[
