@@ -85,6 +85,7 @@ class SolverBase:
         self._compat_cache: dict[tuple[Requirements, int], bool] = {}
         self._offer_cache: dict[tuple[Requirement | None, Requirement | None, int], tuple[Offering, ...]] = {}
         self._inter_cache: dict[tuple[Requirements, Requirements], Requirements | None] = {}
+        self._inter_ids: dict[tuple[int, int], tuple[Requirements, Requirements, Requirements | None]] = {}
         self._pin_cache: dict[tuple[Requirements, int, frozenset[str] | None], Requirements | None] = {}
         self._canon: dict[Requirements, Requirements] = {}
         self._taint_cache: dict[tuple[tuple[Toleration, ...], tuple[Taint, ...]], Taint | None] = {}
@@ -251,6 +252,15 @@ class SolverBase:
     def _intersect(self, a: Requirements, b: Requirements) -> Requirements | None:
         if not b.items:
             return a
+        # by identity first: equal requirement sets that are distinct objects compare item by item
+        seen = self._inter_ids.get((id(a), id(b)))
+        if seen is not None and seen[0] is a and seen[1] is b:
+            return seen[2]
+        out = self._intersect_eq(a, b)
+        self._inter_ids[(id(a), id(b))] = (a, b, out)
+        return out
+
+    def _intersect_eq(self, a: Requirements, b: Requirements) -> Requirements | None:
         key = (a, b)
         if key in self._inter_cache:
             return self._inter_cache[key]

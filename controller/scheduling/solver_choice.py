@@ -14,7 +14,7 @@ from controller.scheduling.labels import (
 from controller.scheduling.requirements import Requirements
 from controller.scheduling.resources import PODS
 from controller.scheduling.solver_model import Node, Part, Sim, Slot
-from controller.scheduling.solver_numeric import EPS, Vec, fits
+from controller.scheduling.solver_numeric import EPS, Vec
 from controller.scheduling.solver_packing import Packer
 
 _MAX_FILL_MISSES: Final = 48
@@ -253,15 +253,29 @@ class NodeChoice(Packer):
             elif first is not None:
                 order = [tail[first], *(t for pos, t in enumerate(tail) if pos != first)]
                 suffix = None
+            n_suffix = len(suffix) if suffix is not None else 0
+            slot_idx = slot.idx
+            gang = g.gang
+            placed = node.placed
             for j, part in order:
                 if free[pods_i] <= 0 or misses >= _MAX_FILL_MISSES:
                     break
-                if suffix is not None and j < len(suffix) and not all(map(le, suffix[j], free)):
+                if j < n_suffix and suffix is not None and not all(map(le, suffix[j], free)):
                     break
                 if part.remaining <= 0:
                     continue
                 pg = part.group
-                if pg.gang != g.gang or pg.kmax.get(slot.idx) is None or not fits(pg.req, free):
+                if pg.gang != gang or slot_idx not in pg.kmax or not all(map(le, pg.req, free)):
+                    misses += 1
+                    continue
+                # refusals `_can_add_new` would make, checked here first: a part bound to
+                # another zone than the node's, a group anti-affine to one already on the node
+                pz = part.zone
+                if pz is not None and pz != node.zone and node.zone is not None:
+                    misses += 1
+                    continue
+                conflict = pg.conflict_host
+                if conflict and not conflict.isdisjoint(placed):
                     misses += 1
                     continue
                 k2, reqs2 = self._can_add_new(node, part, part.remaining)

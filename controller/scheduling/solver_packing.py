@@ -105,10 +105,8 @@ class Packer(Explanations):
         if part.zone is not None and node.zone is not None and part.zone != node.zone:
             return 0, node.reqs
         conflict = g.conflict_host
-        if conflict and node.placed:
-            for h in node.placed:
-                if h in conflict:
-                    return 0, node.reqs
+        if conflict and not conflict.isdisjoint(node.placed):
+            return 0, node.reqs
         k = fit_dense(node.free, g.req, g.nz)
         if k <= 0:
             return 0, node.reqs
