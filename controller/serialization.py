@@ -40,9 +40,11 @@ class _Fallback(Exception):
     """The node tree holds something :func:`_construct` leaves to PyYAML's constructor."""
 
 
-def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> Any:
-    """The document for ``root``, built without recursion; raises :class:`_Fallback` when
-    PyYAML's constructor must do it (see the module docstring)."""
+def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]:
+    """The document for ``root``, built without recursion, with its shape: how deep its
+    collections nest and how many values it holds once aliases are expanded (each collection
+    counts one, plus one per item or mapping value). Raises :class:`_Fallback` when PyYAML's
+    constructor must build it (see the module docstring)."""
     scalars = yaml.SafeLoader.yaml_constructors
     built: dict[int, Any] = {}
     containers: list[yaml.Node] = []
@@ -80,13 +82,18 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> Any:
             raise _Fallback
     # fill the containers children first, as PyYAML does; a container holding itself (an alias
     # inside its own anchor) would need PyYAML's two-step construction
-    done: set[int] = set()
+    shape: dict[int, tuple[int, int]] = {}  # collection -> (height, size), once it is filled
     for node in reversed(containers):
         out = built[id(node)]
+        height, size = 0, 1 + len(node.value)
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
-                if isinstance(v, yaml.CollectionNode) and id(v) not in done:
-                    raise _Fallback
+                if isinstance(v, yaml.CollectionNode):
+                    sub = shape.get(id(v))
+                    if sub is None:
+                        raise _Fallback
+                    height = max(height, sub[0])
+                    size += sub[1]
                 name = built[id(k)]
                 try:
                     out[name] = built[id(v)]
@@ -94,16 +101,23 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> Any:
                     raise _Fallback from None  # an unhashable key: PyYAML's error message
         else:
             for v in node.value:
-                if isinstance(v, yaml.CollectionNode) and id(v) not in done:
-                    raise _Fallback
+                if isinstance(v, yaml.CollectionNode):
+                    sub = shape.get(id(v))
+                    if sub is None:
+                        raise _Fallback
+                    height = max(height, sub[0])
+                    size += sub[1]
                 out.append(built[id(v)])
-        done.add(id(node))
-    return built[id(root)]
+        shape[id(node)] = (height + 1, size)
+    height, size = shape.get(id(root), (0, 0))
+    return built[id(root)], height, size
 
 
-def load_all_yaml(text: str) -> list[Any]:
+def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = None) -> list[Any]:
     """Every document of a YAML stream, as ``list(yaml.load_all(text, SafeLoader))`` gives them.
 
+    ``shapes``, if given, receives one entry per document: (how deep its collections nest, how
+    many values it holds with aliases expanded), or None where PyYAML's constructor built it.
     Raises ``yaml.YAMLError`` for text that is not YAML (and ``RecursionError`` where PyYAML's
     constructor does, for documents it has to build itself)."""
     loader = SafeLoader(text)
@@ -113,10 +127,15 @@ def load_all_yaml(text: str) -> list[Any]:
             node = loader.get_node()
             if node is None:  # pragma: no cover - check_node said there is one
                 break
+            shape: tuple[int, int] | None
             try:
-                docs.append(_construct(node, loader))
+                doc, height, size = _construct(node, loader)
+                shape = (height, size)
             except _Fallback:
-                docs.append(loader.construct_document(node))
+                doc, shape = loader.construct_document(node), None
+            docs.append(doc)
+            if shapes is not None:
+                shapes.append(shape)
         return docs
     finally:
         loader.dispose()
@@ -130,7 +149,7 @@ def load_yaml(text: str) -> Any:
         if node is None:
             return None
         try:
-            return _construct(node, loader)
+            return _construct(node, loader)[0]
         except _Fallback:
             return loader.construct_document(node)
     finally:
@@ -154,25 +173,13 @@ def loads_json(text: str | bytes) -> Any:
 
 
 def dumps_json_pretty(data: Any) -> str:
-    """Indented JSON (two spaces, keys in insertion order); NaN and infinities are refused."""
+    """Indented JSON (two spaces, keys in insertion order).
+
+    NaN and infinities are not JSON: orjson writes them as ``null``, the fallback refuses them
+    (``ValueError``). What joiner prints holds none (prices come from validated catalogs)."""
     if orjson is not None:
-        _refuse_non_finite(data)
         try:
             return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode("utf-8")
         except TypeError:
             pass  # what orjson cannot write (e.g. integers past 64 bits): the standard library can
     return json.dumps(data, indent=2, allow_nan=False)
-
-
-def _refuse_non_finite(data: Any) -> None:
-    """Raise ValueError for NaN or an infinity anywhere in ``data`` (as ``allow_nan=False`` does)."""
-    stack = [data]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if item != item or item in (float("inf"), float("-inf")):
-                raise ValueError(f"Out of range float values are not JSON compliant: {item!r}")
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
