@@ -88,6 +88,7 @@ class CandidateTypes(TopologyRules):
                 if price / k < best_w:
                     best_w = price / k
             g.w = best_w if best_w < inf else 0.0
+            g.slot_set = frozenset(kmax)
 
     def _bounds(self, groups: Sequence[Group]) -> None:
         """Upper bounds on the value a node of each slot can hold, for pruning candidates.
@@ -104,7 +105,7 @@ class CandidateTypes(TopologyRules):
         folded: dict[frozenset[int], tuple[list[float], list[bool]]] = {}
         slot_sets: dict[int, frozenset[int]] = {}
         for g in groups:
-            slots = slot_sets[g.idx] = frozenset(g.kmax)
+            slots = slot_sets[g.idx] = g.slot_set
             got = folded.get(slots)
             if got is None:
                 got = folded[slots] = ([0.0] * n_dims, [True] * n_dims)

@@ -265,6 +265,7 @@ class Group:
         "req",
         "req_res",
         "required",
+        "slot_set",
         "tol_key",
         "variants",
         "w",
@@ -309,6 +310,7 @@ class Group:
         self.w = 0.0
         self.cands: dict[int, list[tuple[float, Slot, int]]] = {}
         self.kmax: dict[int, int] = {}
+        self.slot_set: frozenset[int] = frozenset()  # the keys of kmax, once they are known
 
 
 def pod_variants(pod: Pod) -> tuple[list[Requirements], list[Requirements]]:

@@ -398,7 +398,7 @@ class TopologyRules(SolverBase):
             g.tol_key if honor_taints else None,
             honor_affinity,
             frozenset(g.blocked_zones),
-            frozenset(slot.idx for cands in g.cands.values() for _lb, slot, _vi in cands),
+            g.slot_set,  # the slots in g.cands
         )
         found = cache.get(key)
         if found is None:
