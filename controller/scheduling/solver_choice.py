@@ -264,14 +264,15 @@ class NodeChoice(Packer):
                     break
                 if part.remaining <= 0:
                     continue
-                pg = part.group
-                if pg.gang != gang or slot_idx not in pg.kmax or not all(map(le, pg.req, free)):
-                    misses += 1
-                    continue
-                # refusals `_can_add_new` would make, checked here first: a part bound to
-                # another zone than the node's, a group anti-affine to one already on the node
+                # refusals `_can_add_new` would make, checked here first, the most common first:
+                # a part bound to another zone than the node's, a group anti-affine to one
+                # already on the node (every refusal counts one miss, whichever check makes it)
                 pz = part.zone
                 if pz is not None and pz != node.zone and node.zone is not None:
+                    misses += 1
+                    continue
+                pg = part.group
+                if pg.gang != gang or slot_idx not in pg.kmax or not all(map(le, pg.req, free)):
                     misses += 1
                     continue
                 conflict = pg.conflict_host
