@@ -16,6 +16,7 @@ the speed differs.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Final
 
 import yaml
@@ -27,6 +28,29 @@ except ImportError:  # pragma: no cover
 
 SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's parser when PyYAML was built with it: ten times the pure-Python one's speed."""
+
+
+_resolve: Callable[[Any, Any, Any, Any], Any] = yaml.resolver.BaseResolver.resolve
+
+
+class _RememberedTags:
+    """Resolves each distinct plain scalar once per stream: a plain scalar's implicit tag (int,
+    bool, null, str, ...) depends on its text alone when no path resolvers are set, and
+    Kubernetes objects repeat the same keys and values thousands of times."""
+
+    yaml_path_resolvers: dict[Any, Any]
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
+            tags: dict[str, Any] = self.__dict__.setdefault("_joiner_tags", {})
+            tag = tags.get(value)
+            if tag is None:
+                tag = tags[value] = _resolve(self, kind, value, implicit)
+            return tag
+        return _resolve(self, kind, value, implicit)
+
+
+_Loader: type[yaml.SafeLoader] = type("_Loader", (_RememberedTags, SafeLoader), {})
 
 SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -120,7 +144,7 @@ def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = No
     many values it holds with aliases expanded), or None where PyYAML's constructor built it.
     Raises ``yaml.YAMLError`` for text that is not YAML (and ``RecursionError`` where PyYAML's
     constructor does, for documents it has to build itself)."""
-    loader = SafeLoader(text)
+    loader = _Loader(text)
     try:
         docs: list[Any] = []
         while loader.check_node():
@@ -143,7 +167,7 @@ def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = No
 
 def load_yaml(text: str) -> Any:
     """One YAML document (None for an empty stream), as ``yaml.load(text, SafeLoader)`` gives it."""
-    loader = SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
