@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from controller.envsettings import SettingsError, from_environment, use_durations
-from controller.settings import Settings
+# `joiner plan` is a short-lived command: what only `joiner run` and `joiner forecast` use
+# (asyncio, the settings models, package metadata) is imported where they use it
+
+
+class _Version(argparse.Action):
+    """``--version``: reads the installed package's version only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        sys.stdout.write(f"joiner {_version()}\n")
+        parser.exit()
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("joiner")
     except PackageNotFoundError:
@@ -22,6 +33,9 @@ def _version() -> str:
 
 
 def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    from controller.envsettings import use_durations
+    from controller.settings import Settings
+
     d = Settings()
     p = subparsers.add_parser(
         "run",
@@ -252,9 +266,12 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
     from controller.operator.app import AWSOptions, run_operator
     from controller.operator.leader import LeaderElectionError, check_timings
     from controller.operator.logging import configure
+    from controller.settings import Settings
 
     try:
         check_timings(
@@ -362,6 +379,7 @@ def _add_forecast(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _forecast(args: argparse.Namespace) -> int:
+    import asyncio
     from datetime import UTC, datetime
 
     from api.v1.types import parse_duration
@@ -430,27 +448,33 @@ async def _forecast_from_cluster(args: argparse.Namespace, now: object) -> tuple
         await client.close()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
+    """The ``joiner`` parser; ``only="plan"`` registers the plan command alone (``joiner plan``
+    parses the same way and starts sooner)."""
     parser = argparse.ArgumentParser(
         prog="joiner",
         description="A node provisioner for GPU clusters: gangs, GPU-aware packing, warm capacity.",
     )
-    parser.add_argument("--version", action="version", version=f"joiner {_version()}")
+    parser.add_argument("--version", action=_Version, help="show program's version number and exit")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    run = _add_run(subparsers)
-    parser.set_defaults(run_parser=run)
+    if only != "plan":
+        run = _add_run(subparsers)
+        parser.set_defaults(run_parser=run)
     from controller import plan
 
     plan.add_parser(subparsers)
-    _add_forecast(subparsers)
+    if only != "plan":
+        _add_forecast(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    run = parser.get_default("run_parser")
     given = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only="plan" if given[:1] == ["plan"] else None)
+    run = parser.get_default("run_parser")
     if given[:1] == ["run"] and run is not None:
+        from controller.envsettings import SettingsError, from_environment
+
         try:
             run.set_defaults(**from_environment(run, os.environ))  # flags given on the command line win
         except SettingsError as err:

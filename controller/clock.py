@@ -6,14 +6,16 @@ of minutes are tested in microseconds and nothing sleeps to wait for a condition
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from api.v1.types import format_duration
+
+if TYPE_CHECKING:
+    import asyncio  # the methods that wait import it: `joiner plan` reads times, never waits
 
 
 class Clock(Protocol):
@@ -35,6 +37,8 @@ class RealClock:
         return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
+        import asyncio
+
         await asyncio.sleep(max(0.0, seconds))
 
 
@@ -54,6 +58,8 @@ class FakeClock:
         return self._mono
 
     async def sleep(self, seconds: float) -> None:
+        import asyncio
+
         if seconds <= 0:
             await asyncio.sleep(0)
             return
@@ -67,6 +73,8 @@ class FakeClock:
 
     async def advance(self, seconds: float) -> None:
         """Move time forward, waking every sleeper whose deadline has come, in order."""
+        import asyncio
+
         target = self._mono + seconds
         while self._sleepers and self._sleepers[0][0] <= target:
             deadline, _, fut = heapq.heappop(self._sleepers)

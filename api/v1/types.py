@@ -13,7 +13,6 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Final
 
-from croniter import croniter
 from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -184,6 +183,8 @@ def _check_budget_nodes(value: str) -> str:
 
 
 def _check_cron(value: str) -> str:
+    from croniter import croniter  # only budgets and schedules have crons: imported when one is read
+
     if _CRON_RE.fullmatch(value) is None or not croniter.is_valid(value):
         raise PydanticCustomError(
             "cron",

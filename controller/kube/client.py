@@ -17,6 +17,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from controller.kube.resources import PODS, Resource
+from controller.serialization import loads_json
 
 Obj = dict[str, Any]
 PatchType = Literal["merge", "json", "strategic", "apply"]
@@ -148,7 +149,7 @@ class KubeClient:
     async def _json(self, method: str, path: str, **kwargs: Any) -> Obj:
         response = await self._request(method, path, **kwargs)
         try:
-            data: Obj = await response.json(content_type=None)
+            data: Obj = await response.json(content_type=None, loads=loads_json)
         finally:
             response.release()
         return data
@@ -203,7 +204,7 @@ class KubeClient:
             async for line in response.content:
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                event = loads_json(line)
                 etype = event.get("type")
                 obj = event.get("object") or {}
                 if etype == "ERROR":

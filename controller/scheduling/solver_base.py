@@ -85,6 +85,9 @@ class SolverBase:
         self._compat_cache: dict[tuple[Requirements, int], bool] = {}
         self._offer_cache: dict[tuple[Requirement | None, Requirement | None, int], tuple[Offering, ...]] = {}
         self._inter_cache: dict[tuple[Requirements, Requirements], Requirements | None] = {}
+        self._inter_ids: dict[tuple[int, int], tuple[Requirements, Requirements, Requirements | None]] = {}
+        self._pin_cache: dict[tuple[Requirements, int, frozenset[str] | None], Requirements | None] = {}
+        self._canon: dict[Requirements, Requirements] = {}
         self._taint_cache: dict[tuple[tuple[Toleration, ...], tuple[Taint, ...]], Taint | None] = {}
         # packing (solver_packing) and node choice (solver_choice): fill bounds, rollout journal
         self._suffix_min: list[Vec] = []
@@ -95,6 +98,10 @@ class SolverBase:
         # candidate lists per finished node (solver_candidates)
         self._cand_cache: dict[object, list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}
+        self._kmax_masks: dict[tuple[int, int], int] = {}
+        self._compat_orders: dict[tuple[int, Requirements], list[tuple[int, Slot, tuple[Offering, ...]]]] = {}
+        # per group, the running counts (State.agg_zone / agg_total) its placements add to
+        self._group_aggs: list[list[int]] = []
         self._info_cache: dict[
             tuple[tuple[int, int], ...],
             tuple[
@@ -245,11 +252,21 @@ class SolverBase:
     def _intersect(self, a: Requirements, b: Requirements) -> Requirements | None:
         if not b.items:
             return a
+        # by identity first: equal requirement sets that are distinct objects compare item by item
+        seen = self._inter_ids.get((id(a), id(b)))
+        if seen is not None and seen[0] is a and seen[1] is b:
+            return seen[2]
+        out = self._intersect_eq(a, b)
+        self._inter_ids[(id(a), id(b))] = (a, b, out)
+        return out
+
+    def _intersect_eq(self, a: Requirements, b: Requirements) -> Requirements | None:
         key = (a, b)
         if key in self._inter_cache:
             return self._inter_cache[key]
         merged = a.intersect(b)
-        out = merged if merged.is_satisfiable() else None
+        # one object per distinct value: later cache lookups then hit on identity
+        out = self._canon.setdefault(merged, merged) if merged.is_satisfiable() else None
         self._inter_cache[key] = out
         return out
 

@@ -4,6 +4,8 @@ bounds), and, for a finished node, every instance type of its pool that still ho
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
+from operator import floordiv, itemgetter
 
 from controller.scheduling.instancetypes import Offering
 from controller.scheduling.labels import (
@@ -17,21 +19,38 @@ from controller.scheduling.model import (
 )
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_model import Group, Node, Pool, Slot, SlotIndex
-from controller.scheduling.solver_numeric import fit_count
 from controller.scheduling.solver_topology import TopologyRules
 from controller.scheduling.taints import Toleration
+
+
+class _Pattern:
+    """The slots that groups with the same variants and tolerations can use, shared by them."""
+
+    __slots__ = ("columns", "compat", "ranked")
+
+    def __init__(self, compat: list[tuple[Slot, int, float]], dims: int) -> None:
+        self.compat = compat  # (slot, index of the first variant it takes, that variant's price)
+        self.columns = [tuple(slot.alloc[d] for slot, _vi, _price in compat) for d in range(dims)]
+        self.ranked: list[tuple[float, Slot, int]] | None = None  # by lower bound (see `_bounds`)
 
 
 class CandidateTypes(TopologyRules):
     """Static candidate slots per group, and the price-ordered fallback list per new node."""
 
     def _prepare_candidates(self, groups: Sequence[Group]) -> None:
-        by_pattern: dict[tuple[tuple[Requirements, ...], tuple[Toleration, ...]], list[tuple[Slot, int, float]]] = {}
+        """Per group: the slots that can host it (``kmax``: how many of its pods one holds),
+        grouped by pool tier with the first variant's price (``cands``), and its value per pod.
+
+        Groups with the same variants and tolerations share the compatible slots (and, in
+        `_bounds`, their ranking); the fit counts are made a resource column at a time."""
+        by_pattern: dict[tuple[tuple[Requirements, ...], tuple[Toleration, ...]], _Pattern] = {}
+        self._pattern_of: dict[int, _Pattern] = {}
+        inf = float("inf")
         for g in groups:
             key = (tuple(g.variants), g.tol_key)
-            compat = by_pattern.get(key)
-            if compat is None:
-                compat = []
+            pattern = by_pattern.get(key)
+            if pattern is None:
+                compat: list[tuple[Slot, int, float]] = []
                 for slot in self.slots:
                     if self._untolerated(g.tol_key, slot.pool.blocking_taints) is not None:
                         continue
@@ -41,42 +60,77 @@ class CandidateTypes(TopologyRules):
                             if offers:
                                 compat.append((slot, vi, offers[0].price))
                                 break
-                by_pattern[key] = compat
-            best_w = float("inf")
-            for slot, vi, price in compat:
-                k = fit_count(slot.alloc, g.req)
+                pattern = by_pattern[key] = _Pattern(compat, len(self.u.names))
+            self._pattern_of[g.idx] = pattern
+            compat = pattern.compat
+            req = g.req
+            counts: list[int] | None = None
+            for d in range(len(req)) if g.nz is None else g.nz:
+                column = map(floordiv, pattern.columns[d], repeat(req[d]))
+                counts = list(column) if counts is None else list(map(min, counts, column))
+            if counts is None:  # pragma: no cover - every pod asks for a pod slot
+                counts = [1 << 30] * len(compat)
+            cap = self._self_cap(g)
+            best_w = inf
+            kmax = g.kmax
+            cands = g.cands
+            for (slot, vi, price), k in zip(compat, counts, strict=True):
                 if k <= 0:
                     continue
-                k = min(k, self._self_cap(g))
-                g.kmax[slot.idx] = k
-                g.cands.setdefault(slot.pool.tier, []).append((price, slot, vi))
-                best_w = min(best_w, price / k)
-            g.w = best_w if best_w < float("inf") else 0.0
+                if cap < k:
+                    k = cap
+                kmax[slot.idx] = k
+                tier = slot.pool.tier
+                if tier in cands:
+                    cands[tier].append((price, slot, vi))
+                else:
+                    cands[tier] = [(price, slot, vi)]
+                if price / k < best_w:
+                    best_w = price / k
+            g.w = best_w if best_w < inf else 0.0
+            g.slot_set = frozenset(kmax)
 
     def _bounds(self, groups: Sequence[Group]) -> None:
         """Upper bounds on the value a node of each slot can hold, for pruning candidates.
 
         Over the groups a slot can host, any resource every one of them requests bounds the
-        value: sum(k_g * w_g) <= alloc_r * max_g(w_g / req_g[r]).
+        value: sum(k_g * w_g) <= alloc_r * max_g(w_g / req_g[r]). Groups that fit the same slots
+        are folded together first; a group's candidates are its pattern's, ranked once.
         """
         if not groups:
             return
         n_dims = len(self.u.names)
+        # per set of slots: the largest value density per resource, and which resources some
+        # group of the set does not request
+        folded: dict[frozenset[int], tuple[list[float], list[bool]]] = {}
+        slot_sets: dict[int, frozenset[int]] = {}
+        for g in groups:
+            slots = slot_sets[g.idx] = g.slot_set
+            got = folded.get(slots)
+            if got is None:
+                got = folded[slots] = ([0.0] * n_dims, [True] * n_dims)
+            fd, fn = got
+            for i, r in enumerate(g.req):
+                if r:
+                    ratio = g.w / r
+                    if ratio > fd[i]:
+                        fd[i] = ratio
+                else:
+                    fn[i] = False
         dens: dict[int, list[float]] = {}
         needs: dict[int, list[bool]] = {}
-        for g in groups:
-            for slot_idx in g.kmax:
+        for slots, (fd, fn) in folded.items():
+            for slot_idx in slots:
                 d = dens.get(slot_idx)
                 if d is None:
-                    d = dens[slot_idx] = [0.0] * n_dims
-                    needs[slot_idx] = [True] * n_dims
+                    dens[slot_idx] = list(fd)
+                    needs[slot_idx] = list(fn)
+                    continue
                 nd = needs[slot_idx]
-                for i, r in enumerate(g.req):
-                    if r:
-                        ratio = g.w / r
-                        if ratio > d[i]:
-                            d[i] = ratio
-                    else:
+                for i in range(n_dims):
+                    if fd[i] > d[i]:
+                        d[i] = fd[i]
+                    if not fn[i]:
                         nd[i] = False
         for slot in self.slots:
             ub = float("inf")
@@ -87,21 +141,64 @@ class CandidateTypes(TopologyRules):
                     if nd[i]:
                         ub = min(ub, slot.alloc[i] * d[i])
             slot.ub_value = ub
+        inf = float("inf")
+        ranked_cache: dict[tuple[int, int, frozenset[int]], list[tuple[float, Slot, int]]] = {}
         for g in groups:
-            for tier, cands in g.cands.items():
-                ranked = []
-                for price, slot, vi in cands:
+            pattern = self._pattern_of[g.idx]
+            if pattern.ranked is None:
+                keyed = []
+                for slot, vi, price in pattern.compat:
                     ub = slot.ub_value
-                    lb = price / ub if 0.0 < ub < float("inf") else 0.0
-                    ranked.append((lb, slot, vi))
-                ranked.sort(key=lambda c: (c[0], c[1].min_price, c[1].idx))
-                g.cands[tier] = ranked
+                    lb = price / ub if 0.0 < ub < inf else 0.0
+                    keyed.append(((lb, slot.min_price, slot.idx), slot, vi))
+                keyed.sort(key=itemgetter(0))
+                pattern.ranked = [(key[0], slot, vi) for key, slot, vi in keyed]
+            for tier in g.cands:
+                cache_key = (id(pattern), tier, slot_sets[g.idx])
+                ranked = ranked_cache.get(cache_key)
+                if ranked is None:
+                    kmax = g.kmax
+                    ranked = [c for c in pattern.ranked if c[1].pool.tier == tier and c[1].idx in kmax]
+                    ranked_cache[cache_key] = ranked
+                g.cands[tier] = list(ranked)
 
     def _slot_index(self, pool: Pool) -> SlotIndex:
         index = self._slot_indexes.get(pool.idx)
         if index is None:
             index = self._slot_indexes[pool.idx] = SlotIndex([s.alloc for s in pool.slots], len(self.u.names))
         return index
+
+    def _kmax_mask(self, group_idx: int, pool: Pool) -> int:
+        """The slots of the pool that can host the group (its ``kmax``), as a bitmask over ``pool.slots``."""
+        key = (group_idx, pool.idx)
+        mask = self._kmax_masks.get(key)
+        if mask is None:
+            kmax = self.groups[group_idx].kmax
+            mask = 0
+            for pos, s in enumerate(pool.slots):
+                if s.idx in kmax:
+                    mask |= 1 << pos
+            self._kmax_masks[key] = mask
+        return mask
+
+    def _compat_order(self, pool: Pool, reqs: Requirements) -> list[tuple[int, Slot, tuple[Offering, ...]]]:
+        """(bit in ``pool.slots``, slot, offerings) for each slot of the pool that takes ``reqs``
+        and has an offering for them, by (cheapest offering, instance type name)."""
+        key = (pool.idx, reqs)
+        hit = self._compat_orders.get(key)
+        if hit is not None:
+            return hit
+        out: list[tuple[float, str, int, Slot, tuple[Offering, ...]]] = []
+        for pos, s in enumerate(pool.slots):
+            if not self._compat(reqs, s):
+                continue
+            offers = self._offerings(reqs, s)
+            if offers:
+                out.append((offers[0].price, s.it.name, 1 << pos, s, offers))
+        out.sort(key=lambda c: (c[0], c[1]))
+        ordered = [(bit, s, offers) for _p, _n, bit, s, offers in out]
+        self._compat_orders[key] = ordered
+        return ordered
 
     def _candidates(self, node: Node, used: Sequence[int]) -> list[tuple[Slot, tuple[Offering, ...]]]:
         """All slots of the node's pool that can host its pods, cheapest first."""
@@ -115,19 +212,26 @@ class CandidateTypes(TopologyRules):
             hit = self._cand_cache.get(cache_key)
             if hit is not None:
                 return hit
-        kmaxes = [self.groups[gi].kmax for gi in group_ids]
         usage = self.state.usage[pool.idx]
         out: list[tuple[float, str, Slot, tuple[Offering, ...]]] = []
         index = self._slot_index(pool)
         mask = index.fitting(used)
+        for gi in group_ids:
+            if not mask:
+                break
+            mask &= self._kmax_mask(gi, pool)
+        if not pool.limit_names:
+            # the pool's slots that take the node's requirements, cheapest first, once per
+            # requirement set; the node's are those its mask keeps
+            ordered = self._compat_order(pool, node.reqs)
+            result = [(s, offers) for bit, s, offers in ordered if mask & bit]
+            self._cand_cache[cache_key] = result
+            return result
         slots = pool.slots
         while mask:
             low = mask & -mask
             mask ^= low
             s = slots[low.bit_length() - 1]
-            idx = s.idx
-            if not all(idx in km for km in kmaxes):
-                continue
             if not self._compat(node.reqs, s):
                 continue
             offers = self._offerings(node.reqs, s)

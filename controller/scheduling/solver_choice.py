@@ -14,7 +14,7 @@ from controller.scheduling.labels import (
 from controller.scheduling.requirements import Requirements
 from controller.scheduling.resources import PODS
 from controller.scheduling.solver_model import Node, Part, Sim, Slot
-from controller.scheduling.solver_numeric import EPS, Vec, fits
+from controller.scheduling.solver_numeric import EPS, Vec
 from controller.scheduling.solver_packing import Packer
 
 _MAX_FILL_MISSES: Final = 48
@@ -172,6 +172,8 @@ class NodeChoice(Packer):
         saved_usage = [dict(u) for u in st.usage]
         saved_zone = dict(st.placed_zone)
         saved_total = dict(st.placed_total)
+        saved_agg_zone = [dict(a) for a in st.agg_zone]
+        saved_agg_total = list(st.agg_total)
         saved_counter = st.node_counter
         saved_parts = [(p, p.placed, p.remaining, p.quota) for p in active]
         journal: dict[int, tuple[Node, Node]] = {}
@@ -205,6 +207,8 @@ class NodeChoice(Packer):
             st.usage = saved_usage
             st.placed_zone = saved_zone
             st.placed_total = saved_total
+            st.agg_zone = saved_agg_zone
+            st.agg_total = saved_agg_total
             st.node_counter = saved_counter
             for p, placed, remaining, quota in saved_parts:
                 p.placed, p.remaining, p.quota = placed, remaining, quota
@@ -249,15 +253,30 @@ class NodeChoice(Packer):
             elif first is not None:
                 order = [tail[first], *(t for pos, t in enumerate(tail) if pos != first)]
                 suffix = None
+            n_suffix = len(suffix) if suffix is not None else 0
+            slot_idx = slot.idx
+            gang = g.gang
+            placed = node.placed
             for j, part in order:
                 if free[pods_i] <= 0 or misses >= _MAX_FILL_MISSES:
                     break
-                if suffix is not None and j < len(suffix) and not all(map(le, suffix[j], free)):
+                if j < n_suffix and suffix is not None and not all(map(le, suffix[j], free)):
                     break
                 if part.remaining <= 0:
                     continue
+                # refusals `_can_add_new` would make, checked here first, the most common first:
+                # a part bound to another zone than the node's, a group anti-affine to one
+                # already on the node (every refusal counts one miss, whichever check makes it)
+                pz = part.zone
+                if pz is not None and pz != node.zone and node.zone is not None:
+                    misses += 1
+                    continue
                 pg = part.group
-                if pg.gang != g.gang or pg.kmax.get(slot.idx) is None or not fits(pg.req, free):
+                if pg.gang != gang or slot_idx not in pg.kmax or not all(map(le, pg.req, free)):
+                    misses += 1
+                    continue
+                conflict = pg.conflict_host
+                if conflict and not conflict.isdisjoint(placed):
                     misses += 1
                     continue
                 k2, reqs2 = self._can_add_new(node, part, part.remaining)
@@ -272,11 +291,9 @@ class NodeChoice(Packer):
                 return None
             return Sim(node, slot, pattern, offers[0].price, value)
         finally:
-            st = self.state
+            groups = self.groups
             for gi, zone, c in undo:
-                st.placed_total[gi] -= c
-                if zone is not None:
-                    st.placed_zone[(gi, zone)] -= c
+                self._count_placed(groups[gi], zone, -c)
 
     def _density_order(self, slot: Slot, free: Sequence[int], tail: list[tuple[int, Part]]) -> list[tuple[int, Part]]:
         scored = []
@@ -306,11 +323,7 @@ class NodeChoice(Packer):
         node.reqs = reqs
         zr = reqs.get(LABEL_ZONE)
         node.zone = zr.single_value() if zr is not None else None
-        st = self.state
-        st.placed_total[g.idx] = st.placed_total.get(g.idx, 0) + k
-        if node.zone is not None:
-            key = (g.idx, node.zone)
-            st.placed_zone[key] = st.placed_zone.get(key, 0) + k
+        self._count_placed(g, node.zone, k)
         undo.append((g.idx, node.zone, k))
 
 

@@ -157,6 +157,7 @@ class Term:
     """A pod (anti-)affinity term or spread constraint of a group, with what it selects."""
 
     __slots__ = (
+        "agg",
         "all_ns",
         "existing_node",
         "existing_total",
@@ -199,6 +200,7 @@ class Term:
         self.honor_affinity = honor_affinity
         self.honor_taints = honor_taints
         self.matched: frozenset[int] = frozenset()
+        self.agg = -1  # index of the running counts of what it matches (State.agg_zone / agg_total)
         self.self_match = False
         self.existing_node: dict[int, int] = {}
         self.existing_zone: dict[str, int] = {}
@@ -256,12 +258,14 @@ class Group:
         "host_spread",
         "idx",
         "kmax",
+        "nz",
         "per_node_only",
         "pods",
         "rep",
         "req",
         "req_res",
         "required",
+        "slot_set",
         "tol_key",
         "variants",
         "w",
@@ -279,6 +283,9 @@ class Group:
         self.rep = rep
         self.req_res = rep.requests + ONE_POD
         self.req = universe.vec(self.req_res)
+        # the dimensions the group requests (None: all of them), for `fit_count_group`
+        nz = tuple(i for i, r in enumerate(self.req) if r)
+        self.nz: tuple[int, ...] | None = None if len(nz) == len(self.req) else nz
         self.gpu = sum(v for n, v in rep.requests.items if is_accelerator(n))
         self.gang = rep.gang
         self.tol_key: tuple[Toleration, ...] = rep.tolerations
@@ -303,6 +310,7 @@ class Group:
         self.w = 0.0
         self.cands: dict[int, list[tuple[float, Slot, int]]] = {}
         self.kmax: dict[int, int] = {}
+        self.slot_set: frozenset[int] = frozenset()  # the keys of kmax, once they are known
 
 
 def pod_variants(pod: Pod) -> tuple[list[Requirements], list[Requirements]]:
@@ -417,6 +425,10 @@ class State:
         self.usage: list[dict[str, int]] = []
         self.placed_zone: dict[tuple[int, str], int] = {}
         self.placed_total: dict[int, int] = {}
+        # the same counts summed over each set of groups some term matches (``Term.agg``), kept
+        # up to date with placed_zone / placed_total so a term's count is one look-up
+        self.agg_zone: list[dict[str, int]] = []
+        self.agg_total: list[int] = []
         self.node_counter = 0
         self.split_counter = 0
 
@@ -430,6 +442,8 @@ class State:
         s.usage = [dict(u) for u in self.usage]
         s.placed_zone = dict(self.placed_zone)
         s.placed_total = dict(self.placed_total)
+        s.agg_zone = [dict(a) for a in self.agg_zone]
+        s.agg_total = list(self.agg_total)
         s.node_counter = self.node_counter
         s.split_counter = self.split_counter
         return s

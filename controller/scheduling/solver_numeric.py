@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import le
+from operator import floordiv, le
 from typing import Final
 
 Vec = tuple[int, ...]
@@ -24,6 +24,17 @@ def fit_count(free: Sequence[int], req: Vec) -> int:
             if best < 0 or q < best:
                 best = q
     return best if best >= 0 else 1 << 30
+
+
+def fit_dense(free: Sequence[int], req: Vec, nz: tuple[int, ...] | None) -> int:
+    """`fit_count` for a request whose non-zero dimensions ``nz`` are known (None: every one)."""
+    if nz is None:
+        k = min(map(floordiv, free, req))
+    elif nz:
+        k = min([free[i] // req[i] for i in nz])
+    else:
+        return 1 << 30
+    return k if k > 0 else 0
 
 
 def fits(req: Sequence[int], free: Sequence[int]) -> bool:

@@ -14,7 +14,7 @@ from controller.scheduling.labels import (
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_explain import Explanations
 from controller.scheduling.solver_model import Group, Node, Part, Sim, Slot
-from controller.scheduling.solver_numeric import fit_count, fits, suffix_minima, water_fill
+from controller.scheduling.solver_numeric import fit_count, fit_dense, fits, suffix_minima, water_fill
 from controller.scheduling.solver_topology import ZoneTally
 
 
@@ -98,11 +98,16 @@ class Packer(Explanations):
         g = part.group
         slot = node.slot
         assert slot is not None
-        if node.gang != g.gang:
+        if node.gang != g.gang or slot.idx not in g.kmax:
             return 0, node.reqs
-        if g.kmax.get(slot.idx) is None:
+        # a part bound to a zone cannot join a node pinned to another (its variants all ask for
+        # its zone): the variant check below would refuse it, only later
+        if part.zone is not None and node.zone is not None and part.zone != node.zone:
             return 0, node.reqs
-        k = fit_count(node.free, g.req)
+        conflict = g.conflict_host
+        if conflict and not conflict.isdisjoint(node.placed):
+            return 0, node.reqs
+        k = fit_dense(node.free, g.req, g.nz)
         if k <= 0:
             return 0, node.reqs
         k = min(k, limit, self._node_cap(node, g))
@@ -123,17 +128,10 @@ class Packer(Explanations):
         if new_reqs is None:
             return 0, node.reqs
         if g.zone_pin or g.per_node_only:
-            allowed = self._allowed_zones(g)
-            offers = self._offerings(new_reqs, slot)
-            zones = sorted({o.zone for o in offers if allowed is None or o.zone in allowed})
-            if not zones:
+            pinned = self._pin_zone(new_reqs, slot, self._allowed_zones(g))
+            if pinned is None:
                 return 0, node.reqs
-            if len(zones) > 1 or new_reqs.get(LABEL_ZONE) is None:
-                best = min((o for o in offers if o.zone in zones), key=lambda o: (o.price, o.zone))
-                pinned = self._intersect(new_reqs, Requirements((Requirement.in_(LABEL_ZONE, best.zone),)))
-                if pinned is None:
-                    return 0, node.reqs
-                new_reqs = pinned
+            new_reqs = pinned
             if g.idx in g.conflict_zone:
                 k = min(k, 1)
         if slot.pool.min_value_reqs and not self._min_values_ok(node, g, k, new_reqs):
@@ -146,6 +144,24 @@ class Packer(Explanations):
                     hi = mid - 1
             k = lo
         return k, new_reqs
+
+    def _pin_zone(self, reqs: Requirements, slot: Slot, allowed: frozenset[str] | None) -> Requirements | None:
+        """``reqs`` pinned to the cheapest allowed zone the slot offers (None: no such zone).
+
+        Memoized: it depends on nothing but its arguments."""
+        key = (reqs, slot.idx, allowed)
+        if key in self._pin_cache:
+            return self._pin_cache[key]
+        offers = self._offerings(reqs, slot)
+        zones = sorted({o.zone for o in offers if allowed is None or o.zone in allowed})
+        out: Requirements | None = reqs
+        if not zones:
+            out = None
+        elif len(zones) > 1 or reqs.get(LABEL_ZONE) is None:
+            best = min((o for o in offers if o.zone in zones), key=lambda o: (o.price, o.zone))
+            out = self._intersect(reqs, Requirements((Requirement.in_(LABEL_ZONE, best.zone),)))
+        self._pin_cache[key] = out
+        return out
 
     def _min_values_ok(self, node: Node, g: Group, k: int, reqs: Requirements) -> bool:
         if k <= 0:
@@ -194,11 +210,7 @@ class Packer(Explanations):
         total = k * node.mult
         part.placed += total
         part.remaining -= total
-        st = self.state
-        st.placed_total[g.idx] = st.placed_total.get(g.idx, 0) + total
-        if node.zone is not None:
-            key = (g.idx, node.zone)
-            st.placed_zone[key] = st.placed_zone.get(key, 0) + total
+        self._count_placed(g, node.zone, total)
 
     def _touch(self, node: Node) -> None:
         journal = self._journal

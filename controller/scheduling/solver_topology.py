@@ -79,6 +79,7 @@ class TopologyRules(SolverBase):
             term.existing_node = dict(got[1])
             term.existing_zone = dict(got[2])
             term.existing_total = got[3]
+        self._build_aggregates()
         # anti-affinity is symmetric: a pod may not land next to a pod whose anti-affinity selects it
         for g in self.groups:
             for term in g.host_anti:
@@ -112,6 +113,37 @@ class TopologyRules(SolverBase):
                 g.per_node_only = True
             if any(not t.self_match for t in (*g.host_aff, *g.zone_aff)):
                 g.deferred = True
+
+    def _build_aggregates(self) -> None:
+        """One running count per distinct set of matched groups (see `State.agg_zone`)."""
+        ids: dict[frozenset[int], int] = {}
+        for term in self.terms:
+            term.agg = ids.setdefault(term.matched, len(ids))
+        self._group_aggs = [[a for matched, a in ids.items() if g.idx in matched] for g in self.groups]
+        st = self.state
+        st.agg_zone = [{} for _ in ids]
+        st.agg_total = [0] * len(ids)
+        for matched, a in ids.items():
+            for h in matched:
+                st.agg_total[a] += st.placed_total.get(h, 0)
+            zones = st.agg_zone[a]
+            for (h, z), c in st.placed_zone.items():
+                if h in matched:
+                    zones[z] = zones.get(z, 0) + c
+
+    def _count_placed(self, g: Group, zone: str | None, count: int) -> None:
+        """Record ``count`` more (or, negative, fewer) pods of ``g`` placed, in ``zone`` if known."""
+        st = self.state
+        st.placed_total[g.idx] = st.placed_total.get(g.idx, 0) + count
+        aggs = self._group_aggs[g.idx]
+        for a in aggs:
+            st.agg_total[a] += count
+        if zone is not None:
+            key = (g.idx, zone)
+            st.placed_zone[key] = st.placed_zone.get(key, 0) + count
+            for a in aggs:
+                zones = st.agg_zone[a]
+                zones[zone] = zones.get(zone, 0) + count
 
     def _build_rules(self) -> None:
         """Once candidates are known: merge the spread terms into rules (same counted pods, zones
@@ -366,7 +398,7 @@ class TopologyRules(SolverBase):
             g.tol_key if honor_taints else None,
             honor_affinity,
             frozenset(g.blocked_zones),
-            frozenset(slot.idx for cands in g.cands.values() for _lb, slot, _vi in cands),
+            g.slot_set,  # the slots in g.cands
         )
         found = cache.get(key)
         if found is None:
@@ -423,16 +455,10 @@ class TopologyRules(SolverBase):
         return count
 
     def _zone_count(self, term: Term, zone: str) -> int:
-        count = term.existing_zone.get(zone, 0)
-        for h in term.matched:
-            count += self.state.placed_zone.get((h, zone), 0)
-        return count
+        return term.existing_zone.get(zone, 0) + self.state.agg_zone[term.agg].get(zone, 0)
 
     def _global_count(self, term: Term) -> int:
-        count = term.existing_total
-        for h in term.matched:
-            count += self.state.placed_total.get(h, 0)
-        return count
+        return term.existing_total + self.state.agg_total[term.agg]
 
     def _node_cap(self, node: Node, g: Group) -> int:
         """How many pods of ``g`` the node's pod-level constraints allow (hostname scope)."""

@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -111,6 +112,7 @@ def _local_go() -> str:
 @dataclass(frozen=True)
 class KarpenterRun:
     seconds: float
+    cpu_seconds: float  # the benchmark process's CPU time (its setup included, not only Solve)
     nodes: int
     price: float
     a_by_zone: str
@@ -119,6 +121,7 @@ class KarpenterRun:
 
 def run_karpenter(binary: Path, cwd: Path, size: int, procs: int) -> KarpenterRun:
     env = {**os.environ, "GOMAXPROCS": str(procs)}
+    before = _children_cpu()
     bench = subprocess.run(
         [str(binary), "-test.run=^$", f"-test.bench=^BenchmarkScheduling{size}$", "-test.benchtime=1x"],
         capture_output=True,
@@ -132,6 +135,7 @@ def run_karpenter(binary: Path, cwd: Path, size: int, procs: int) -> KarpenterRu
     if not match:
         raise SystemExit(f"unexpected benchmark output:\n{bench.stdout}\n{bench.stderr}")
     seconds = float(match.group(1)) / 1e9
+    cpu = _children_cpu() - before
     cost = subprocess.run(
         [str(binary), "-test.run=^TestJoinerCost$"],
         capture_output=True,
@@ -146,13 +150,21 @@ def run_karpenter(binary: Path, cwd: Path, size: int, procs: int) -> KarpenterRu
     )
     if not found:
         raise SystemExit(f"unexpected cost output:\n{cost.stdout}\n{cost.stderr}")
-    return KarpenterRun(seconds, int(found.group(1)), float(found.group(2)), found.group(3), found.group(4))
+    return KarpenterRun(seconds, cpu, int(found.group(1)), float(found.group(2)), found.group(3), found.group(4))
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of the finished child processes so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass(frozen=True)
 class JoinerRun:
     solve_seconds: float
+    solve_cpu_seconds: float
     command_seconds: float
+    command_cpu_seconds: float
     plan: Plan
     violations: str
     a_by_zone: str
@@ -163,12 +175,12 @@ def run_joiner(size: int, *, repeat: int, workdir: Path) -> JoinerRun:
     catalog = karpenter_catalog()
     pool = karpenter_pool(catalog)
     pods = karpenter_pods(size)
-    times: list[float] = []
+    times: list[tuple[float, float]] = []
     plan: Plan | None = None
     for _ in range(max(1, repeat)):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         plan = solve(pods=pods, node_pools=[pool])
-        times.append(time.perf_counter() - started)
+        times.append((time.perf_counter() - started, time.process_time() - cpu))
     assert plan is not None
     violations = summarize(check_plan(pods=pods, plan=plan, node_pools=[pool]))
     zone_of = {key: n.choice.zone for n in plan.new_nodes for key in n.pods}
@@ -176,7 +188,7 @@ def run_joiner(size: int, *, repeat: int, workdir: Path) -> JoinerRun:
     node_zones = Counter(n.choice.zone for n in plan.new_nodes)
     scenario, catalog_file = write_scenario(workdir, size)
     joiner = Path(sys.executable).with_name("joiner")
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), _children_cpu()
     out = subprocess.run(
         [str(joiner), "plan", "-f", str(scenario), "--catalog", str(catalog_file), "-o", "json"],
         capture_output=True,
@@ -184,6 +196,7 @@ def run_joiner(size: int, *, repeat: int, workdir: Path) -> JoinerRun:
         check=True,
     )
     command = time.perf_counter() - started
+    command_cpu = _children_cpu() - cpu_before
     whole = json.loads(out.stdout)
     nodes = whole.get("nodeClaims")
     if isinstance(nodes, list) and len(nodes) != len(plan.new_nodes):
@@ -192,7 +205,8 @@ def run_joiner(size: int, *, repeat: int, workdir: Path) -> JoinerRun:
     def render(counts: Counter[str]) -> str:
         return ",".join(f"{k}:{v}" for k, v in sorted(counts.items()))
 
-    return JoinerRun(min(times), command, plan, violations, render(a_zones), render(node_zones))
+    best = min(times)
+    return JoinerRun(best[0], best[1], command, command_cpu, plan, violations, render(a_zones), render(node_zones))
 
 
 def main() -> int:
@@ -212,6 +226,7 @@ def main() -> int:
         binary, cwd = build_karpenter()
     cpus = os.cpu_count()
     print(f"python {platform.python_version()}, {platform.machine()}, {cpus} CPUs; Karpenter {VERSION}")
+    print(f"load average at the start: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="joiner-karpenter-") as tmp:
         for size in sizes:
@@ -221,18 +236,21 @@ def main() -> int:
                     karpenter[p] = run_karpenter(binary, cwd, size, p)
                     k = karpenter[p]
                     print(
-                        f"  karpenter {size} pods GOMAXPROCS={p}: {k.seconds:.2f} s, {k.nodes} nodes, "
+                        f"  karpenter {size} pods GOMAXPROCS={p}: {k.seconds:.2f} s "
+                        f"(process CPU {k.cpu_seconds:.2f} s, setup included), {k.nodes} nodes, "
                         f"${k.price:.2f}/h; my-label=a by zone {k.a_by_zone}; nodes by zone {k.nodes_by_zone}",
                         flush=True,
                     )
             j = run_joiner(size, repeat=args.repeat, workdir=Path(tmp))
             print(
-                f"  joiner {size} pods: solve {j.solve_seconds:.2f} s, whole command {j.command_seconds:.2f} s, "
+                f"  joiner {size} pods: solve {j.solve_seconds:.2f} s (CPU {j.solve_cpu_seconds:.2f} s), "
+                f"whole command {j.command_seconds:.2f} s (CPU {j.command_cpu_seconds:.2f} s), "
                 f"{len(j.plan.new_nodes)} nodes, ${j.plan.total_price:.2f}/h, violations {j.violations}; "
                 f"my-label=a by zone {j.a_by_zone}; nodes by zone {j.nodes_by_zone}",
                 flush=True,
             )
             rows.append((size, karpenter, j))
+            print(f"  load average: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     print()
     head = f"{'pods':>6}"
     for p in procs if binary else ():

@@ -1,0 +1,209 @@
+"""YAML and JSON with the fast parsers where they are installed, the pure-Python ones otherwise.
+
+- YAML is read with libyaml (``yaml.CSafeLoader``) when PyYAML was built with it (the wheels are),
+  and written with ``yaml.CSafeDumper``. Documents are built from libyaml's node tree by
+  :func:`_construct`, an iterative builder that gives the same objects as PyYAML's safe
+  constructor (aliases share one object) for the plain YAML Kubernetes objects are made of, and
+  hands anything else (merge keys ``<<``, explicit tags, sets, a node that contains itself) to
+  PyYAML's own constructor.
+- JSON is read and written with ``orjson`` when installed, with the standard library's ``json``
+  as the fallback (and for what orjson refuses but ``json`` reads, such as ``NaN``).
+
+Semantics are PyYAML's safe loader (YAML 1.1) and the standard library's ``json`` either way: only
+the speed differs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Final
+
+import yaml
+
+try:  # pragma: no cover - which branch runs depends on the installed wheels
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None  # type: ignore[assignment]
+
+SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser when PyYAML was built with it: ten times the pure-Python one's speed."""
+
+
+_resolve: Callable[[Any, Any, Any, Any], Any] = yaml.resolver.BaseResolver.resolve
+
+
+class _RememberedTags:
+    """Resolves each distinct plain scalar once per stream: a plain scalar's implicit tag (int,
+    bool, null, str, ...) depends on its text alone when no path resolvers are set, and
+    Kubernetes objects repeat the same keys and values thousands of times."""
+
+    yaml_path_resolvers: dict[Any, Any]
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
+            tags: dict[str, Any] = self.__dict__.setdefault("_joiner_tags", {})
+            tag = tags.get(value)
+            if tag is None:
+                tag = tags[value] = _resolve(self, kind, value, implicit)
+            return tag
+        return _resolve(self, kind, value, implicit)
+
+
+_Loader: type[yaml.SafeLoader] = type("_Loader", (_RememberedTags, SafeLoader), {})
+
+SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+_STR: Final = "tag:yaml.org,2002:str"
+_MAP: Final = "tag:yaml.org,2002:map"
+_SEQ: Final = "tag:yaml.org,2002:seq"
+_MERGE: Final = "tag:yaml.org,2002:merge"
+
+
+class _Fallback(Exception):
+    """The node tree holds something :func:`_construct` leaves to PyYAML's constructor."""
+
+
+def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]:
+    """The document for ``root``, built without recursion, with its shape: how deep its
+    collections nest and how many values it holds once aliases are expanded (each collection
+    counts one, plus one per item or mapping value). Raises :class:`_Fallback` when PyYAML's
+    constructor must build it (see the module docstring)."""
+    scalars = yaml.SafeLoader.yaml_constructors
+    built: dict[int, Any] = {}
+    containers: list[yaml.Node] = []
+    stack: list[yaml.Node] = [root]
+    while stack:
+        node = stack.pop()
+        key = id(node)
+        if key in built:
+            continue
+        tag = node.tag
+        if isinstance(node, yaml.ScalarNode):
+            if tag == _STR:
+                built[key] = node.value
+            elif tag in scalars and tag not in (_MAP, _SEQ, _MERGE):
+                built[key] = scalars[tag](loader, node)
+            else:
+                raise _Fallback
+        elif isinstance(node, yaml.MappingNode):
+            if tag != _MAP:
+                raise _Fallback
+            built[key] = {}
+            containers.append(node)
+            for k, v in node.value:
+                if k.tag == _MERGE or not isinstance(k, yaml.ScalarNode):
+                    raise _Fallback  # merge keys, and keys that are collections (unhashable or odd)
+                stack.append(k)
+                stack.append(v)
+        elif isinstance(node, yaml.SequenceNode):
+            if tag != _SEQ:
+                raise _Fallback
+            built[key] = []
+            containers.append(node)
+            stack.extend(node.value)
+        else:  # pragma: no cover - libyaml makes no other kind
+            raise _Fallback
+    # fill the containers children first, as PyYAML does; a container holding itself (an alias
+    # inside its own anchor) would need PyYAML's two-step construction
+    shape: dict[int, tuple[int, int]] = {}  # collection -> (height, size), once it is filled
+    for node in reversed(containers):
+        out = built[id(node)]
+        height, size = 0, 1 + len(node.value)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(v, yaml.CollectionNode):
+                    sub = shape.get(id(v))
+                    if sub is None:
+                        raise _Fallback
+                    height = max(height, sub[0])
+                    size += sub[1]
+                name = built[id(k)]
+                try:
+                    out[name] = built[id(v)]
+                except TypeError:
+                    raise _Fallback from None  # an unhashable key: PyYAML's error message
+        else:
+            for v in node.value:
+                if isinstance(v, yaml.CollectionNode):
+                    sub = shape.get(id(v))
+                    if sub is None:
+                        raise _Fallback
+                    height = max(height, sub[0])
+                    size += sub[1]
+                out.append(built[id(v)])
+        shape[id(node)] = (height + 1, size)
+    height, size = shape.get(id(root), (0, 0))
+    return built[id(root)], height, size
+
+
+def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = None) -> list[Any]:
+    """Every document of a YAML stream, as ``list(yaml.load_all(text, SafeLoader))`` gives them.
+
+    ``shapes``, if given, receives one entry per document: (how deep its collections nest, how
+    many values it holds with aliases expanded), or None where PyYAML's constructor built it.
+    Raises ``yaml.YAMLError`` for text that is not YAML (and ``RecursionError`` where PyYAML's
+    constructor does, for documents it has to build itself)."""
+    loader = _Loader(text)
+    try:
+        docs: list[Any] = []
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:  # pragma: no cover - check_node said there is one
+                break
+            shape: tuple[int, int] | None
+            try:
+                doc, height, size = _construct(node, loader)
+                shape = (height, size)
+            except _Fallback:
+                doc, shape = loader.construct_document(node), None
+            docs.append(doc)
+            if shapes is not None:
+                shapes.append(shape)
+        return docs
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document (None for an empty stream), as ``yaml.load(text, SafeLoader)`` gives it."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            return _construct(node, loader)[0]
+        except _Fallback:
+            return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def dump_yaml(data: Any, *, sort_keys: bool = False) -> str:
+    """``yaml.safe_dump`` with libyaml's emitter where installed."""
+    out: str = yaml.dump(data, Dumper=SafeDumper, sort_keys=sort_keys)
+    return out
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads`` (orjson where installed; the standard library for what orjson refuses)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
+def dumps_json_pretty(data: Any) -> str:
+    """Indented JSON (two spaces, keys in insertion order).
+
+    NaN and infinities are not JSON: orjson writes them as ``null``, the fallback refuses them
+    (``ValueError``). What joiner prints holds none (prices come from validated catalogs)."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode("utf-8")
+        except TypeError:
+            pass  # what orjson cannot write (e.g. integers past 64 bits): the standard library can
+    return json.dumps(data, indent=2, allow_nan=False)

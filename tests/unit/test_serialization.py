@@ -1,0 +1,107 @@
+"""The fast YAML/JSON paths give what PyYAML's safe loader and the standard json module give."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller.serialization import dump_yaml, dumps_json_pretty, load_all_yaml, load_yaml, loads_json
+
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+CASES = [
+    "a: &x {b: 1}\nc: *x\n",
+    "base: &b {x: 1}\nd:\n  <<: *b\n  y: 2\n",
+    "t: 2001-12-14t21:59:43.10-05:00\nd: 2002-12-14\n",
+    "b: !!binary aGVsbG8=\n",
+    "s: !!set {a, b}\n",
+    "o: yes\np: off\nq: ~\nr: 0o17\ns: 0x1f\nt: 1_000\nu: .inf\nw: 012\nx: 1:20\ny: '3'\n",
+    "&a [*a]\n",
+    "&a {k: *a}\n",
+    "=: 1\n",
+    "---\n---\na: 1\n...\n",
+    "",
+    "- !!str 12\n- !!int '7'\n- !!float 1\n",
+    "a: &s str\nb: *s\n",
+    "x: [&l [1], *l]\n",
+    "{a: 1, a: 2}\n",
+    "!!omap [a: 1]\n",
+    "!!pairs [a: 1]\n",
+    "plain\n",
+]
+
+
+def _outcome(load: Any, text: str) -> str:
+    try:
+        return repr(load(text))
+    except yaml.YAMLError as err:
+        return f"{type(err).__name__}: {err}"
+
+
+@pytest.mark.parametrize("text", CASES)
+def test_documents_are_what_pyyaml_builds(text: str) -> None:
+    assert _outcome(load_all_yaml, text) == _outcome(lambda t: list(yaml.load_all(t, Loader=REFERENCE)), text)
+    if text.count("---") <= 1:
+        assert _outcome(load_yaml, text) == _outcome(lambda t: yaml.load(t, Loader=REFERENCE), text)
+
+
+@pytest.mark.parametrize("text", ["k: !custom x\n", "? [1, 2]\n: v\n", "a: [1\n"])
+def test_bad_yaml_raises_as_pyyaml_does(text: str) -> None:
+    with pytest.raises(yaml.YAMLError) as ours:
+        load_all_yaml(text)
+    with pytest.raises(yaml.YAMLError) as theirs:
+        list(yaml.load_all(text, Loader=REFERENCE))
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_aliases_share_one_object() -> None:
+    (doc,) = load_all_yaml("a: &x {b: [1]}\nc: *x\n")
+    assert doc["a"] is doc["c"]
+
+
+def _shape(obj: Any) -> tuple[int, int]:
+    children = list(obj.values()) if isinstance(obj, dict) else obj if isinstance(obj, list) else None
+    if children is None:
+        return (0, 0)
+    subs = [_shape(c) for c in children if isinstance(c, dict | list)]
+    return (1 + max((s[0] for s in subs), default=0), 1 + len(children) + sum(s[1] for s in subs))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [*CASES[:6], "a: &x [1, 2, {b: [3]}]\nc: [*x, *x, {d: *x}]\n", "[[[[[[1]]]]]]\n", "- [a, b]\n- {c: [d, {e: f}]}\n"],
+)
+def test_shapes_count_depth_and_values_with_aliases_expanded(text: str) -> None:
+    shapes: list[tuple[int, int] | None] = []
+    docs = load_all_yaml(text, shapes=shapes)
+    assert len(shapes) == len(docs)
+    for doc, shape in zip(docs, shapes, strict=True):
+        if shape is not None:
+            assert shape == _shape(doc)
+
+
+def test_the_repository_manifests_load_alike() -> None:
+    files = [p for p in REPO.glob("deploy/**/*.yaml") if p.is_file()][:40]
+    assert files
+    for path in files:  # Helm templates among them are not YAML: both must refuse them alike
+        text = path.read_text(encoding="utf-8")
+        theirs = _outcome(lambda t: list(yaml.load_all(t, Loader=REFERENCE)), text)
+        assert _outcome(load_all_yaml, text) == theirs, path
+
+
+def test_json_reads_and_writes_like_the_standard_library() -> None:
+    data = {"a": [1, 2.5, None, True, "é"], "b": {"c": []}, "d": {}}
+    assert json.loads(dumps_json_pretty(data)) == data
+    assert dumps_json_pretty(data) == json.dumps(data, indent=2, ensure_ascii=False)
+    assert loads_json('{"x": NaN}')["x"] != loads_json('{"x": NaN}')["x"]  # what orjson refuses, json reads
+    assert loads_json(b'{"k": [1, "v"]}') == {"k": [1, "v"]}
+
+
+def test_yaml_dump_round_trips() -> None:
+    data = {"nodeClaims": [{"name": "a", "pods": ["x", "y"], "price": 0.5}], "totalPrice": 0.5}
+    assert yaml.safe_load(dump_yaml(data)) == data
