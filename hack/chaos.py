@@ -407,6 +407,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also inject seeded launch faults: random insufficient capacity, throttling, latency, "
         "never-register and never-Ready machines",
     )
+    parser.add_argument(
+        "--apiserver",
+        choices=("alternate", "always", "never"),
+        default="alternate",
+        help="when kube-apiserver is restarted mid-run: every other run (the default), in every run, or never",
+    )
     parser.add_argument("--logs", type=Path, help="where the controller logs go (default: a temporary directory)")
     args = parser.parse_args(argv)
     logs = args.logs or Path(tempfile.mkdtemp(prefix="joiner-chaos-"))
@@ -414,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = cluster_up()
     runs: list[Run] = []
     for i in range(args.runs):
-        run = plan_run(args.seed + i, kills=args.kills, apiserver=i % 2 == 1)
+        restart = {"alternate": i % 2 == 1, "always": True, "never": False}[args.apiserver]
+        run = plan_run(args.seed + i, kills=args.kills, apiserver=restart)
         run.rates = args.fault_rates
         execute(cluster, run, logs=logs)
         runs.append(run)
