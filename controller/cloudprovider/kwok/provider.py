@@ -148,6 +148,12 @@ class KWOKCloudProvider:
                 offerings=choice.exhausted,
             )
         it, offering = choice.chosen.instance_type, choice.chosen.offering
+        if choice.refused and self._unavailable is not None:
+            # the cheaper offerings that had no capacity this time stay unavailable for a while, as
+            # CreateFleet's errors beside a launched instance do in the aws provider: otherwise
+            # consolidation replaces the dearer machine at once with the offering that just refused it
+            for key in choice.refused:
+                self._unavailable.mark(key)
         instance = self._instance(
             name=name, instance_type=it, offering=offering, image_id=IMAGE_PREFIX + nodeclass.image_id
         )
@@ -160,6 +166,7 @@ class KWOKCloudProvider:
             capacity_type=offering.capacity_type,
             price=offering.price,
             skipped=len(choice.exhausted),
+            refused=[f"{k.instance_type}/{k.zone}/{k.capacity_type}" for k in choice.refused],
             registration_delay=nodeclass.registration_delay_seconds,
             reason="cheapest available offering among the NodeClaim's candidates",
         )
