@@ -30,6 +30,7 @@ GangState = Literal["Pending", "Provisioning", "Admitted"]
 REASON_INTERRUPTED: Final = "Interrupted"
 REASON_DEADLINE: Final = "DeadlineExceeded"
 REASON_CLAIM_DELETED: Final = "NodeClaimDeleted"
+REASON_NO_CAPACITY: Final = "InsufficientCapacity"
 RECHECK_SECONDS: Final = 5.0
 
 
@@ -144,6 +145,9 @@ class Rollback:
     failed: tuple[str, ...]  # the NodeClaims that failed or were too slow
     avoid: tuple[str, ...]  # offerings (type/zone/capacity-type) the next attempt avoids
     backoff: bool  # False: retry at once (the attempt was interrupted, nothing failed)
+    # every failure was the cloud refusing a launch ("no capacity"): nothing ran, and the next attempt
+    # avoids what failed, so the backoff level is not raised
+    capacity_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +200,9 @@ GangStep = (
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def backoff_seconds(rollbacks: int, *, base: float, maximum: float) -> float:
-    """Exponential backoff after the n-th rollback: base, 2*base, 4*base, ... at most ``maximum``."""
-    if rollbacks <= 0:
-        return 0.0
-    return float(min(maximum, base * 2.0 ** min(rollbacks - 1, 62)))
+def backoff_seconds(level: int, *, base: float, maximum: float) -> float:
+    """Exponential backoff at backoff level n: base, 2*base, 4*base, ... at most ``maximum`` (level 0: base)."""
+    return float(min(maximum, base * 2.0 ** min(max(level, 1) - 1, 62)))
 
 
 def fmt_seconds(seconds: float) -> str:
@@ -376,6 +378,7 @@ def _provisioning(
             failed=failed,
             avoid=avoid,
             backoff=True,
+            capacity_only=all(f[1] == REASON_NO_CAPACITY for f in failures),
         )
     if never_created:
         return Rollback(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -238,7 +239,7 @@ async def test_one_failed_member_rolls_back_every_nodeclaim_and_the_retry_succee
     rolled = record(h, "w0")
     assert rolled.rollbacks == 1
     assert "InsufficientCapacity" in rolled.last_failure
-    assert "cpu-4/zone-a/spot" in rolled.avoid
+    assert "cpu-4/zone-a/spot" in rolled.avoiding(h.ctx.clock.now())
     [event] = [e for e in events(h, "w0") if e["reason"] == "GangRolledBack"]
     assert event["type"] == "Warning"
     assert "retrying in 30s" in event["message"]
@@ -446,6 +447,63 @@ async def test_offerings_that_never_register_stay_avoided_until_the_gang_runs_on
         assert list(attempts.values())[:2] == ["cpu-4/zone-a/spot", "cpu-4/zone-a/on-demand"], attempts
         assert list(attempts.values())[-1] == "gpu-1/zone-a/on-demand", attempts
         assert len(attempts) == 3, attempts
-        assert set(record(h, "w0").avoid) == set(), "an admitted gang avoids nothing"
+        assert record(h, "w0").avoid == (), "an admitted gang avoids nothing"
     finally:
         await h.close()
+
+
+async def test_one_off_capacity_refusals_neither_grow_the_backoff_nor_exclude_an_offering_for_good(
+    world: Harness,
+) -> None:
+    """Both zones refuse capacity once, one after the other. Each rollback retries after the base
+    backoff (nothing ran, and the next attempt avoids what failed), and once the unavailable-offering
+    TTL (3 min) has passed since zone-a failed, the gang is planned on zone-a's cheap spot offering
+    again instead of avoiding it until it is admitted."""
+    h = world
+    zone_a = {"instanceType": "cpu-4", "zone": "zone-a"}
+    zone_b = {"instanceType": "cpu-4", "zone": "zone-b"}
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [zone_a]}}})
+    await h.cached("KWOKNodeClass", "default")
+    for name in ("w0", "w1"):
+        await gang_pod(h, name, gpus=0, cpu="3", size=2, node_selector={"node.kubernetes.io/instance-type": "cpu-4"})
+    start_gangs(h)
+    await h.eventually(
+        lambda: record_of(PodView.of(pod(h, "w0"))) is not None and record(h, "w0").phase == ROLLED_BACK,
+        "the first attempt rolled back",
+    )
+    first = record(h, "w0")
+    failed_at = h.ctx.clock.now()
+    assert (first.rollbacks, first.level) == (1, 0)
+    assert first.avoiding(failed_at) == ("cpu-4/zone-a/spot",)  # the offering planned (the launch marked both)
+    assert all(a.until == failed_at + timedelta(minutes=3) for a in first.avoid)
+    await h.eventually(
+        lambda: any("retrying in 30s" in e["message"] for e in events(h, "w0") if e["reason"] == "GangRolledBack"),
+        "told: retrying in 30s",
+    )
+
+    # zone-b refuses too (zone-a is avoided, so the second attempt goes there)
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [zone_b]}}})
+    await h.cached("KWOKNodeClass", "default")
+    await h.advance(31)
+    await h.eventually(lambda: record(h, "w0").rollbacks == 2, "the second attempt rolled back")
+    second = record(h, "w0")
+    assert second.level == 0, "a refusal of capacity does not raise the backoff level"
+    assert second.retry_at is not None
+    assert (second.retry_at - h.ctx.clock.now()).total_seconds() == 30
+    assert set(second.avoiding(h.ctx.clock.now())) == {"cpu-4/zone-a/spot", "cpu-4/zone-b/on-demand"}
+
+    # the cloud has capacity again; until zone-a's TTL runs out every offering is avoided: the gang waits
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": None}})
+    await h.cached("KWOKNodeClass", "default")
+    await h.advance(60)
+    assert gang_claims(h) == {}, "every offering failed within the TTL: the gang waits for capacity"
+    while (h.ctx.clock.now() - failed_at).total_seconds() < 181 + 30:
+        await h.advance(10)
+        if gang_claims(h):
+            break
+    await h.eventually(lambda: len(gang_claims(h)) == 2, "a third attempt once zone-a's TTL has passed")
+    offerings = {c["metadata"]["annotations"]["joiner.sh/gang-offering"] for c in gang_claims(h).values()}
+    assert offerings == {"cpu-4/zone-a/spot"}, "zone-a's spot offering is no longer avoided"
+    assert (h.ctx.clock.now() - failed_at).total_seconds() >= 180
+    await make_all_ready(h, sorted(gang_claims(h)))
+    await h.eventually(lambda: not gated(h, "w0") and not gated(h, "w1"), "admitted")

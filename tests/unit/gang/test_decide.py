@@ -157,6 +157,22 @@ def test_a_failed_member_rolls_back_the_whole_attempt_with_its_reason() -> None:
     assert "nodeclaim/c1 (gpu-8, zone-a) failed: InsufficientCapacity" in d.message
 
 
+def test_a_rollback_only_on_refused_capacity_does_not_raise_the_backoff_level() -> None:
+    rec = provisioning(*CLAIMS)
+    refused = [claim("c0", initialized=True), claim("c1", deleting=True, reason="InsufficientCapacity"), claim("c2")]
+    d = decide(view(pinned("a", "b", "c"), pending=rec, claims=refused), now=T0, knobs=KNOBS)
+    assert isinstance(d, Rollback)
+    assert d.capacity_only
+    timed_out = [
+        claim("c0", deleting=True, reason="InsufficientCapacity"),
+        claim("c1", deleting=True, reason="InitializationTimedOut"),
+        claim("c2"),
+    ]
+    d = decide(view(pinned("a", "b", "c"), pending=rec, claims=timed_out), now=T0, knobs=KNOBS)
+    assert isinstance(d, Rollback)
+    assert not d.capacity_only, "a machine that ran and never became Ready cost time: the backoff grows"
+
+
 def test_a_claim_that_vanished_after_it_was_seen_is_a_failure() -> None:
     rec = provisioning(*CLAIMS)
     claims = [claim("c0"), claim("c2")]
@@ -265,7 +281,7 @@ def test_a_finished_gang_releases_its_nodes_to_consolidation() -> None:
 
 def test_backoff_doubles_from_thirty_seconds_to_ten_minutes() -> None:
     waits = [backoff_seconds(n, base=30, maximum=600) for n in range(8)]
-    assert waits == [0, 30, 60, 120, 240, 480, 600, 600]
+    assert waits == [30, 30, 60, 120, 240, 480, 600, 600]  # level 0 (only capacity refusals so far): the base
 
 
 @given(n=st.integers(1, 10_000), base=st.floats(0.1, 100), maximum=st.floats(1, 10_000))
