@@ -46,6 +46,7 @@ from controller.gang.decide import (
     decide,
     first_created,
     fmt_seconds,
+    interrupted_admission,
 )
 from controller.gang.markers import (
     ANNOTATION_GANG_NAME,
@@ -158,6 +159,7 @@ class GangController:
         await cluster.wait_synced()
         for pod in list(cluster.pod_views()):
             self._index(pod)
+        await self.resume_admissions()
         for claim in list(cluster.claim_views().values()):
             gang = self._gang_of_claim(claim)
             if gang is not None:
@@ -165,6 +167,26 @@ class GangController:
         for key in list(self._members):
             self.queue.add(key)
         await self.queue.run(self.reconcile, workers=self._workers)
+
+    async def resume_admissions(self) -> int:
+        """Before anything else at start-up: finish every admission the previous controller (or
+        leader) left half-done, its gates removed from some members only. Returns how many gangs."""
+        resumed = 0
+        for key in sorted(self._members):
+            view = await self._view(key)
+            rest = interrupted_admission(view)
+            if not rest:
+                continue
+            log.warning(
+                "gang.admission_resumed",
+                gang=key,
+                released=len(view.released),
+                gated=list(rest),
+                reason="the previous controller stopped between the gate removals; every node was Initialized",
+            )
+            await self._apply(view, decide(view, now=self.ctx.clock.now(), knobs=self.knobs))
+            resumed += 1
+        return resumed
 
     def _index(self, pod: PodView, *, deleted: bool = False) -> str | None:
         pkey = pod.key

@@ -254,9 +254,24 @@ def completed_at(pods: Sequence[PodView], size: int) -> datetime | None:
 # --- the decision -------------------------------------------------------------------------------
 
 
+def interrupted_admission(v: GangView) -> tuple[str, ...]:
+    """The members still gated of an admission that stopped half-way (the controller or its leader
+    died between the per-pod gate removals): some members of the attempt run, every node of the
+    attempt was Initialized before the first gate went, so the rest must follow now."""
+    pend, adm = v.pending, v.admitted
+    if pend is None or adm is None or not v.released or pend.phase != PROVISIONING or pend.id != adm.id:
+        return ()
+    return tuple(_name(p) for p in v.gated if (record_of(p) or pend).id == adm.id)
+
+
 def decide(v: GangView, *, now: datetime, knobs: Knobs) -> GangStep:
     pend = v.pending
     adm = v.admitted
+    # 0. An admission a crash or a leader change interrupted comes before anything else about the
+    #    gang (deleting leftovers, a lost node, a new attempt): the members released already run.
+    rest = interrupted_admission(v)
+    if rest:
+        return Admit(rest)
     live = {n: c for n, c in v.claims.items() if not c.deleting}
     keep: set[str] = set()
     if pend is not None and pend.phase == PROVISIONING:
@@ -289,11 +304,6 @@ def decide(v: GangView, *, now: datetime, knobs: Knobs) -> GangStep:
                 for n in lost
             )
             return MemberLost(lost, v.member_loss_policy, f"gang {v.key} lost {len(lost)} node(s): {what}")
-        if pend is not None and pend.phase == PROVISIONING and pend.id == adm.id:
-            # the controller stopped while removing the gates: every node is Initialized, finish it
-            rest = tuple(_name(p) for p in v.gated if (record_of(p) or pend).id == adm.id)
-            if rest:
-                return Admit(rest)
         unmarked = tuple(n for n in adm.nodeclaims if n in live and not cl.admitted(live[n]))
         if unmarked:
             return MarkAdmitted(unmarked)

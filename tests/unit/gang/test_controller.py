@@ -300,6 +300,87 @@ async def test_a_restarted_controller_finishes_a_half_done_gang(world: Harness) 
     assert len(h.kube.objects(NODECLAIMS)) == 3
 
 
+async def test_a_new_leader_first_finishes_an_admission_its_predecessor_left_half_done(world: Harness) -> None:
+    """The leader died after removing the gate of w0 only. The next controller's first writes are the
+    other members' gate removals, before it deletes a leftover NodeClaim of an earlier attempt or
+    does anything else about the gang."""
+    h = world
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name)
+    first = start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims")
+    await make_all_ready(h, sorted(gang_claims(h)))
+    await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "w2")), "admitted")
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    # put w1 and w2 back where a leader that died between the patches leaves them: still gated,
+    # with the attempt's Provisioning record (the Admitted one goes with the gate removal)
+    adm = record(h, "w0")
+    assert adm.phase == ADMITTED
+    pin = Record(
+        seq=adm.seq - 1,
+        attempt=adm.attempt,
+        id=adm.id,
+        phase=PROVISIONING,
+        nodeclaims=adm.nodeclaims,
+        started=adm.started,
+        deadline=h.ctx.clock.now() + timedelta(minutes=10),
+        members=3,
+    )
+    for name in ("w1", "w2"):
+        await h.kube.patch(
+            PODS,
+            name,
+            {
+                "metadata": {"annotations": {"joiner.sh/gang-state": pin.to_json()}},
+                "spec": {"schedulingGates": [{"name": "joiner.sh/gang"}]},
+            },
+            namespace="ml",
+        )
+    leftover = {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": "gpu-gold-0",
+            "labels": {"joiner.sh/gang": GID, "joiner.sh/nodepool": "gpu"},
+            "annotations": {"joiner.sh/gang-attempt": "old", "joiner.sh/gang-name": "ml/train"},
+        },
+        "spec": {
+            "nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"},
+            "requirements": [],
+            "resources": {"requests": {"cpu": "1"}},
+        },
+    }
+    await h.kube.create(NODECLAIMS, leftover)
+    for name in ("w1", "w2"):
+        await h.cached("Pod", f"ml/{name}")
+    await h.cached("NodeClaim", "gpu-gold-0")
+    assert gated(h, "w1")
+    assert gated(h, "w2")
+    h.kube.calls.clear()
+    start_gangs(h)
+    await h.eventually(lambda: not gated(h, "w1") and not gated(h, "w2"), "the rest of the gang released")
+    await h.eventually(lambda: "gpu-gold-0" not in gang_claims(h) or _deleting(h, "gpu-gold-0"), "leftover deleted")
+    # the gang controller's writes (the lifecycle controller launches the leftover meanwhile)
+    writes = [
+        (verb, plural, name)
+        for verb, plural, name in h.kube.calls
+        if plural == "pods" or (plural == "nodeclaims" and verb == "delete")
+    ]
+    assert writes[:2] == [("patch", "pods", "w1"), ("patch", "pods", "w2")] or writes[:2] == [
+        ("patch", "pods", "w2"),
+        ("patch", "pods", "w1"),
+    ], writes[:6]
+    assert record(h, "w1").phase == ADMITTED
+    assert record(h, "w1").id == adm.id
+
+
+def _deleting(h: Harness, name: str) -> bool:
+    obj = h.kube.obj(NODECLAIMS, name)
+    return obj is None or bool(obj["metadata"].get("deletionTimestamp"))
+
+
 async def test_a_crash_before_the_nodeclaims_were_created_is_retried_at_once(world: Harness) -> None:
     h = world
     rec = Record(seq=1, attempt=1, id="dead00", phase=PROVISIONING, nodeclaims=("gpu-gdead00-0", "gpu-gdead00-1"))

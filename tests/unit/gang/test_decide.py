@@ -250,6 +250,23 @@ def test_a_crash_while_removing_gates_is_finished() -> None:
     assert d == Admit(("b", "c"))
 
 
+def test_an_interrupted_admission_is_finished_before_anything_else_about_the_gang() -> None:
+    """A leader died between the gate removals: the rest of the gang follows first, before leftovers of
+    an earlier attempt are deleted (a 5 s recheck) and before a lost node's policy is applied."""
+    rec = provisioning(*CLAIMS)
+    adm = rec.next(phase="Admitted")
+    released = [member("a", gated=False, record=adm)]
+    gated = pinned("b", "c", record=rec)
+    stale = claim("old-0", initialized=True)
+    stale["metadata"]["annotations"]["joiner.sh/gang-attempt"] = "old"
+    claims = [*(claim(n, initialized=True) for n in CLAIMS), stale]
+    d = decide(view(gated, released=released, claims=claims, pending=rec, admitted=adm), now=T0, knobs=KNOBS)
+    assert d == Admit(("b", "c"))
+    lost = [claim("c0", initialized=True), claim("c1", initialized=True), claim("c2", deleting=True)]
+    d = decide(view(gated, released=released, claims=lost, pending=rec, admitted=adm), now=T0, knobs=KNOBS)
+    assert d == Admit(("b", "c")), "the members run already: the rest join them, then the policy applies"
+
+
 def test_a_lost_node_applies_the_policy() -> None:
     adm = admitted(*CLAIMS)
     released = [member(n, gated=False, record=adm) for n in "abc"]
