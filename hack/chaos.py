@@ -22,7 +22,7 @@ injected at seeded moments:
   way; the invariants are checked again once consolidation has settled;
 * with the apiserver restart, etcd is compacted while the apiserver is down, so nothing can resume
   from a resourceVersion older than the restart (joiner's informers relist after any broken watch;
-  the 410 Gone path of a watch that ends cleanly too late is unit-tested in tests/unit/test_informer.py).
+  a real 410 Gone on a resumed watch is tests/e2e/test_watch_expiry.py).
 
 When every pod runs (or the run's deadline passes), the run is judged by what a user would check:
 
@@ -236,21 +236,63 @@ def compact_etcd(etcd: str) -> int | None:
     return revision
 
 
-def restart_apiserver(*, compact: bool = True) -> int | None:
-    """SIGKILL kube-apiserver, compact etcd while it is down (every watch then resumes from a
-    compacted resourceVersion: 410 Gone), and start it again with the same command line. Returns the
-    compaction revision (None when not compacted)."""
+def _exited(pid: int) -> bool:
+    """The process is gone, or a zombie whose every thread has exited (its parent has not reaped it
+    yet; a multi-threaded leader shows as a zombie while its other threads still hold its sockets)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z" and len(tasks) <= 1
+
+
+def _port_free(argv: list[str], *, timeout: float = 15.0) -> None:
+    """Wait until the apiserver's address can be bound again."""
+    import socket
+
+    flags = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    address = (flags.get("--bind-address", "127.0.0.1"), int(flags.get("--secure-port", "6443")))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def restart_apiserver(
+    *, compact: bool = True, graceful: bool = False, flags: dict[str, str | None] | None = None
+) -> int | None:
+    """Stop kube-apiserver, compact etcd while it is down (nothing can then resume from a
+    resourceVersion older than the restart), and start it again with the same command line.
+
+    ``graceful``: SIGTERM instead of SIGKILL, so an apiserver that drains its watches
+    (``--shutdown-watch-termination-grace-period``) ends each one cleanly and its clients resume
+    from their last resourceVersion. ``flags``: command-line flags to set (a value) or drop (None)
+    for the new process. Returns the compaction revision (None when not compacted)."""
     pid_file = CLUSTER_DIR / "pids" / "kube-apiserver"
     pid = int(pid_file.read_text().strip())
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")]
+    os.kill(pid, signal.SIGTERM if graceful else signal.SIGKILL)
+    deadline = time.monotonic() + (90 if graceful else 10)
+    while not _exited(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    etcd = next((a.decode().split("=", 1)[1] for a in argv if a.startswith(b"--etcd-servers=")), None)
+    if not _exited(pid):
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    _port_free(argv)
+    for flag, value in (flags or {}).items():
+        argv = [a for a in argv if a.split("=", 1)[0] != flag]
+        if value is not None:
+            argv.append(f"{flag}={value}")
+    etcd = next((a.split("=", 1)[1] for a in argv if a.startswith("--etcd-servers=")), None)
     compacted = compact_etcd(etcd.split(",")[0]) if compact and etcd else None
     log = (CLUSTER_DIR / "logs" / "kube-apiserver.log").open("ab")
-    proc = subprocess.Popen([a.decode() for a in argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     pid_file.write_text(f"{proc.pid}\n")
     return compacted
