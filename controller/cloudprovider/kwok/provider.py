@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -154,8 +155,9 @@ class KWOKCloudProvider:
             # consolidation replaces the dearer machine at once with the offering that just refused it
             for key in choice.refused:
                 self._unavailable.mark(key)
-        instance = self._instance(
-            name=name, instance_type=it, offering=offering, image_id=IMAGE_PREFIX + nodeclass.image_id
+        instance = dataclasses.replace(
+            self._instance(name=name, instance_type=it, offering=offering, image_id=IMAGE_PREFIX + nodeclass.image_id),
+            refused=choice.refused,
         )
         self._launches[name] = _Launch(instance=instance, launched_at=self._clock.now(), uid=claim.uid)
         log.info(
