@@ -85,8 +85,8 @@ test: $(STAMP) binaries tools ## the whole suite: unit, e2e, lint and type check
 	@$(MAKE) --no-print-directory lint
 
 .PHONY: chaos
-chaos: $(STAMP) binaries ## the fault suite on the local KWOK cluster (5 seeded runs; SEED=, RUNS=, KILLS=, RATES=1)
-	@$(BIN)/python -m hack.chaos --seed $${SEED:-1} --runs $${RUNS:-5} --kills $${KILLS:-4} $${RATES:+--fault-rates}
+chaos: $(STAMP) binaries ## the fault suite on the local KWOK cluster (5 seeded runs; SEED=, RUNS=, KILLS=, CKILLS=, RATES=1)
+	@$(BIN)/python -m hack.chaos --seed $${SEED:-1} --runs $${RUNS:-5} --kills $${KILLS:-4} --consolidation-kills $${CKILLS:-2} $${RATES:+--fault-rates}
 
 .PHONY: demo
 demo: $(STAMP) binaries ## the main job: cluster, CRDs, NodePools, controller, GPU workloads

@@ -157,6 +157,14 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="an offering that returned insufficient capacity is avoided this long",
     )
     p.add_argument(
+        "--watch-timeout",
+        type=float,
+        default=d.watch_timeout_seconds,
+        metavar="SECONDS",
+        help="each watch is ended by the apiserver after this long and resumed from the last "
+        "resourceVersion seen (a full list only after 410 Gone or an error)",
+    )
+    p.add_argument(
         "--gc-interval",
         type=float,
         default=d.gc_interval_seconds,
@@ -318,6 +326,7 @@ def _run(args: argparse.Namespace) -> int:
         initialization_timeout_seconds=args.initialization_timeout,
         unavailable_offering_ttl_seconds=args.unavailable_offering_ttl,
         gc_interval_seconds=args.gc_interval,
+        watch_timeout_seconds=args.watch_timeout,
         disruption_poll_interval_seconds=args.disruption_poll_interval,
         disruption_validation_delay_seconds=args.disruption_validation_delay,
         gang_timeout_seconds=args.gang_timeout,

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 class Settings:
     # provisioning: a batch closes after `batch_idle` seconds without a new pod, or `batch_max` in all
     batch_idle_seconds: float = 1.0
+    # every watch asks the apiserver to end it after this long; the informer then resumes from the
+    # last resourceVersion it saw (and relists on 410 Gone)
+    watch_timeout_seconds: float = 300.0
     batch_max_seconds: float = 10.0
     # tell kube-scheduler the plan through each planned pod's status.nominatedNodeName
     nominate: bool = True

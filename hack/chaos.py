@@ -1,6 +1,6 @@
 """The fault suite: the real controller on the local KWOK cluster, killed and starved on purpose.
 
-    .venv/bin/python -m hack.chaos [--seed 1] [--runs 5] [--kills 4]      # make chaos
+    .venv/bin/python -m hack.chaos [--seed 1] [--runs 5] [--kills 4] [--consolidation-kills 2]   # make chaos
 
 Each run submits a mixed GPU workload — 24 CPU web pods, 6 one-GPU L4 inference pods spread over
 three zones, and a 4-member gang of 8-GPU H100 pods (gated, all or nothing) — while faults are
@@ -16,9 +16,13 @@ injected at seeded moments:
   run's seed): 30 % of offerings answer "no capacity" at random, 10 % of launch calls are throttled
   (retried with backoff), every launch takes up to 2 s, 5 % of machines never register and 5 %
   never become Ready (the lifecycle's 20 s timeouts replace them);
+* with ``--consolidation-kills N``, a second phase once every pod runs: ``web`` is scaled from 24
+  to 5 (quick disruption passes), so consolidation deletes and replaces CPU nodes, and the
+  controller is SIGKILLed N times, each a seeded moment after the objects show a command under
+  way; the invariants are checked again once consolidation has settled;
 * with the apiserver restart, etcd is compacted while the apiserver is down, so nothing can resume
   from a resourceVersion older than the restart (joiner's informers relist after any broken watch;
-  the 410 Gone path of a watch that ends cleanly too late is unit-tested in tests/unit/test_informer.py).
+  a real 410 Gone on a resumed watch is tests/e2e/test_watch_expiry.py).
 
 When every pod runs (or the run's deadline passes), the run is judged by what a user would check:
 
@@ -59,6 +63,14 @@ GANG_SIZE = 4
 RUN_TIMEOUT = 240.0
 GANG_BIND_SPREAD = 5.0  # seconds between the first and last member bound
 NODEPOOL_LABEL = "joiner.sh/nodepool"
+WEB = 24  # CPU web replicas in the workload
+WEB_AFTER = 5  # ... after the consolidation phase's scale-down
+REPLACEMENT_FOR = "joiner.sh/disruption-replacement-for"
+# the consolidation phase: quick disruption passes, so a replace happens within seconds of the scale-down
+FAST_DISRUPTION = {"disruption-poll-interval": "2", "disruption-validation-delay": "3"}
+SIGN_TIMEOUT = 30.0  # seconds to wait for a sign of a disruption command before killing anyway
+SETTLE_TIMEOUT = 180.0
+SETTLE_QUIET = 12.0  # the NodeClaims unchanged this long (several disruption passes): consolidation is done
 
 
 # --- the cluster and what runs on it -----------------------------------------------------------
@@ -148,7 +160,7 @@ def _deployment(name: str, ns: str, replicas: int, spec: Obj) -> Obj:
 
 def workloads(ns: str) -> list[Obj]:
     toleration = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
-    web = _deployment("web", ns, 24, {"containers": [_container("500m", "1Gi")]})
+    web = _deployment("web", ns, WEB, {"containers": [_container("500m", "1Gi")]})
     infer = _deployment(
         "infer",
         ns,
@@ -190,8 +202,8 @@ def workloads(ns: str) -> list[Obj]:
     return [web, infer, *gang]
 
 
-def expected_pods() -> int:
-    return 24 + 6 + GANG_SIZE
+def expected_pods(web: int = WEB) -> int:
+    return web + 6 + GANG_SIZE
 
 
 def offline_nodeclaims(setup: list[Obj], work: list[Obj]) -> int:
@@ -224,21 +236,63 @@ def compact_etcd(etcd: str) -> int | None:
     return revision
 
 
-def restart_apiserver(*, compact: bool = True) -> int | None:
-    """SIGKILL kube-apiserver, compact etcd while it is down (every watch then resumes from a
-    compacted resourceVersion: 410 Gone), and start it again with the same command line. Returns the
-    compaction revision (None when not compacted)."""
+def _exited(pid: int) -> bool:
+    """The process is gone, or a zombie whose every thread has exited (its parent has not reaped it
+    yet; a multi-threaded leader shows as a zombie while its other threads still hold its sockets)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z" and len(tasks) <= 1
+
+
+def _port_free(argv: list[str], *, timeout: float = 15.0) -> None:
+    """Wait until the apiserver's address can be bound again."""
+    import socket
+
+    flags = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    address = (flags.get("--bind-address", "127.0.0.1"), int(flags.get("--secure-port", "6443")))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def restart_apiserver(
+    *, compact: bool = True, graceful: bool = False, flags: dict[str, str | None] | None = None
+) -> int | None:
+    """Stop kube-apiserver, compact etcd while it is down (nothing can then resume from a
+    resourceVersion older than the restart), and start it again with the same command line.
+
+    ``graceful``: SIGTERM instead of SIGKILL, so an apiserver that drains its watches
+    (``--shutdown-watch-termination-grace-period``) ends each one cleanly and its clients resume
+    from their last resourceVersion. ``flags``: command-line flags to set (a value) or drop (None)
+    for the new process. Returns the compaction revision (None when not compacted)."""
     pid_file = CLUSTER_DIR / "pids" / "kube-apiserver"
     pid = int(pid_file.read_text().strip())
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")]
+    os.kill(pid, signal.SIGTERM if graceful else signal.SIGKILL)
+    deadline = time.monotonic() + (90 if graceful else 10)
+    while not _exited(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    etcd = next((a.decode().split("=", 1)[1] for a in argv if a.startswith(b"--etcd-servers=")), None)
+    if not _exited(pid):
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    _port_free(argv)
+    for flag, value in (flags or {}).items():
+        argv = [a for a in argv if a.split("=", 1)[0] != flag]
+        if value is not None:
+            argv.append(f"{flag}={value}")
+    etcd = next((a.split("=", 1)[1] for a in argv if a.startswith("--etcd-servers=")), None)
     compacted = compact_etcd(etcd.split(",")[0]) if compact and etcd else None
     log = (CLUSTER_DIR / "logs" / "kube-apiserver.log").open("ab")
-    proc = subprocess.Popen([a.decode() for a in argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     pid_file.write_text(f"{proc.pid}\n")
     return compacted
@@ -253,6 +307,19 @@ def apiserver_ready(cluster: Cluster) -> bool:
 
 
 @dataclass
+class Phase:
+    """What the consolidation phase saw: kills, the NodeClaims before and after, and the invariants."""
+
+    killed_at: list[str] = field(default_factory=list)  # what was under way at each kill
+    seconds: float | None = None  # scale-down to settled
+    before: int = 0
+    after: int = 0
+    planned: int = 0  # NodeClaims one offline plan buys for what is left
+    replacements: int = 0  # replacement NodeClaims created during the phase
+    checks: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class Run:
     seed: int
     kills: list[float]
@@ -264,18 +331,34 @@ class Run:
     checks: dict[str, str] = field(default_factory=dict)  # invariant -> "" when it held, else why not
     compacted: int | None = None  # the etcd revision compacted during the apiserver restart
     rates: bool = False  # KWOKNodeClass fault rates on
+    # the consolidation phase (after every pod runs, web is scaled down to WEB_AFTER): per kill, the
+    # seconds after a sign of a disruption command (a replacement or a candidate marked) and the pause
+    consolidation_kills: list[float] = field(default_factory=list)
+    consolidation_pauses: list[float] = field(default_factory=list)
+    consolidation: Phase | None = None
 
     @property
     def held(self) -> bool:
-        return all(not why for why in self.checks.values())
+        phase = self.consolidation.checks.values() if self.consolidation is not None else ()
+        return all(not why for why in [*self.checks.values(), *phase])
 
 
-def plan_run(seed: int, *, kills: int, apiserver: bool) -> Run:
+def plan_run(seed: int, *, kills: int, apiserver: bool, consolidation_kills: int = 0) -> Run:
     rnd = random.Random(seed)
     times = sorted(rnd.uniform(0.3, 10.0) for _ in range(kills))
     pauses = [rnd.uniform(0.0, 1.5) for _ in range(kills)]
     at = rnd.uniform(1.0, 8.0) if apiserver else None
-    return Run(seed=seed, kills=times, pauses=pauses, apiserver_at=at)
+    # drawn after the first phase's, so adding the phase leaves that schedule as it was
+    after_sign = [rnd.uniform(0.0, 2.5) for _ in range(consolidation_kills)]
+    consolidation_pauses = [rnd.uniform(0.0, 1.5) for _ in range(consolidation_kills)]
+    return Run(
+        seed=seed,
+        kills=times,
+        pauses=pauses,
+        apiserver_at=at,
+        consolidation_kills=after_sign,
+        consolidation_pauses=consolidation_pauses,
+    )
 
 
 def _stamp(value: str | None) -> float | None:
@@ -289,9 +372,9 @@ def _condition(obj: Obj, ctype: str) -> Obj | None:
     return None
 
 
-def _all_running(cluster: Cluster, ns: str) -> bool:
-    pods = cluster.items("pods", namespace=ns)
-    return len(pods) == expected_pods() and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+def _all_running(cluster: Cluster, ns: str, *, web: int = WEB) -> bool:
+    pods = [p for p in cluster.items("pods", namespace=ns) if not p["metadata"].get("deletionTimestamp")]
+    return len(pods) == expected_pods(web) and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
 
 
 def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
@@ -331,19 +414,118 @@ def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
             time.sleep(1.0)
         time.sleep(3.0)  # let the lifecycle and GC finish what the last restart left
         judge(cluster, run, ns=ns, setup=setup, work=work)
-
+        if run.consolidation_kills and run.seconds is not None:
+            run.consolidation = consolidate(cluster, joiner, run, ns=ns, setup=setup, work=work)
     finally:
         joiner.stop()
     return run
 
 
-def judge(cluster: Cluster, run: Run, *, ns: str, setup: list[Obj], work: list[Obj]) -> None:
-    pods = cluster.items("pods", namespace=ns)
+def _disruption_under_way(claims: list[Obj]) -> str | None:
+    """What a disruption command is doing right now, as far as the objects show, or None."""
+    for c in claims:
+        name = c["metadata"]["name"]
+        replaces = (c["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR)
+        initialized = (_condition(c, "Initialized") or {}).get("status") == "True"
+        if replaces and not initialized:
+            return f"replacement {name} for {replaces} coming up"
+        if (_condition(c, "DisruptionReason") or {}).get("status") == "True":
+            return f"{name} marked for disruption ({(_condition(c, 'DisruptionReason') or {}).get('reason')})"
+        if c["metadata"].get("deletionTimestamp"):
+            return f"{name} being deleted"
+    return None
+
+
+def _settled(cluster: Cluster, ns: str) -> tuple[bool, list[Obj]]:
+    claims = cluster.items("nodeclaims.joiner.sh")
+    busy = _disruption_under_way(claims) is not None or any(
+        (_condition(c, "Initialized") or {}).get("status") != "True" for c in claims
+    )
+    return (not busy and _all_running(cluster, ns, web=WEB_AFTER)), claims
+
+
+def consolidate(cluster: Cluster, joiner: Joiner, run: Run, *, ns: str, setup: list[Obj], work: list[Obj]) -> Phase:
+    """Scale web down so consolidation deletes and replaces nodes, SIGKILL the controller at seeded
+    moments while a command is under way, then judge what is left once consolidation has settled."""
+    phase = Phase(before=len(cluster.items("nodeclaims.joiner.sh")))
+    joiner.stop()  # a clean restart with quick disruption passes
+    joiner.flags.update(FAST_DISRUPTION)
+    joiner.start()
+    seen_replacements: set[str] = set()
+
+    def note_replacements(claims: list[Obj]) -> None:
+        for c in claims:
+            if (c["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR):
+                seen_replacements.add(c["metadata"]["name"])
+
+    started = time.monotonic()
+    cluster.kubectl("scale", "deployment/web", f"--replicas={WEB_AFTER}", "-n", ns)
+    for after, pause in zip(run.consolidation_kills, run.consolidation_pauses, strict=True):
+        deadline = time.monotonic() + SIGN_TIMEOUT
+        what: str | None = None
+        while time.monotonic() < deadline:
+            claims = cluster.items("nodeclaims.joiner.sh")
+            note_replacements(claims)
+            what = _disruption_under_way(claims)
+            if what is not None:
+                break
+            time.sleep(0.2)
+        time.sleep(after)
+        claims = cluster.items("nodeclaims.joiner.sh")
+        note_replacements(claims)
+        now = _disruption_under_way(claims)
+        phase.killed_at.append(
+            f"{time.monotonic() - started:.1f} s: {now or 'the objects show nothing under way'}"
+            + ("" if what is not None else " (no command seen within the wait)")
+        )
+        joiner.stop(kill=True)
+        time.sleep(pause)
+        joiner.start()
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    quiet_since: float | None = None
+    last: tuple[str, ...] = ()
+    while time.monotonic() < deadline:
+        settled, claims = _settled(cluster, ns)
+        note_replacements(claims)
+        names = tuple(sorted(c["metadata"]["name"] for c in claims))
+        if not settled or names != last:
+            quiet_since, last = None, names
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= SETTLE_QUIET:
+            phase.seconds = quiet_since - started
+            break
+        time.sleep(1.0)
+    phase.replacements = len(seen_replacements)
+    left = [_scaled(o, WEB_AFTER) for o in work]
+    judged = Run(seed=run.seed, kills=[], pauses=[], apiserver_at=None)
+    judge(cluster, judged, ns=ns, setup=setup, work=left, web=WEB_AFTER)
+    phase.checks = {f"after consolidation: {k}": v for k, v in judged.checks.items() if k != "gang all or nothing"}
+    if phase.seconds is None:
+        phase.checks["after consolidation: settled"] = f"still moving after {SETTLE_TIMEOUT:.0f} s"
+    phase.after, phase.planned = judged.bought, judged.planned
+    if phase.after > phase.before:
+        phase.checks["after consolidation: nothing bought twice"] = (
+            f"{phase.after} NodeClaims after consolidation, {phase.before} before it"
+        )
+    return phase
+
+
+def _scaled(obj: Obj, replicas: int) -> Obj:
+    if obj.get("kind") == "Deployment" and obj["metadata"]["name"] == "web":
+        return {**obj, "spec": {**obj["spec"], "replicas": replicas}}
+    return obj
+
+
+def judge(cluster: Cluster, run: Run, *, ns: str, setup: list[Obj], work: list[Obj], web: int = WEB) -> None:
+    pods = [p for p in cluster.items("pods", namespace=ns) if not p["metadata"].get("deletionTimestamp")]
     claims = cluster.items("nodeclaims.joiner.sh")
     nodes = {n["metadata"]["name"]: n for n in cluster.items("nodes")}
     not_running = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") != "Running"]
     run.checks["every pod Running"] = (
-        "" if len(pods) == expected_pods() and not not_running else f"{len(not_running)} not Running: {not_running[:5]}"
+        ""
+        if len(pods) == expected_pods(web) and not not_running
+        else f"{len(pods)} pods, {len(not_running)} not Running: {not_running[:5]}"
     )
 
     problems: list[str] = []
@@ -407,6 +589,19 @@ def main(argv: list[str] | None = None) -> int:
         help="also inject seeded launch faults: random insufficient capacity, throttling, latency, "
         "never-register and never-Ready machines",
     )
+    parser.add_argument(
+        "--consolidation-kills",
+        type=int,
+        default=0,
+        help="after every pod runs, scale web down so consolidation deletes and replaces nodes, and "
+        "SIGKILL the controller this many times while its commands are under way (0: no such phase)",
+    )
+    parser.add_argument(
+        "--apiserver",
+        choices=("alternate", "always", "never"),
+        default="alternate",
+        help="when kube-apiserver is restarted mid-run: every other run (the default), in every run, or never",
+    )
     parser.add_argument("--logs", type=Path, help="where the controller logs go (default: a temporary directory)")
     args = parser.parse_args(argv)
     logs = args.logs or Path(tempfile.mkdtemp(prefix="joiner-chaos-"))
@@ -414,7 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = cluster_up()
     runs: list[Run] = []
     for i in range(args.runs):
-        run = plan_run(args.seed + i, kills=args.kills, apiserver=i % 2 == 1)
+        restart = {"alternate": i % 2 == 1, "always": True, "never": False}[args.apiserver]
+        run = plan_run(args.seed + i, kills=args.kills, apiserver=restart, consolidation_kills=args.consolidation_kills)
         run.rates = args.fault_rates
         execute(cluster, run, logs=logs)
         runs.append(run)
@@ -432,13 +628,30 @@ def main(argv: list[str] | None = None) -> int:
         for check, why in run.checks.items():
             if why:
                 print(f"    {check}: {why}")
+        phase = run.consolidation
+        if phase is not None:
+            settled = f"settled after {phase.seconds:.1f} s" if phase.seconds is not None else "never settled"
+            print(
+                f"    consolidation: web {WEB} -> {WEB_AFTER}, {len(phase.killed_at)} kills, {settled}; "
+                f"{phase.before} -> {phase.after} NodeClaims (one plan: {phase.planned}), "
+                f"{phase.replacements} replacement(s)"
+            )
+            for kill in phase.killed_at:
+                print(f"      kill at {kill}")
+            for check, why in phase.checks.items():
+                if why:
+                    print(f"    {check}: {why}")
     clean_cluster(cluster)
-    kills = sum(len(r.kills) for r in runs)
+    kills = sum(len(r.kills) + len(r.consolidation_kills) for r in runs)
     restarts = sum(1 for r in runs if r.apiserver_at is not None)
     print(f"\n{len(runs)} runs, {kills} controller kills, {restarts} apiserver restarts; logs in {logs}")
     for check in runs[0].checks if runs else []:
         held = sum(1 for r in runs if not r.checks.get(check))
         print(f"  {check:<34} held in {held}/{len(runs)}")
+    phased = [r.consolidation for r in runs if r.consolidation is not None]
+    for check in sorted({c for p in phased for c in p.checks}):
+        held = sum(1 for p in phased if not p.checks.get(check))
+        print(f"  {check:<34} held in {held}/{len(phased)}")
     return 0 if all(r.held for r in runs) else 1
 
 

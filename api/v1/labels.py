@@ -125,6 +125,10 @@ ANNOTATION_PLANNED_INSTANCE_TYPE: Final = "joiner.sh/planned-instance-type"
 """On a NodeClaim, written when it is created: the instance type the plan chose for it."""
 ANNOTATION_PLANNED_PRICE: Final = "joiner.sh/planned-price"
 """On a NodeClaim, written when it is created: the planned price per hour (decimal string)."""
+ANNOTATION_REFUSED_OFFERINGS: Final = "joiner.sh/refused-offerings"
+"""On a NodeClaim, written at launch when cheaper offerings answered "no capacity" first: JSON
+``{"at": time, "offerings": ["type/zone/capacity-type", ...]}``, so a restarted controller keeps them
+unavailable for the rest of the unavailable-offering TTL."""
 ANNOTATION_NODEPOOL_HASH: Final = "joiner.sh/nodepool-hash"
 """On a NodeClaim, written when it is created: the hash of its NodePool's template (drift detection)."""
 

@@ -41,6 +41,8 @@ class Instance:
     allocatable: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     state: str = "running"
+    # offerings that answered "no capacity" to this launch before it succeeded on this one
+    refused: tuple[OfferingId, ...] = ()
 
 
 class CloudProviderError(Exception):

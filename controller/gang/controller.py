@@ -15,7 +15,7 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 import structlog
@@ -46,6 +46,7 @@ from controller.gang.decide import (
     decide,
     first_created,
     fmt_seconds,
+    interrupted_admission,
 )
 from controller.gang.markers import (
     ANNOTATION_GANG_NAME,
@@ -76,7 +77,7 @@ from controller.gang.planner import (
     pool_gang_defaults,
 )
 from controller.gang.podgroups import PodGroupSizes
-from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, newest, record_of
+from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Avoided, Record, newest, record_of
 from controller.kube.client import ApiError, ConflictError, NotFoundError, PatchType
 from controller.kube.resources import NODECLAIMS, NODES, PODS
 from controller.scheduling import kubeconv
@@ -102,11 +103,17 @@ EVENT_PODS: Final = 64  # at most this many members get each Event (the log name
 MAX_AVOIDED: Final = 32
 
 
-def _accumulate(before: Iterable[str], failed: Iterable[str]) -> tuple[str, ...]:
-    """The offerings a gang avoids: every one an attempt failed on since it was last admitted (so two
-    broken offerings cannot take turns), the newest first when there are too many to keep."""
-    merged = list(dict.fromkeys([*failed, *before]))[:MAX_AVOIDED]
-    return tuple(sorted(merged))
+def _accumulate(
+    before: Iterable[Avoided], failed: Iterable[str], *, now: datetime, ttl_seconds: float
+) -> tuple[Avoided, ...]:
+    """The offerings a gang avoids: every one an attempt failed on within the unavailable-offering TTL
+    (so two broken offerings cannot take turns, and a one-off failure does not exclude an offering
+    for good), each until its last failure plus the TTL; the newest first when there are too many."""
+    until = now + timedelta(seconds=ttl_seconds)
+    fresh = {o: Avoided(o, until) for o in failed}
+    kept = [a for a in before if a.active(now) and a.offering not in fresh]
+    merged = sorted([*fresh.values(), *kept], key=lambda a: a.until or now, reverse=True)[:MAX_AVOIDED]
+    return tuple(sorted(merged, key=lambda a: a.offering))
 
 
 def _offering_keys(values: Iterable[str]) -> frozenset[OfferingKey]:
@@ -152,6 +159,7 @@ class GangController:
         await cluster.wait_synced()
         for pod in list(cluster.pod_views()):
             self._index(pod)
+        await self.resume_admissions()
         for claim in list(cluster.claim_views().values()):
             gang = self._gang_of_claim(claim)
             if gang is not None:
@@ -159,6 +167,26 @@ class GangController:
         for key in list(self._members):
             self.queue.add(key)
         await self.queue.run(self.reconcile, workers=self._workers)
+
+    async def resume_admissions(self) -> int:
+        """Before anything else at start-up: finish every admission the previous controller (or
+        leader) left half-done, its gates removed from some members only. Returns how many gangs."""
+        resumed = 0
+        for key in sorted(self._members):
+            view = await self._view(key)
+            rest = interrupted_admission(view)
+            if not rest:
+                continue
+            log.warning(
+                "gang.admission_resumed",
+                gang=key,
+                released=len(view.released),
+                gated=list(rest),
+                reason="the previous controller stopped between the gate removals; every node was Initialized",
+            )
+            await self._apply(view, decide(view, now=self.ctx.clock.now(), knobs=self.knobs))
+            resumed += 1
+        return resumed
 
     def _index(self, pod: PodView, *, deleted: bool = False) -> str | None:
         pkey = pod.key
@@ -512,12 +540,17 @@ class GangController:
         pods = [p for p in view.gated if p.name in wanted]
         await self._patch_pods(pods, lambda p: pin_patch(p, view.gid, pending))
 
-    def _mark_unavailable(self, offerings: Iterable[str]) -> None:
+    def _mark_unavailable(self, avoided: Iterable[Avoided]) -> None:
+        """Every decider (and the launch) skips these offerings until each one's expiry."""
         unavailable = self.ctx.unavailable
-        for instance_type, zone, capacity_type in _offering_keys(offerings):
-            offering = OfferingId(instance_type, zone, capacity_type)
-            if not unavailable.is_unavailable(offering):
-                unavailable.mark(offering)
+        now = self.ctx.clock.now()
+        for entry in avoided:
+            if entry.until is None or entry.until <= now:
+                continue
+            for instance_type, zone, capacity_type in _offering_keys([entry.offering]):
+                offering = OfferingId(instance_type, zone, capacity_type)
+                if not unavailable.is_unavailable(offering):
+                    unavailable.mark(offering, ttl_seconds=(entry.until - now).total_seconds())
 
     def _next_seq(self, view: GangView) -> int:
         seqs = [r.seq for r in (view.pending, view.admitted) if r is not None]
@@ -576,7 +609,13 @@ class GangController:
                 reason = f"gang {key}: " + "; ".join(problems[:3])
                 await self._no_fit(view, NoFit(permanent=True, reason=reason), fingerprint=fingerprint)
                 return
-            avoid = view.pending.avoid if view.pending is not None and view.pending.phase == ROLLED_BACK else ()
+            now = ctx.clock.now()
+            avoiding = (
+                [a for a in view.pending.avoid if a.active(now)]
+                if view.pending is not None and view.pending.phase == ROLLED_BACK
+                else []
+            )
+            avoid = [a.offering for a in avoiding]
             request = PlanRequest(
                 key=key,
                 gid=view.gid,
@@ -605,8 +644,8 @@ class GangController:
                 return
             if result.avoided:
                 # the NodeClaims list every instance type that fits, cheapest first: the launch must
-                # skip the offerings earlier attempts failed on, as the plan did
-                self._mark_unavailable(avoid)
+                # skip the offerings earlier attempts failed on, as the plan did (for as long as the plan)
+                self._mark_unavailable(avoiding)
             self._blocked.discard(key)
             await self._provision(
                 view,
@@ -691,8 +730,9 @@ class GangController:
             deadline=now + timedelta(seconds=seconds),
             rollbacks=rollbacks,
             last_failure=view.pending.last_failure if view.pending is not None else "",
-            # what earlier attempts failed on stays avoided until the gang is admitted
-            avoid=view.pending.avoid if view.pending is not None else (),
+            # what earlier attempts failed on stays avoided for the unavailable-offering TTL
+            avoid=tuple(a for a in view.pending.avoid if a.active(now)) if view.pending is not None else (),
+            level=view.pending.level if view.pending is not None else 0,
             members=len(view.gated),
         )
         # 1. the record and the pin on every gated member, 2. the NodeClaims (through the writer, which
@@ -759,8 +799,11 @@ class GangController:
         assert pending is not None
         now = ctx.clock.now()
         rollbacks = pending.rollbacks + (1 if d.backoff else 0)
+        # a refusal of capacity costs nothing and its offerings are avoided next time: it waits the
+        # current level's backoff without raising it; timeouts and deleted machines raise it
+        level = pending.level + (1 if d.backoff and not d.capacity_only else 0)
         delay = (
-            backoff_seconds(rollbacks, base=self.knobs.backoff_base_seconds, maximum=self.knobs.backoff_max_seconds)
+            backoff_seconds(level, base=self.knobs.backoff_base_seconds, maximum=self.knobs.backoff_max_seconds)
             if d.backoff
             else 0.0
         )
@@ -775,10 +818,13 @@ class GangController:
             rollbacks=rollbacks,
             retry_at=now + timedelta(seconds=delay),
             last_failure=d.message,
-            avoid=_accumulate(pending.avoid, d.avoid),
+            avoid=_accumulate(
+                pending.avoid, d.avoid, now=now, ttl_seconds=ctx.settings.unavailable_offering_ttl_seconds
+            ),
+            level=level,
         )
         # the offerings that failed are avoided by every decider (and by the launch) for a while
-        self._mark_unavailable(d.avoid)
+        self._mark_unavailable(a for a in record.avoid if a.offering in d.avoid)
         uids = frozenset(p.uid or "" for p in view.gated)
         # 1. the pods learn first that the attempt is over (a crash after this only leaves claims to delete)
         self._overrides[view.key] = (record, uids)
@@ -807,7 +853,9 @@ class GangController:
             deleted=deleted,
             rollbacks=rollbacks,
             retry_in=delay,
+            backoff_level=level,
             avoid=list(d.avoid),
+            avoiding=[a.offering for a in record.avoid],
         )
         await self._tell(view, "GangRolledBack", text, warning=d.backoff, once=False)
         await self._condition(view.gated, status=False, reason="RolledBack", message=text)

@@ -30,6 +30,7 @@ GangState = Literal["Pending", "Provisioning", "Admitted"]
 REASON_INTERRUPTED: Final = "Interrupted"
 REASON_DEADLINE: Final = "DeadlineExceeded"
 REASON_CLAIM_DELETED: Final = "NodeClaimDeleted"
+REASON_NO_CAPACITY: Final = "InsufficientCapacity"
 RECHECK_SECONDS: Final = 5.0
 
 
@@ -144,6 +145,9 @@ class Rollback:
     failed: tuple[str, ...]  # the NodeClaims that failed or were too slow
     avoid: tuple[str, ...]  # offerings (type/zone/capacity-type) the next attempt avoids
     backoff: bool  # False: retry at once (the attempt was interrupted, nothing failed)
+    # every failure was the cloud refusing a launch ("no capacity"): nothing ran, and the next attempt
+    # avoids what failed, so the backoff level is not raised
+    capacity_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +200,9 @@ GangStep = (
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def backoff_seconds(rollbacks: int, *, base: float, maximum: float) -> float:
-    """Exponential backoff after the n-th rollback: base, 2*base, 4*base, ... at most ``maximum``."""
-    if rollbacks <= 0:
-        return 0.0
-    return float(min(maximum, base * 2.0 ** min(rollbacks - 1, 62)))
+def backoff_seconds(level: int, *, base: float, maximum: float) -> float:
+    """Exponential backoff at backoff level n: base, 2*base, 4*base, ... at most ``maximum`` (level 0: base)."""
+    return float(min(maximum, base * 2.0 ** min(max(level, 1) - 1, 62)))
 
 
 def fmt_seconds(seconds: float) -> str:
@@ -252,9 +254,24 @@ def completed_at(pods: Sequence[PodView], size: int) -> datetime | None:
 # --- the decision -------------------------------------------------------------------------------
 
 
+def interrupted_admission(v: GangView) -> tuple[str, ...]:
+    """The members still gated of an admission that stopped half-way (the controller or its leader
+    died between the per-pod gate removals): some members of the attempt run, every node of the
+    attempt was Initialized before the first gate went, so the rest must follow now."""
+    pend, adm = v.pending, v.admitted
+    if pend is None or adm is None or not v.released or pend.phase != PROVISIONING or pend.id != adm.id:
+        return ()
+    return tuple(_name(p) for p in v.gated if (record_of(p) or pend).id == adm.id)
+
+
 def decide(v: GangView, *, now: datetime, knobs: Knobs) -> GangStep:
     pend = v.pending
     adm = v.admitted
+    # 0. An admission a crash or a leader change interrupted comes before anything else about the
+    #    gang (deleting leftovers, a lost node, a new attempt): the members released already run.
+    rest = interrupted_admission(v)
+    if rest:
+        return Admit(rest)
     live = {n: c for n, c in v.claims.items() if not c.deleting}
     keep: set[str] = set()
     if pend is not None and pend.phase == PROVISIONING:
@@ -287,11 +304,6 @@ def decide(v: GangView, *, now: datetime, knobs: Knobs) -> GangStep:
                 for n in lost
             )
             return MemberLost(lost, v.member_loss_policy, f"gang {v.key} lost {len(lost)} node(s): {what}")
-        if pend is not None and pend.phase == PROVISIONING and pend.id == adm.id:
-            # the controller stopped while removing the gates: every node is Initialized, finish it
-            rest = tuple(_name(p) for p in v.gated if (record_of(p) or pend).id == adm.id)
-            if rest:
-                return Admit(rest)
         unmarked = tuple(n for n in adm.nodeclaims if n in live and not cl.admitted(live[n]))
         if unmarked:
             return MarkAdmitted(unmarked)
@@ -376,6 +388,7 @@ def _provisioning(
             failed=failed,
             avoid=avoid,
             backoff=True,
+            capacity_only=all(f[1] == REASON_NO_CAPACITY for f in failures),
         )
     if never_created:
         return Rollback(

@@ -9,9 +9,11 @@ It is the only state a restarted controller needs (with the NodeClaims labelled 
   ``members``: how many gated pods it was planned for (later extra members wait for a top-up).
 * ``deadline``: when a ``Provisioning`` attempt is rolled back if not every NodeClaim is
   Initialized.
-* ``rollbacks``, ``retryAt``, ``lastFailure``, ``avoid``: the backoff, what failed and why, and the
-  offerings (``type/zone/capacity-type``) later attempts avoid: every one an attempt failed on since
-  the gang was last admitted (at most 32), so two broken offerings cannot take turns.
+* ``rollbacks``, ``level``, ``retryAt``, ``lastFailure``, ``avoid``: how many attempts were rolled back,
+  the backoff level (raised only by failures that cost machine time: timeouts, not "no capacity"),
+  what failed and why, and the offerings (``type/zone/capacity-type``) later attempts avoid, each
+  with the time it is avoided until (its failure plus the unavailable-offering TTL; at most 32), so
+  two broken offerings cannot take turns, yet a one-off failure does not exclude an offering for good.
 * ``seq``: incremented on every write, so the newest record among the members wins when a write
   reached only some of them before a crash.
 """
@@ -36,6 +38,31 @@ _PHASES: Final = (PROVISIONING, ROLLED_BACK, ADMITTED)
 
 
 @dataclass(frozen=True, slots=True)
+class Avoided:
+    """An offering (``type/zone/capacity-type``) a gang's attempts avoid until ``until``."""
+
+    offering: str
+    until: datetime | None = None  # None: an entry without expiry (an older joiner wrote it): expired
+
+    def active(self, now: datetime) -> bool:
+        return self.until is not None and now < self.until
+
+    def to_json(self) -> dict[str, str]:
+        out = {"offering": self.offering}
+        if self.until is not None:
+            out["until"] = format_time(self.until)
+        return out
+
+    @staticmethod
+    def from_json(value: Any) -> Avoided:
+        if isinstance(value, str):
+            return Avoided(value)
+        if not isinstance(value, dict):
+            raise ValueError(f"an avoided offering must be a string or an object, not {type(value).__name__}")
+        return Avoided(str(value["offering"]), parse_time(value.get("until")))
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     seq: int
     attempt: int
@@ -47,9 +74,14 @@ class Record:
     rollbacks: int = 0
     retry_at: datetime | None = None
     last_failure: str = ""
-    avoid: tuple[str, ...] = field(default_factory=tuple)
+    avoid: tuple[Avoided, ...] = field(default_factory=tuple)
     admitted_at: datetime | None = None
     members: int = 0  # how many gated members the attempt was planned for (0: unknown)
+    level: int = 0  # the backoff level: rollbacks that cost machine time (timeouts), not capacity refusals
+
+    def avoiding(self, now: datetime) -> tuple[str, ...]:
+        """The offerings still avoided at ``now``."""
+        return tuple(a.offering for a in self.avoid if a.active(now))
 
     def next(self, **changes: Any) -> Record:
         """A copy with ``changes`` and the next ``seq``."""
@@ -66,6 +98,7 @@ class Record:
         }
         if self.members:
             data["members"] = self.members
+        data["level"] = self.level
         for key, value in (
             ("started", self.started),
             ("deadline", self.deadline),
@@ -77,7 +110,7 @@ class Record:
         if self.last_failure:
             data["lastFailure"] = self.last_failure
         if self.avoid:
-            data["avoid"] = list(self.avoid)
+            data["avoid"] = [a.to_json() for a in self.avoid]
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @staticmethod
@@ -99,9 +132,11 @@ class Record:
                 rollbacks=int(data.get("rollbacks", 0)),
                 retry_at=parse_time(data.get("retryAt")),
                 last_failure=str(data.get("lastFailure") or ""),
-                avoid=tuple(str(a) for a in data.get("avoid") or ()),
+                avoid=tuple(Avoided.from_json(a) for a in data.get("avoid") or ()),
                 admitted_at=parse_time(data.get("admittedAt")),
                 members=int(data.get("members", 0)),
+                # a record from before the level existed: every rollback raised the backoff
+                level=int(data.get("level", data.get("rollbacks", 0))),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

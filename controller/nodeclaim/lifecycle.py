@@ -8,19 +8,23 @@ the NodeClaim, its Node or its NodeClass requeue at once. Only this controller c
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any
 
 import structlog
 
 from api.v1.conditions import INITIALIZED, LAUNCHED, READY, REGISTERED
-from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from api.v1.labels import ANNOTATION_REFUSED_OFFERINGS, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
 from controller.clock import format_seconds as fmt_seconds
+from controller.clock import format_time, parse_time
 from controller.cloudprovider.types import (
     CloudProviderError,
     CreateError,
     Instance,
     InsufficientCapacityError,
     NodeClassNotReadyError,
+    OfferingId,
 )
 from controller.context import Context
 from controller.kube.client import ConflictError, InvalidError, NotFoundError
@@ -44,7 +48,7 @@ from controller.state.deletion import delete_nodeclaim
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
 from controller.state.views import NodeClaimView, NodeView, newer
-from controller.state.writes import ConditionUpdate, finalizer_patch, label_patch, matches, with_conditions
+from controller.state.writes import ConditionUpdate, escape, finalizer_patch, label_patch, matches, with_conditions
 
 log = structlog.get_logger()
 
@@ -53,6 +57,31 @@ CONFLICT_RETRY_SECONDS = 0.5
 LAUNCH_RETRY_BASE_SECONDS = 2.0
 LAUNCH_RETRY_MAX_SECONDS = 60.0
 _WELL_KNOWN = (LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE)
+
+
+def refusals_patch(claim: NodeClaimView, refused: tuple[OfferingId, ...], *, at: datetime) -> list[dict[str, Any]]:
+    """JSON patch recording the offerings that refused this NodeClaim's launch (and when)."""
+    value = json.dumps(
+        {"at": format_time(at), "offerings": [f"{o.instance_type}/{o.zone}/{o.capacity_type}" for o in refused]},
+        separators=(",", ":"),
+    )
+    if (claim.raw.get("metadata") or {}).get("annotations") is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_REFUSED_OFFERINGS: value}}]
+    return [{"op": "add", "path": f"/metadata/annotations/{escape(ANNOTATION_REFUSED_OFFERINGS)}", "value": value}]
+
+
+def refusals_of(claim: NodeClaimView) -> tuple[datetime, tuple[OfferingId, ...]] | None:
+    """What ``refusals_patch`` recorded, or None (absent or unreadable)."""
+    text = claim.annotations.get(ANNOTATION_REFUSED_OFFERINGS)
+    if not text:
+        return None
+    try:
+        data = json.loads(str(text))
+        at = parse_time(data["at"])
+        offerings = tuple(OfferingId(*str(o).split("/")) for o in data["offerings"] if str(o).count("/") == 2)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (at, offerings) if at is not None else None
 
 
 def _relevant_node_change(node: NodeView, old: NodeView | None) -> bool:
@@ -95,9 +124,33 @@ class LifecycleController:
         cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
         cluster.subscribe("EC2NodeClass", self._on_nodeclass)
         await cluster.wait_synced()
+        self.remember_refusals()
         for name in list(cluster.claim_views()):
             self.queue.add(name)
         await self.queue.run(self.reconcile, workers=self._workers)
+
+    def remember_refusals(self) -> int:
+        """At start-up: the offerings that refused a launch within the unavailable-offering TTL (as
+        the NodeClaims record them) are unavailable again for the rest of it, so a restart does not
+        let consolidation or the provisioner try them at once. Returns how many were marked."""
+        now = self.ctx.clock.now()
+        ttl = self.ctx.settings.unavailable_offering_ttl_seconds
+        marked = 0
+        for claim in self.ctx.cluster.claim_views().values():
+            refused = refusals_of(claim)
+            if refused is None:
+                continue
+            at, offerings = refused
+            left = ttl - (now - at).total_seconds()
+            if left <= 0:
+                continue
+            for offering in offerings:
+                if not self.ctx.unavailable.is_unavailable(offering):
+                    self.ctx.unavailable.mark(offering, ttl_seconds=left)
+                    marked += 1
+        if marked:
+            log.info("nodeclaim.refusals_remembered", offerings=marked, reason="recorded on NodeClaims within the TTL")
+        return marked
 
     def _on_claim(self, etype: EventType, claim: NodeClaimView, old: NodeClaimView | None) -> None:
         if etype == "DELETED":
@@ -318,6 +371,9 @@ class LifecycleController:
         labels[LABEL_CAPACITY_TYPE] = instance.capacity_type
         wanted = {k: v for k, v in labels.items() if v and (k in _WELL_KNOWN or k not in claim.labels)}
         patch = label_patch(claim, wanted)
+        if instance.refused:
+            # durable, so that a restarted controller still avoids them (``remember_refusals``)
+            patch = [*patch, *refusals_patch(claim, instance.refused, at=self.ctx.clock.now())]
         if patch:
             claim = NodeClaimView.of(await self.ctx.client.patch(NODECLAIMS, name, patch, patch_type="json"))
             self._latest[name] = claim

@@ -178,7 +178,9 @@ async def run_operator(
 
     # the aws provider reads EC2NodeClasses from the cache too
     watched = (*WATCHED, EC2NODECLASSES) if provider == "aws" else WATCHED
-    cluster = ClusterState(source=client, clock=clock, watched=watched)
+    cluster = ClusterState(
+        source=client, clock=clock, watched=watched, watch_timeout_seconds=settings.watch_timeout_seconds
+    )
     unavailable = UnavailableOfferings(clock=clock, ttl_seconds=settings.unavailable_offering_ttl_seconds)
     raw_cloud = build_cloud_provider(
         provider=provider,

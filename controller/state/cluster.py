@@ -40,7 +40,14 @@ _VIEWS: dict[str, Callable[[Obj], View]] = {"Pod": PodView.of, "Node": NodeView.
 class ClusterState:
     """The informers' stores, their typed views (made once per event) and the indexes on them."""
 
-    def __init__(self, *, source: Source, clock: Clock, watched: Iterable[Resource] = WATCHED) -> None:
+    def __init__(
+        self,
+        *,
+        source: Source,
+        clock: Clock,
+        watched: Iterable[Resource] = WATCHED,
+        watch_timeout_seconds: float = 300.0,
+    ) -> None:
         self.clock = clock
         self._listeners: dict[str, list[Listener]] = defaultdict(list)
         self._view_listeners: dict[str, list[ViewListener]] = defaultdict(list)
@@ -53,7 +60,11 @@ class ClusterState:
         self.informers: dict[str, Informer] = {}
         for res in watched:
             self.informers[res.kind] = Informer(
-                source=source, resource=res, clock=clock, handler=self._handler_for(res.kind)
+                source=source,
+                resource=res,
+                clock=clock,
+                handler=self._handler_for(res.kind),
+                watch_timeout_seconds=watch_timeout_seconds,
             )
 
     # --- wiring --------------------------------------------------------------------------

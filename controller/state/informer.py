@@ -39,8 +39,17 @@ def _slim(obj: Obj) -> Obj:
 class Informer:
     """Keeps `store` equal to the apiserver's view of one resource and calls handlers on change."""
 
-    def __init__(self, *, source: Source, resource: Resource, clock: Clock, handler: Handler) -> None:
+    def __init__(
+        self,
+        *,
+        source: Source,
+        resource: Resource,
+        clock: Clock,
+        handler: Handler,
+        watch_timeout_seconds: float = 300.0,
+    ) -> None:
         self.resource = resource
+        self._timeout = max(1, round(watch_timeout_seconds))
         self.store: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self._source = source
@@ -82,7 +91,9 @@ class Informer:
                 if not rv:
                     rv = await self._relist()
                     log.debug("informer.listed", kind=self.resource.kind, count=len(self.store))
-                async for event in self._source.watch(self.resource, resource_version=rv):
+                async for event in self._source.watch(
+                    self.resource, resource_version=rv, timeout_seconds=self._timeout
+                ):
                     obj = event.object
                     new_rv = obj.get("metadata", {}).get("resourceVersion")
                     if new_rv:

@@ -26,6 +26,7 @@ class ScriptedSource:
     watches: list[tuple[list[WatchEvent], Exception | None]]
     list_calls: int = 0
     watched_from: list[str] = field(default_factory=list)
+    timeouts: list[int] = field(default_factory=list)
 
     async def list(self, res: Resource) -> ListResult:
         items = self.lists[min(self.list_calls, len(self.lists) - 1)]
@@ -36,6 +37,7 @@ class ScriptedSource:
         self, res: Resource, *, resource_version: str, timeout_seconds: int = 300
     ) -> AsyncIterator[WatchEvent]:
         self.watched_from.append(resource_version)
+        self.timeouts.append(timeout_seconds)
         if not self.watches:
             await asyncio.Event().wait()  # a quiet, healthy watch
         events, error = self.watches.pop(0)
@@ -87,4 +89,22 @@ async def test_an_apiserver_outage_is_retried_with_backoff_on_the_clock() -> Non
     await _settle()
     assert source.list_calls == 2
     assert informer.store["a"]["metadata"]["resourceVersion"] == "7"
+    task.cancel()
+
+
+async def test_a_watch_that_ends_cleanly_resumes_from_the_last_version_with_the_timeout_asked_for() -> None:
+    """The apiserver ends each watch after the timeout the informer asks for (``--watch-timeout``);
+    a clean end resumes from the last resourceVersion seen, without a list."""
+    source = ScriptedSource(
+        lists=[[_node("a", "1")]],
+        watches=[([WatchEvent("MODIFIED", _node("a", "7"))], None), ([], None)],
+    )
+    informer = Informer(
+        source=source, resource=NODES, clock=FakeClock(), handler=lambda *_: None, watch_timeout_seconds=5
+    )
+    task = asyncio.create_task(informer.run())
+    await _settle()
+    assert source.list_calls == 1
+    assert source.watched_from[:3] == ["100", "7", "7"]
+    assert set(source.timeouts) == {5}
     task.cancel()

@@ -466,6 +466,7 @@ class AWSCloudProvider:
             reason="CreateFleet chose among the NodeClaim's candidates",
         )
         return Instance(
+            refused=tuple(ice),
             provider_id=provider_id_of(zone=zone, instance_id=instance_id),
             nodeclaim=name,
             instance_type=it_name,

@@ -57,6 +57,9 @@ class Choice:
     chosen: Candidate | None
     exhausted: tuple[OfferingId, ...]
     reasons: tuple[str, ...] = ()
+    # the offerings that answered "no capacity" on this call (not those skipped as already unavailable
+    # or not offered): like CreateFleet's errors beside a launched instance, they are marked unavailable
+    refused: tuple[OfferingId, ...] = ()
 
 
 def _expressions(nodeclaim: Obj) -> list[Obj]:
@@ -142,6 +145,7 @@ def choose(
     )
     exhausted: list[OfferingId] = []
     reasons: list[str] = []
+    refused: list[OfferingId] = []
     for cand in ordered:
         key = cand.key
         if not cand.offering.available:
@@ -150,10 +154,12 @@ def choose(
             why = "recently out of capacity"
         elif failures.insufficient(key):
             why = "insufficient capacity (injected by the KWOKNodeClass)"
+            refused.append(key)
         elif failures.unlucky(uid, key):
             why = "insufficient capacity (injected at the KWOKNodeClass's insufficientCapacityRate)"
+            refused.append(key)
         else:
-            return Choice(chosen=cand, exhausted=tuple(exhausted), reasons=tuple(reasons))
+            return Choice(chosen=cand, exhausted=tuple(exhausted), reasons=tuple(reasons), refused=tuple(refused))
         exhausted.append(key)
         reasons.append(f"{key.instance_type}/{key.zone}/{key.capacity_type}: {why}")
-    return Choice(chosen=None, exhausted=tuple(exhausted), reasons=tuple(reasons))
+    return Choice(chosen=None, exhausted=tuple(exhausted), reasons=tuple(reasons), refused=tuple(refused))

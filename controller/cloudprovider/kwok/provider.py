@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -148,8 +149,15 @@ class KWOKCloudProvider:
                 offerings=choice.exhausted,
             )
         it, offering = choice.chosen.instance_type, choice.chosen.offering
-        instance = self._instance(
-            name=name, instance_type=it, offering=offering, image_id=IMAGE_PREFIX + nodeclass.image_id
+        if choice.refused and self._unavailable is not None:
+            # the cheaper offerings that had no capacity this time stay unavailable for a while, as
+            # CreateFleet's errors beside a launched instance do in the aws provider: otherwise
+            # consolidation replaces the dearer machine at once with the offering that just refused it
+            for key in choice.refused:
+                self._unavailable.mark(key)
+        instance = dataclasses.replace(
+            self._instance(name=name, instance_type=it, offering=offering, image_id=IMAGE_PREFIX + nodeclass.image_id),
+            refused=choice.refused,
         )
         self._launches[name] = _Launch(instance=instance, launched_at=self._clock.now(), uid=claim.uid)
         log.info(
@@ -160,6 +168,7 @@ class KWOKCloudProvider:
             capacity_type=offering.capacity_type,
             price=offering.price,
             skipped=len(choice.exhausted),
+            refused=[f"{k.instance_type}/{k.zone}/{k.capacity_type}" for k in choice.refused],
             registration_delay=nodeclass.registration_delay_seconds,
             reason="cheapest available offering among the NodeClaim's candidates",
         )

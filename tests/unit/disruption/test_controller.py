@@ -3,9 +3,15 @@ Nodes and Events, and in which order things happen."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
+from controller.cloudprovider.types import OfferingId
+from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.disruption import metrics
 from controller.disruption.controller import ANNOTATION_REPLACEMENT_FOR, DisruptionController
-from controller.kube.resources import NODECLAIMS, NODEPOOLS
+from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODEPOOLS
+from controller.nodeclaim.lifecycle import LifecycleController
 from controller.state.deletion import ANNOTATION_TERMINATION_REASON
 from tests.unit.disruption.world import World
 
@@ -226,3 +232,73 @@ async def test_a_replacement_is_bought_as_the_pools_tier_mix_wants(world: World)
     # spot cpu-4 (0.08/h) is the cheapest, but the pool wants all of its capacity on demand
     assert (replacement.choice.instance_type, replacement.choice.capacity_type) == ("cpu-4", "on-demand")
     assert command.new_price == replacement.price
+
+
+async def test_a_machine_bought_on_a_fallback_is_not_replaced_by_the_offering_that_just_refused_it(
+    world: World,
+) -> None:
+    """The cause of the empty L4 node in the seed-7 chaos run with fault rates: the cheapest offering
+    answered "no capacity" to one NodeClaim, its launch fell back to a dearer offering, and ten seconds
+    after the node was Initialized consolidation decided to replace it with that very offering (a
+    13th NodeClaim, empty until the old node is drained). The offering that refused a launch is
+    unavailable for the TTL, as CreateFleet's errors make it in the aws provider: no replace meanwhile."""
+    h = world.h
+    h.start(LifecycleController(h.ctx))
+    refused = {"instanceType": "cpu-4", "zone": "zone-a", "capacityType": "spot"}
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [refused]}}})
+    await h.cached("KWOKNodeClass", "default")
+    await world.nodepool()
+    await h.create_claim("pricey", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("pricey", "Registered") == "True", "launched and registered")
+    claim = world.claim("pricey")
+    assert claim is not None
+    assert claim["metadata"]["labels"]["joiner.sh/capacity-type"] == "on-demand", "fell back from spot"
+    assert OfferingId("cpu-4", "zone-a", "spot") in h.ctx.unavailable.current()
+    await h.make_ready("pricey")
+    await h.eventually(lambda: h.condition_status("pricey", "Initialized") == "True", "initialized")
+    await world.pod("web-1", "pricey")
+    # the refusal was a one-off: the offering would launch now, but it is avoided for the TTL
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": None}})
+    await h.cached("KWOKNodeClass", "default")
+    await world.advance(31)  # consolidateAfter since the pod landed
+    decision = await world.controller.reconcile()
+    assert [c for c in decision.commands if c.action == "replace"] == [], decision.commands
+    await world.advance(150)  # past the 3 min the refused offering is unavailable: a replace saves money
+    [command] = (await world.controller.reconcile()).commands
+    assert command.action == "replace"
+    assert command.replacements[0].choice.capacity_type == "spot"
+
+
+async def test_the_refusal_survives_a_controller_restart(world: World) -> None:
+    """The third seed-13 run with fault rates: the controller was killed 3 s after such a fallback
+    launch, and the restarted one (its unavailable offerings lived in memory) replaced the node with
+    the offering that had refused it. The NodeClaim now records the refusal; a restarted controller
+    keeps the offering unavailable for the rest of the TTL."""
+    h = world.h
+    h.start(LifecycleController(h.ctx))
+    refused = {"instanceType": "cpu-4", "zone": "zone-a", "capacityType": "spot"}
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [refused]}}})
+    await h.cached("KWOKNodeClass", "default")
+    await world.nodepool()
+    await h.create_claim("pricey", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("pricey", "Registered") == "True", "launched and registered")
+    claim = world.claim("pricey")
+    assert claim is not None
+    recorded = json.loads(claim["metadata"]["annotations"]["joiner.sh/refused-offerings"])
+    assert recorded["offerings"] == ["cpu-4/zone-a/spot"]
+    await h.make_ready("pricey")
+    await world.pod("web-1", "pricey")
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": None}})
+    await h.cached("KWOKNodeClass", "default")
+    await world.advance(31)
+
+    # the process dies: a new one starts with an empty memory of unavailable offerings
+    fresh = UnavailableOfferings(clock=h.clock, ttl_seconds=h.ctx.settings.unavailable_offering_ttl_seconds)
+    restarted = dataclasses.replace(h.ctx, unavailable=fresh)
+    assert LifecycleController(restarted).remember_refusals() == 1
+    assert OfferingId("cpu-4", "zone-a", "spot") in fresh.current()
+    decision = await DisruptionController(restarted, offload=False).reconcile()
+    assert [c for c in decision.commands if c.action == "replace"] == [], decision.commands
+    await world.advance(150)  # the TTL, counted from the launch, has passed
+    assert OfferingId("cpu-4", "zone-a", "spot") not in fresh.current()
+    assert LifecycleController(restarted).remember_refusals() == 0, "an old refusal is not remembered"

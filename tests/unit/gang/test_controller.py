@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -238,7 +239,7 @@ async def test_one_failed_member_rolls_back_every_nodeclaim_and_the_retry_succee
     rolled = record(h, "w0")
     assert rolled.rollbacks == 1
     assert "InsufficientCapacity" in rolled.last_failure
-    assert "cpu-4/zone-a/spot" in rolled.avoid
+    assert "cpu-4/zone-a/spot" in rolled.avoiding(h.ctx.clock.now())
     [event] = [e for e in events(h, "w0") if e["reason"] == "GangRolledBack"]
     assert event["type"] == "Warning"
     assert "retrying in 30s" in event["message"]
@@ -297,6 +298,87 @@ async def test_a_restarted_controller_finishes_a_half_done_gang(world: Harness) 
     start_gangs(h)
     await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "w2")), "admitted after the restart")
     assert len(h.kube.objects(NODECLAIMS)) == 3
+
+
+async def test_a_new_leader_first_finishes_an_admission_its_predecessor_left_half_done(world: Harness) -> None:
+    """The leader died after removing the gate of w0 only. The next controller's first writes are the
+    other members' gate removals, before it deletes a leftover NodeClaim of an earlier attempt or
+    does anything else about the gang."""
+    h = world
+    for name in ("w0", "w1", "w2"):
+        await gang_pod(h, name)
+    first = start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims")
+    await make_all_ready(h, sorted(gang_claims(h)))
+    await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "w2")), "admitted")
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    # put w1 and w2 back where a leader that died between the patches leaves them: still gated,
+    # with the attempt's Provisioning record (the Admitted one goes with the gate removal)
+    adm = record(h, "w0")
+    assert adm.phase == ADMITTED
+    pin = Record(
+        seq=adm.seq - 1,
+        attempt=adm.attempt,
+        id=adm.id,
+        phase=PROVISIONING,
+        nodeclaims=adm.nodeclaims,
+        started=adm.started,
+        deadline=h.ctx.clock.now() + timedelta(minutes=10),
+        members=3,
+    )
+    for name in ("w1", "w2"):
+        await h.kube.patch(
+            PODS,
+            name,
+            {
+                "metadata": {"annotations": {"joiner.sh/gang-state": pin.to_json()}},
+                "spec": {"schedulingGates": [{"name": "joiner.sh/gang"}]},
+            },
+            namespace="ml",
+        )
+    leftover = {
+        "apiVersion": "joiner.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": "gpu-gold-0",
+            "labels": {"joiner.sh/gang": GID, "joiner.sh/nodepool": "gpu"},
+            "annotations": {"joiner.sh/gang-attempt": "old", "joiner.sh/gang-name": "ml/train"},
+        },
+        "spec": {
+            "nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"},
+            "requirements": [],
+            "resources": {"requests": {"cpu": "1"}},
+        },
+    }
+    await h.kube.create(NODECLAIMS, leftover)
+    for name in ("w1", "w2"):
+        await h.cached("Pod", f"ml/{name}")
+    await h.cached("NodeClaim", "gpu-gold-0")
+    assert gated(h, "w1")
+    assert gated(h, "w2")
+    h.kube.calls.clear()
+    start_gangs(h)
+    await h.eventually(lambda: not gated(h, "w1") and not gated(h, "w2"), "the rest of the gang released")
+    await h.eventually(lambda: "gpu-gold-0" not in gang_claims(h) or _deleting(h, "gpu-gold-0"), "leftover deleted")
+    # the gang controller's writes (the lifecycle controller launches the leftover meanwhile)
+    writes = [
+        (verb, plural, name)
+        for verb, plural, name in h.kube.calls
+        if plural == "pods" or (plural == "nodeclaims" and verb == "delete")
+    ]
+    assert writes[:2] == [("patch", "pods", "w1"), ("patch", "pods", "w2")] or writes[:2] == [
+        ("patch", "pods", "w2"),
+        ("patch", "pods", "w1"),
+    ], writes[:6]
+    assert record(h, "w1").phase == ADMITTED
+    assert record(h, "w1").id == adm.id
+
+
+def _deleting(h: Harness, name: str) -> bool:
+    obj = h.kube.obj(NODECLAIMS, name)
+    return obj is None or bool(obj["metadata"].get("deletionTimestamp"))
 
 
 async def test_a_crash_before_the_nodeclaims_were_created_is_retried_at_once(world: Harness) -> None:
@@ -446,6 +528,63 @@ async def test_offerings_that_never_register_stay_avoided_until_the_gang_runs_on
         assert list(attempts.values())[:2] == ["cpu-4/zone-a/spot", "cpu-4/zone-a/on-demand"], attempts
         assert list(attempts.values())[-1] == "gpu-1/zone-a/on-demand", attempts
         assert len(attempts) == 3, attempts
-        assert set(record(h, "w0").avoid) == set(), "an admitted gang avoids nothing"
+        assert record(h, "w0").avoid == (), "an admitted gang avoids nothing"
     finally:
         await h.close()
+
+
+async def test_one_off_capacity_refusals_neither_grow_the_backoff_nor_exclude_an_offering_for_good(
+    world: Harness,
+) -> None:
+    """Both zones refuse capacity once, one after the other. Each rollback retries after the base
+    backoff (nothing ran, and the next attempt avoids what failed), and once the unavailable-offering
+    TTL (3 min) has passed since zone-a failed, the gang is planned on zone-a's cheap spot offering
+    again instead of avoiding it until it is admitted."""
+    h = world
+    zone_a = {"instanceType": "cpu-4", "zone": "zone-a"}
+    zone_b = {"instanceType": "cpu-4", "zone": "zone-b"}
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [zone_a]}}})
+    await h.cached("KWOKNodeClass", "default")
+    for name in ("w0", "w1"):
+        await gang_pod(h, name, gpus=0, cpu="3", size=2, node_selector={"node.kubernetes.io/instance-type": "cpu-4"})
+    start_gangs(h)
+    await h.eventually(
+        lambda: record_of(PodView.of(pod(h, "w0"))) is not None and record(h, "w0").phase == ROLLED_BACK,
+        "the first attempt rolled back",
+    )
+    first = record(h, "w0")
+    failed_at = h.ctx.clock.now()
+    assert (first.rollbacks, first.level) == (1, 0)
+    assert first.avoiding(failed_at) == ("cpu-4/zone-a/spot",)  # the offering planned (the launch marked both)
+    assert all(a.until == failed_at + timedelta(minutes=3) for a in first.avoid)
+    await h.eventually(
+        lambda: any("retrying in 30s" in e["message"] for e in events(h, "w0") if e["reason"] == "GangRolledBack"),
+        "told: retrying in 30s",
+    )
+
+    # zone-b refuses too (zone-a is avoided, so the second attempt goes there)
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [zone_b]}}})
+    await h.cached("KWOKNodeClass", "default")
+    await h.advance(31)
+    await h.eventually(lambda: record(h, "w0").rollbacks == 2, "the second attempt rolled back")
+    second = record(h, "w0")
+    assert second.level == 0, "a refusal of capacity does not raise the backoff level"
+    assert second.retry_at is not None
+    assert (second.retry_at - h.ctx.clock.now()).total_seconds() == 30
+    assert set(second.avoiding(h.ctx.clock.now())) == {"cpu-4/zone-a/spot", "cpu-4/zone-b/on-demand"}
+
+    # the cloud has capacity again; until zone-a's TTL runs out every offering is avoided: the gang waits
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": None}})
+    await h.cached("KWOKNodeClass", "default")
+    await h.advance(60)
+    assert gang_claims(h) == {}, "every offering failed within the TTL: the gang waits for capacity"
+    while (h.ctx.clock.now() - failed_at).total_seconds() < 181 + 30:
+        await h.advance(10)
+        if gang_claims(h):
+            break
+    await h.eventually(lambda: len(gang_claims(h)) == 2, "a third attempt once zone-a's TTL has passed")
+    offerings = {c["metadata"]["annotations"]["joiner.sh/gang-offering"] for c in gang_claims(h).values()}
+    assert offerings == {"cpu-4/zone-a/spot"}, "zone-a's spot offering is no longer avoided"
+    assert (h.ctx.clock.now() - failed_at).total_seconds() >= 180
+    await make_all_ready(h, sorted(gang_claims(h)))
+    await h.eventually(lambda: not gated(h, "w0") and not gated(h, "w1"), "admitted")

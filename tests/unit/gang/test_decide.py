@@ -157,6 +157,22 @@ def test_a_failed_member_rolls_back_the_whole_attempt_with_its_reason() -> None:
     assert "nodeclaim/c1 (gpu-8, zone-a) failed: InsufficientCapacity" in d.message
 
 
+def test_a_rollback_only_on_refused_capacity_does_not_raise_the_backoff_level() -> None:
+    rec = provisioning(*CLAIMS)
+    refused = [claim("c0", initialized=True), claim("c1", deleting=True, reason="InsufficientCapacity"), claim("c2")]
+    d = decide(view(pinned("a", "b", "c"), pending=rec, claims=refused), now=T0, knobs=KNOBS)
+    assert isinstance(d, Rollback)
+    assert d.capacity_only
+    timed_out = [
+        claim("c0", deleting=True, reason="InsufficientCapacity"),
+        claim("c1", deleting=True, reason="InitializationTimedOut"),
+        claim("c2"),
+    ]
+    d = decide(view(pinned("a", "b", "c"), pending=rec, claims=timed_out), now=T0, knobs=KNOBS)
+    assert isinstance(d, Rollback)
+    assert not d.capacity_only, "a machine that ran and never became Ready cost time: the backoff grows"
+
+
 def test_a_claim_that_vanished_after_it_was_seen_is_a_failure() -> None:
     rec = provisioning(*CLAIMS)
     claims = [claim("c0"), claim("c2")]
@@ -234,6 +250,23 @@ def test_a_crash_while_removing_gates_is_finished() -> None:
     assert d == Admit(("b", "c"))
 
 
+def test_an_interrupted_admission_is_finished_before_anything_else_about_the_gang() -> None:
+    """A leader died between the gate removals: the rest of the gang follows first, before leftovers of
+    an earlier attempt are deleted (a 5 s recheck) and before a lost node's policy is applied."""
+    rec = provisioning(*CLAIMS)
+    adm = rec.next(phase="Admitted")
+    released = [member("a", gated=False, record=adm)]
+    gated = pinned("b", "c", record=rec)
+    stale = claim("old-0", initialized=True)
+    stale["metadata"]["annotations"]["joiner.sh/gang-attempt"] = "old"
+    claims = [*(claim(n, initialized=True) for n in CLAIMS), stale]
+    d = decide(view(gated, released=released, claims=claims, pending=rec, admitted=adm), now=T0, knobs=KNOBS)
+    assert d == Admit(("b", "c"))
+    lost = [claim("c0", initialized=True), claim("c1", initialized=True), claim("c2", deleting=True)]
+    d = decide(view(gated, released=released, claims=lost, pending=rec, admitted=adm), now=T0, knobs=KNOBS)
+    assert d == Admit(("b", "c")), "the members run already: the rest join them, then the policy applies"
+
+
 def test_a_lost_node_applies_the_policy() -> None:
     adm = admitted(*CLAIMS)
     released = [member(n, gated=False, record=adm) for n in "abc"]
@@ -265,7 +298,7 @@ def test_a_finished_gang_releases_its_nodes_to_consolidation() -> None:
 
 def test_backoff_doubles_from_thirty_seconds_to_ten_minutes() -> None:
     waits = [backoff_seconds(n, base=30, maximum=600) for n in range(8)]
-    assert waits == [0, 30, 60, 120, 240, 480, 600, 600]
+    assert waits == [30, 30, 60, 120, 240, 480, 600, 600]  # level 0 (only capacity refusals so far): the base
 
 
 @given(n=st.integers(1, 10_000), base=st.floats(0.1, 100), maximum=st.floats(1, 10_000))

@@ -7,12 +7,15 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Record, newest, record_of
+from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Avoided, Record, newest, record_of
 from controller.state.views import PodView
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 names = st.lists(st.from_regex(r"[a-z0-9-]{1,20}", fullmatch=True), max_size=8).map(tuple)
 times = st.one_of(st.none(), st.integers(0, 10**7).map(lambda s: T0 + timedelta(seconds=s)))
+avoided = st.lists(
+    st.builds(Avoided, st.from_regex(r"[a-z0-9-]{1,8}/[a-z0-9-]{1,8}/[a-z-]{1,9}", fullmatch=True), times), max_size=8
+).map(tuple)
 
 
 @given(
@@ -25,8 +28,9 @@ times = st.one_of(st.none(), st.integers(0, 10**7).map(lambda s: T0 + timedelta(
     retry_at=times,
     rollbacks=st.integers(0, 100),
     failure=st.text(max_size=200),
-    avoid=names,
+    avoid=avoided,
     members=st.integers(0, 5000),
+    level=st.integers(0, 100),
 )
 def test_round_trip(
     seq: int,
@@ -38,8 +42,9 @@ def test_round_trip(
     retry_at: datetime | None,
     rollbacks: int,
     failure: str,
-    avoid: tuple[str, ...],
+    avoid: tuple[Avoided, ...],
     members: int,
+    level: int,
 ) -> None:
     record = Record(
         seq=seq,
@@ -54,6 +59,7 @@ def test_round_trip(
         last_failure=failure,
         avoid=avoid,
         members=members,
+        level=level,
     )
     assert Record.from_json(record.to_json()) == record
 
@@ -72,3 +78,24 @@ def test_the_newest_write_wins() -> None:
     pod = {"metadata": {"annotations": {"joiner.sh/gang-state": new.to_json()}}}
     assert record_of(PodView.of(pod)) == new
     assert record_of(PodView.of({"metadata": {}})) is None
+
+
+def test_avoided_offerings_expire_and_old_records_still_read() -> None:
+    record = Record(
+        seq=1,
+        attempt=2,
+        id="a",
+        phase=ROLLED_BACK,
+        rollbacks=2,
+        level=1,
+        avoid=(Avoided("gpu-8/zone-a/spot", T0 + timedelta(minutes=3)), Avoided("gpu-8/zone-b/spot", T0)),
+    )
+    assert record.avoiding(T0) == ("gpu-8/zone-a/spot",)
+    assert record.avoiding(T0 + timedelta(minutes=3)) == ()
+    # written by a joiner that kept plain names and no level: read, nothing avoided, level = rollbacks
+    legacy = Record.from_json('{"seq":1,"attempt":2,"id":"a","phase":"RolledBack","rollbacks":2,"avoid":["x/y/z"]}')
+    assert legacy is not None
+    assert legacy.avoid == (Avoided("x/y/z"),)
+    assert legacy.avoiding(T0) == ()
+    assert legacy.level == 2
+    assert Record.from_json('{"seq":1,"phase":"RolledBack","avoid":[7]}') is None
