@@ -179,9 +179,12 @@ def test_killing_the_leader_mid_gang_never_leaves_the_gang_half_admitted(cluster
         return any(g["name"] == "joiner.sh/gang" for g in p["spec"].get("schedulingGates") or [])
 
     def watch_all_or_none() -> bool:
+        # the four gates come off in one concurrent burst of patches (not one atomic write:
+        # docs/gangs.md), so a sample may fall between two of them; what must never be seen is a
+        # member bound to its node while another is still held back
         pods = cluster.items("pods", namespace=ns)
-        released = [p for p in pods if not gated(p)]
-        assert len(released) in (0, 4), f"half a gang released: {[p['metadata']['name'] for p in released]}"
+        bound = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")]
+        assert not (bound and any(gated(p) for p in pods)), f"half a gang started: {bound}"
         return all(p["status"].get("phase") == "Running" for p in pods) and len(pods) == 4
 
     eventually(watch_all_or_none, timeout=180, interval=0.5, what="the whole gang Running")
