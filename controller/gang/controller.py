@@ -103,14 +103,29 @@ EVENT_PODS: Final = 64  # at most this many members get each Event (the log name
 MAX_AVOIDED: Final = 32
 
 
+def _refreshed(avoid: Iterable[Avoided], *, now: datetime, last_attempt: int, ttl_seconds: float) -> list[Avoided]:
+    """The entries the attempt after ``last_attempt`` avoids: those within their TTL, and those that
+    attempt failed on even when the rollback and the backoff outlasted their TTL (then for a new TTL
+    from now, so the launch avoids them too)."""
+    until = now + timedelta(seconds=ttl_seconds)
+    out = []
+    for a in avoid:
+        if not a.active_for(now, last_attempt=last_attempt):
+            continue
+        if not a.active(now):
+            a = Avoided(a.offering, until, a.attempt)
+        out.append(a)
+    return out
+
+
 def _accumulate(
-    before: Iterable[Avoided], failed: Iterable[str], *, now: datetime, ttl_seconds: float
+    before: Iterable[Avoided], failed: Iterable[str], *, now: datetime, ttl_seconds: float, attempt: int = 0
 ) -> tuple[Avoided, ...]:
     """The offerings a gang avoids: every one an attempt failed on within the unavailable-offering TTL
     (so two broken offerings cannot take turns, and a one-off failure does not exclude an offering
     for good), each until its last failure plus the TTL; the newest first when there are too many."""
     until = now + timedelta(seconds=ttl_seconds)
-    fresh = {o: Avoided(o, until) for o in failed}
+    fresh = {o: Avoided(o, until, attempt) for o in failed}
     kept = [a for a in before if a.active(now) and a.offering not in fresh]
     merged = sorted([*fresh.values(), *kept], key=lambda a: a.until or now, reverse=True)[:MAX_AVOIDED]
     return tuple(sorted(merged, key=lambda a: a.offering))
@@ -611,7 +626,12 @@ class GangController:
                 return
             now = ctx.clock.now()
             avoiding = (
-                [a for a in view.pending.avoid if a.active(now)]
+                _refreshed(
+                    view.pending.avoid,
+                    now=now,
+                    last_attempt=view.pending.attempt,
+                    ttl_seconds=ctx.settings.unavailable_offering_ttl_seconds,
+                )
                 if view.pending is not None and view.pending.phase == ROLLED_BACK
                 else []
             )
@@ -731,7 +751,16 @@ class GangController:
             rollbacks=rollbacks,
             last_failure=view.pending.last_failure if view.pending is not None else "",
             # what earlier attempts failed on stays avoided for the unavailable-offering TTL
-            avoid=tuple(a for a in view.pending.avoid if a.active(now)) if view.pending is not None else (),
+            avoid=tuple(
+                _refreshed(
+                    view.pending.avoid,
+                    now=now,
+                    last_attempt=view.pending.attempt,
+                    ttl_seconds=self.ctx.settings.unavailable_offering_ttl_seconds,
+                )
+            )
+            if view.pending is not None
+            else (),
             level=view.pending.level if view.pending is not None else 0,
             members=len(view.gated),
         )
@@ -819,7 +848,11 @@ class GangController:
             retry_at=now + timedelta(seconds=delay),
             last_failure=d.message,
             avoid=_accumulate(
-                pending.avoid, d.avoid, now=now, ttl_seconds=ctx.settings.unavailable_offering_ttl_seconds
+                pending.avoid,
+                d.avoid,
+                now=now,
+                ttl_seconds=ctx.settings.unavailable_offering_ttl_seconds,
+                attempt=pending.attempt,
             ),
             level=level,
         )

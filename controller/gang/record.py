@@ -43,14 +43,22 @@ class Avoided:
 
     offering: str
     until: datetime | None = None  # None: an entry without expiry (an older joiner wrote it): expired
+    attempt: int = 0  # the attempt that failed on it (0: unknown)
 
     def active(self, now: datetime) -> bool:
         return self.until is not None and now < self.until
 
-    def to_json(self) -> dict[str, str]:
-        out = {"offering": self.offering}
+    def active_for(self, now: datetime, *, last_attempt: int) -> bool:
+        """Avoided by the retry after ``last_attempt``: within its TTL, or failed by that very attempt
+        (however long the rollback and the backoff took, the next attempt never repeats it)."""
+        return self.active(now) or (self.attempt > 0 and self.attempt == last_attempt)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"offering": self.offering}
         if self.until is not None:
             out["until"] = format_time(self.until)
+        if self.attempt:
+            out["attempt"] = self.attempt
         return out
 
     @staticmethod
@@ -59,7 +67,7 @@ class Avoided:
             return Avoided(value)
         if not isinstance(value, dict):
             raise ValueError(f"an avoided offering must be a string or an object, not {type(value).__name__}")
-        return Avoided(str(value["offering"]), parse_time(value.get("until")))
+        return Avoided(str(value["offering"]), parse_time(value.get("until")), int(value.get("attempt") or 0))
 
 
 @dataclass(frozen=True, slots=True)
