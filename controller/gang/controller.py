@@ -103,6 +103,11 @@ EVENT_PODS: Final = 64  # at most this many members get each Event (the log name
 MAX_AVOIDED: Final = 32
 
 
+# how long a gang avoids an offering whose machine launched but never registered, never became
+# Initialized or was deleted under it (not a mere refusal of capacity)
+BROKEN_OFFERING_AVOID_SECONDS = 6 * 3600.0
+
+
 def _refreshed(avoid: Iterable[Avoided], *, now: datetime, last_attempt: int, ttl_seconds: float) -> list[Avoided]:
     """The entries the attempt after ``last_attempt`` avoids: those within their TTL, and those that
     attempt failed on even when the rollback and the backoff outlasted their TTL (then for a new TTL
@@ -851,7 +856,11 @@ class GangController:
                 pending.avoid,
                 d.avoid,
                 now=now,
-                ttl_seconds=ctx.settings.unavailable_offering_ttl_seconds,
+                # a refusal of capacity blinks; a machine that launched and never registered or got
+                # ready is a broken offering, avoided much longer (else slow failures alternate forever)
+                ttl_seconds=ctx.settings.unavailable_offering_ttl_seconds
+                if d.capacity_only
+                else max(ctx.settings.unavailable_offering_ttl_seconds, BROKEN_OFFERING_AVOID_SECONDS),
                 attempt=pending.attempt,
             ),
             level=level,
