@@ -107,17 +107,23 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]
     # fill the containers children first, as PyYAML does; a container holding itself (an alias
     # inside its own anchor) would need PyYAML's two-step construction
     shape: dict[int, tuple[int, int]] = {}  # collection -> (height, size), once it is filled
+
+    def child_shape(v: yaml.Node) -> tuple[int, int]:
+        """(height, size) a child adds: a filled collection's, or none for a scalar."""
+        if not isinstance(v, yaml.CollectionNode):
+            return 0, 0
+        sub = shape.get(id(v))
+        if sub is None:
+            raise _Fallback
+        return sub
+
     for node in reversed(containers):
         out = built[id(node)]
         height, size = 0, 1 + len(node.value)
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
-                if isinstance(v, yaml.CollectionNode):
-                    sub = shape.get(id(v))
-                    if sub is None:
-                        raise _Fallback
-                    height = max(height, sub[0])
-                    size += sub[1]
+                sub_height, sub_size = child_shape(v)
+                height, size = max(height, sub_height), size + sub_size
                 name = built[id(k)]
                 try:
                     out[name] = built[id(v)]
@@ -125,12 +131,8 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]
                     raise _Fallback from None  # an unhashable key: PyYAML's error message
         else:
             for v in node.value:
-                if isinstance(v, yaml.CollectionNode):
-                    sub = shape.get(id(v))
-                    if sub is None:
-                        raise _Fallback
-                    height = max(height, sub[0])
-                    size += sub[1]
+                sub_height, sub_size = child_shape(v)
+                height, size = max(height, sub_height), size + sub_size
                 out.append(built[id(v)])
         shape[id(node)] = (height + 1, size)
     height, size = shape.get(id(root), (0, 0))

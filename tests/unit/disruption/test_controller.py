@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 from controller.cloudprovider.types import OfferingId
 from controller.cloudprovider.unavailable import UnavailableOfferings
@@ -234,14 +235,8 @@ async def test_a_replacement_is_bought_as_the_pools_tier_mix_wants(world: World)
     assert command.new_price == replacement.price
 
 
-async def test_a_machine_bought_on_a_fallback_is_not_replaced_by_the_offering_that_just_refused_it(
-    world: World,
-) -> None:
-    """The cause of the empty L4 node in the seed-7 chaos run with fault rates: the cheapest offering
-    answered "no capacity" to one NodeClaim, its launch fell back to a dearer offering, and ten seconds
-    after the node was Initialized consolidation decided to replace it with that very offering (a
-    13th NodeClaim, empty until the old node is drained). The offering that refused a launch is
-    unavailable for the TTL, as CreateFleet's errors make it in the aws provider: no replace meanwhile."""
+async def _launched_after_a_refusal(world: World) -> dict[str, Any]:
+    """NodeClaim "pricey" launched and registered on on-demand after cpu-4/zone-a/spot refused it."""
     h = world.h
     h.start(LifecycleController(h.ctx))
     refused = {"instanceType": "cpu-4", "zone": "zone-a", "capacityType": "spot"}
@@ -252,6 +247,19 @@ async def test_a_machine_bought_on_a_fallback_is_not_replaced_by_the_offering_th
     await h.eventually(lambda: h.condition_status("pricey", "Registered") == "True", "launched and registered")
     claim = world.claim("pricey")
     assert claim is not None
+    return claim
+
+
+async def test_a_machine_bought_on_a_fallback_is_not_replaced_by_the_offering_that_just_refused_it(
+    world: World,
+) -> None:
+    """The cause of the empty L4 node in the seed-7 chaos run with fault rates: the cheapest offering
+    answered "no capacity" to one NodeClaim, its launch fell back to a dearer offering, and ten seconds
+    after the node was Initialized consolidation decided to replace it with that very offering (a
+    13th NodeClaim, empty until the old node is drained). The offering that refused a launch is
+    unavailable for the TTL, as CreateFleet's errors make it in the aws provider: no replace meanwhile."""
+    h = world.h
+    claim = await _launched_after_a_refusal(world)
     assert claim["metadata"]["labels"]["joiner.sh/capacity-type"] == "on-demand", "fell back from spot"
     assert OfferingId("cpu-4", "zone-a", "spot") in h.ctx.unavailable.current()
     await h.make_ready("pricey")
@@ -275,15 +283,7 @@ async def test_the_refusal_survives_a_controller_restart(world: World) -> None:
     the offering that had refused it. The NodeClaim now records the refusal; a restarted controller
     keeps the offering unavailable for the rest of the TTL."""
     h = world.h
-    h.start(LifecycleController(h.ctx))
-    refused = {"instanceType": "cpu-4", "zone": "zone-a", "capacityType": "spot"}
-    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [refused]}}})
-    await h.cached("KWOKNodeClass", "default")
-    await world.nodepool()
-    await h.create_claim("pricey", instance_types=["cpu-4"])
-    await h.eventually(lambda: h.condition_status("pricey", "Registered") == "True", "launched and registered")
-    claim = world.claim("pricey")
-    assert claim is not None
+    claim = await _launched_after_a_refusal(world)
     recorded = json.loads(claim["metadata"]["annotations"]["joiner.sh/refused-offerings"])
     assert recorded["offerings"] == ["cpu-4/zone-a/spot"]
     await h.make_ready("pricey")
