@@ -18,6 +18,7 @@ __all__ = [
     "ever_admitted",
     "node_names",
     "offering_of",
+    "pinned_zone",
     "progress",
     "termination_reason",
     "zone_of",
@@ -44,6 +45,11 @@ def _single_requirement(claim: NodeClaimView, key: str) -> str | None:
         if req.get("key") == key and req.get("operator") == "In" and len(values) == 1:
             return str(values[0])
     return None
+
+
+def pinned_zone(claim: NodeClaimView) -> str | None:
+    """The one zone the claim's requirements allow (a same-zone gang's claims pin it), if any."""
+    return _single_requirement(claim, LABEL_ZONE)
 
 
 def _instance_type(claim: NodeClaimView) -> str | None:

@@ -37,6 +37,7 @@ from controller.gang.decide import (
     MemberLost,
     Pin,
     PlanAttempt,
+    Replan,
     Rollback,
     SizeUnknown,
     Wait,
@@ -82,16 +83,19 @@ from controller.kube.client import ApiError, ConflictError, NotFoundError, Patch
 from controller.kube.resources import NODECLAIMS, NODES, PODS
 from controller.scheduling import kubeconv
 from controller.scheduling.bounds import apply_bounds
-from controller.scheduling.model import NodePoolTemplate, OfferingKey
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.model import ExistingNode, NodePoolTemplate, OfferingKey, Pod
 from controller.state.deletion import delete_nodeclaim
-from controller.state.existing import cluster_capacity
+from controller.state.existing import cluster_capacity, existing_node
 from controller.state.informer import EventType
 from controller.state.nodepools import daemon_templates, valid_pools
 from controller.state.spend import pool_bounds
-from controller.state.views import NodeClaimView, NodeView, Obj, PodView
+from controller.state.views import NodeClaimView, NodeView, Obj, PodView, StateNode
 from controller.state.writer import NewClaim
 
 log = structlog.get_logger()
+
+Pools = dict[str, tuple[Obj, tuple[InstanceType, ...]]]  # valid NodePools and their instance types
 
 MAX_GONE: Final = 4096
 WRITE_RECHECK_SECONDS: Final = 5.0
@@ -393,6 +397,9 @@ class GangController:
         if isinstance(decision, Rollback):
             await self._rollback(view, decision)
             return
+        if isinstance(decision, Replan):
+            await self._replan(view, decision)
+            return
         if isinstance(decision, Admit):
             await self._admit(view, decision.pods)
             return
@@ -581,6 +588,56 @@ class GangController:
 
     # --- plan and provision ------------------------------------------------------------------
 
+    async def _pools(
+        self,
+    ) -> tuple[Pools, dict[str, InstanceType], list[ExistingNode], list[NodePoolTemplate]]:
+        """The valid NodePools, their instance types, the cluster's machines (in-flight NodeClaims
+        included) and the NodePools as the solver sees them, their usage counted from those machines."""
+        ctx = self.ctx
+        pools = await valid_pools(ctx, component="gang")
+        all_types = {it.name: it for _, its in pools.values() for it in its}
+        existing = cluster_capacity(ctx.cluster, list(all_types.values()), extra_claims=ctx.writer.in_flight())
+        templates: list[NodePoolTemplate] = []
+        for name, (pool, its) in pools.items():
+            try:
+                templates.append(kubeconv.nodepool_from_dict(pool, its, usage=kubeconv.pool_usage(name, existing)))
+            except ValueError as err:
+                log.warning("gang.nodepool_invalid", nodepool=name, error=str(err))
+        return pools, all_types, existing, templates
+
+    def _request(
+        self,
+        view: GangView,
+        *,
+        pods: Sequence[Pod],
+        pools: Pools,
+        templates: Sequence[NodePoolTemplate],
+        existing: Sequence[ExistingNode],
+        avoid: Iterable[str],
+        same_zone: bool | None,
+    ) -> PlanRequest:
+        ctx = self.ctx
+        return PlanRequest(
+            key=view.key,
+            gid=view.gid,
+            pods=tuple(pods),
+            pools=tuple(templates),
+            defaults={name: pool_gang_defaults(pool) for name, (pool, _) in pools.items()},
+            existing=tuple(existing),
+            daemons=tuple(daemon_templates(ctx.cluster, component="gang")),
+            unavailable=frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current()),
+            avoid=_offering_keys(avoid),
+            same_zone=same_zone,
+        )
+
+    def _refused_by_bounds(self, result: GangPlan, pools: Pools, all_types: dict[str, InstanceType]) -> str | None:
+        """The NodePools' budgets and limits.nodes: the whole plan or none of it."""
+        ctx = self.ctx
+        claims = [*ctx.cluster.claim_views().values(), *ctx.writer.in_flight()]
+        bounds = pool_bounds({n: p for n, (p, _) in pools.items()}, claims, all_types)
+        refused = apply_bounds(result.plan, bounds).refused
+        return next(iter(refused.values()))[1] if refused else None
+
     async def _plan(self, view: GangView, *, top_up: bool) -> None:
         key = view.key
         ctx = self.ctx
@@ -598,19 +655,7 @@ class GangController:
                 self.queue.add_after(key, NEVER_FITS_RECHECK_SECONDS)
                 return
             self._never.pop(key, None)
-            pools = await valid_pools(ctx, component="gang")
-            all_types = {it.name: it for _, its in pools.values() for it in its}
-            existing = cluster_capacity(
-                ctx.cluster,
-                list(all_types.values()),
-                extra_claims=ctx.writer.in_flight(),
-            )
-            templates: list[NodePoolTemplate] = []
-            for name, (pool, its) in pools.items():
-                try:
-                    templates.append(kubeconv.nodepool_from_dict(pool, its, usage=kubeconv.pool_usage(name, existing)))
-                except ValueError as err:
-                    log.warning("gang.nodepool_invalid", nodepool=name, error=str(err))
+            pools, all_types, existing, templates = await self._pools()
             options = gang_options([*view.gated, *view.released])
             zone: str | None = None
             if top_up and view.admitted is not None and options.same_zone is not False:
@@ -640,17 +685,13 @@ class GangController:
                 if view.pending is not None and view.pending.phase == ROLLED_BACK
                 else []
             )
-            avoid = [a.offering for a in avoiding]
-            request = PlanRequest(
-                key=key,
-                gid=view.gid,
-                pods=tuple(pods),
-                pools=tuple(templates),
-                defaults={name: pool_gang_defaults(pool) for name, (pool, _) in pools.items()},
+            request = self._request(
+                view,
+                pods=pods,
+                pools=pools,
+                templates=templates,
                 existing=placeable,
-                daemons=tuple(daemon_templates(ctx.cluster, component="gang")),
-                unavailable=frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current()),
-                avoid=_offering_keys(avoid),
+                avoid=[a.offering for a in avoiding],
                 same_zone=options.same_zone,
             )
             started = ctx.clock.monotonic()
@@ -659,13 +700,9 @@ class GangController:
             if isinstance(result, NoFit):
                 await self._no_fit(view, result, fingerprint=fingerprint)
                 return
-            # the NodePools' budgets and limits.nodes: the whole gang or none of it
-            claims = [*ctx.cluster.claim_views().values(), *ctx.writer.in_flight()]
-            bounds = pool_bounds({n: p for n, (p, _) in pools.items()}, claims, all_types)
-            refused = apply_bounds(result.plan, bounds).refused
-            if refused:
-                why = f"gang {key}: " + next(iter(refused.values()))[1]
-                await self._no_fit(view, NoFit(permanent=False, reason=why), fingerprint=fingerprint)
+            why = self._refused_by_bounds(result, pools, all_types)
+            if why is not None:
+                await self._no_fit(view, NoFit(permanent=False, reason=f"gang {key}: {why}"), fingerprint=fingerprint)
                 return
             if result.avoided:
                 # the NodeClaims list every instance type that fits, cheapest first: the launch must
@@ -903,6 +940,155 @@ class GangController:
         await self._condition(view.gated, status=False, reason="RolledBack", message=text)
         self.queue.add_after(view.key, delay if delay else WRITE_RECHECK_SECONDS)
 
+    # --- re-plan what the cloud refused ---------------------------------------------------------
+
+    def _kept_nodes(
+        self, view: GangView, kept: Sequence[str], instance_types: Sequence[InstanceType]
+    ) -> list[ExistingNode]:
+        """The attempt's machines that launched or are coming up, as the solver sees them: in flight
+        until Initialized (their start-up taints do not keep the members off), with what runs on them."""
+        cluster = self.ctx.cluster
+        machines: list[StateNode] = []
+        for name in kept:
+            claim = view.claims.get(name)
+            if claim is not None and not claim.deleting:
+                machines.append(StateNode(node=cluster.node_view_for_claim(claim), claim=claim))
+        names = {m.node.name for m in machines if m.node is not None}
+        bound: dict[str, list[Pod]] = {}
+        if names:
+            for pod in cluster.pod_views():
+                if pod.node_name in names and not pod.is_terminal:
+                    bound.setdefault(pod.node_name, []).append(kubeconv.pod_from_dict(pod.raw, detect_gang=False))
+        out: list[ExistingNode] = []
+        for m in machines:
+            pods = bound.get(m.node.name, []) if m.node is not None else []
+            converted = existing_node(m, pods=pods, instance_types=instance_types)
+            if converted is not None:
+                out.append(converted)
+        return out
+
+    async def _replan(self, view: GangView, d: Replan) -> None:
+        """Buy again only the NodeClaims the cloud refused, beside the attempt's machines that launched
+        (in the attempt's zone, avoiding what refused); the members stay gated throughout. When the
+        rest cannot be placed that way, the attempt is rolled back whole as before."""
+        key = view.key
+        ctx = self.ctx
+        async with ctx.writer.lock:
+            fresh = await self._view(key)
+            current = decide(fresh, now=ctx.clock.now(), knobs=self.knobs)
+            if not isinstance(current, Replan):
+                self.queue.add_after(key, 0)
+                return
+            view, d = fresh, current
+            pending = view.pending
+            assert pending is not None
+            now = ctx.clock.now()
+            refused = d.rollback.avoid
+            avoid = _accumulate(
+                pending.avoid,
+                refused,
+                now=now,
+                ttl_seconds=ctx.settings.unavailable_offering_ttl_seconds,
+                attempt=pending.attempt,
+            )
+            self._mark_unavailable(a for a in avoid if a.offering in refused)
+            pools, all_types, _, templates = await self._pools()
+            zones = {cl.pinned_zone(view.claims[n]) for n in d.kept}
+            zone = next(iter(zones)) if len(zones) == 1 else None
+            why: str | None = None
+            result: GangPlan | NoFit | None = None
+            try:
+                kept_nodes = self._kept_nodes(view, d.kept, list(all_types.values()))
+                pods, problems = convert_pods(view.gated, view.gid, zone=zone)
+                if problems:
+                    why = "; ".join(problems[:3])
+                else:
+                    request = self._request(
+                        view,
+                        pods=pods,
+                        pools=pools,
+                        templates=templates,
+                        existing=kept_nodes,
+                        avoid=[a.offering for a in avoid if a.active(now)],
+                        same_zone=zone is not None,
+                    )
+                    result = plan_gang(request)
+            except ValueError as err:  # a malformed pod or Node in the cache: no partial plan
+                why = str(err)
+            if isinstance(result, NoFit):
+                why = result.reason
+            elif result is not None and not result.avoided:
+                why = "only the offerings that refused would fit"
+            elif result is not None:
+                why = self._refused_by_bounds(result, pools, all_types)
+            if why is not None or not isinstance(result, GangPlan):
+                where = f" in {zone}" if zone else ""
+                fallback = replace(
+                    d.rollback,
+                    message=f"{d.rollback.message}; they cannot be bought again beside the {len(d.kept)} that "
+                    f"launched{where} ({why})",
+                )
+                log.info("gang.replan_failed", gang=key, attempt=pending.attempt, kept=list(d.kept), reason=why)
+                await self._rollback(view, fallback)
+                return
+            replans = pending.replans + 1
+            tag = f"{pending.id}r{replans}"
+            pool_objs = {n: p for n, (p, _) in pools.items()}
+            manifests = [
+                NewClaim(
+                    node,
+                    gang_claim_manifest(
+                        node,
+                        pool_objs[node.node_pool],
+                        name=claim_name(node.node_pool, tag, i),
+                        gid=view.gid,
+                        key=key,
+                        attempt=pending.id,
+                        same_zone=result.same_zone,
+                    ),
+                )
+                for i, node in enumerate(result.plan.new_nodes)
+            ]
+            names = [m.manifest["metadata"]["name"] for m in manifests]
+            record = replace(
+                pending,
+                seq=self._next_seq(view),
+                nodeclaims=(*d.kept, *names),
+                last_failure=d.rollback.message,
+                avoid=avoid,
+                replans=replans,
+            )
+            self._overrides[key] = (record, frozenset(p.uid or "" for p in view.gated))
+            self._seen_for(pending.id).update(names)
+            _, written = await asyncio.gather(
+                self._patch_pods(view.gated, lambda p: pin_patch(p, view.gid, record)),
+                ctx.writer.create(manifests, reason="gang", attempt=pending.id),
+            )
+        metrics.REPLANS.inc()
+        what = describe_plan(result.plan)
+        log.warning(
+            "gang.replanned",
+            gang=key,
+            attempt=pending.attempt,
+            replans=replans,
+            refused=list(d.rollback.failed),
+            kept=list(d.kept),
+            buys=what,
+            avoiding=[a.offering for a in avoid],
+            reason="the cloud refused some NodeClaims for capacity; the machines that launched are kept",
+        )
+        text = (
+            f"attempt {pending.attempt}: the cloud refused {len(d.rollback.failed)} NodeClaim(s) for capacity "
+            f"({', '.join(refused) or ', '.join(d.rollback.failed)}); buying {what} in their place and keeping "
+            f"the {len(d.kept)} that launched. The members stay gated until every node is Initialized"
+        )
+        await self._tell(view, "GangReplanned", text, once=False)
+        if any(w.claim is None for w in written):
+            self.queue.add_after(key, 0)  # the apiserver refused a NodeClaim: the next step says what now
+            return
+        left = (pending.deadline - now).total_seconds() if pending.deadline is not None else WRITE_RECHECK_SECONDS
+        self.queue.add_after(key, max(left, 0.0))
+
     # --- admission ---------------------------------------------------------------------------
 
     async def _admit(self, view: GangView, names: Sequence[str]) -> None:
@@ -926,6 +1112,7 @@ class GangController:
                 rollbacks=pending.rollbacks,
                 last_failure=pending.last_failure,
                 admitted_at=now,
+                replans=pending.replans,
             )
         wanted = set(names)
         pods = [p for p in view.gated if p.name in wanted]

@@ -3,6 +3,8 @@ record in their annotations), its NodeClaims, and the time. No I/O, no clock.
 
     waiting for members -> plan -> provisioning (pods pinned, NodeClaims coming up)
         -> every NodeClaim Initialized -> admit (gates removed together) -> admitted
+        -> some NodeClaims refused for capacity -> re-plan those alone (pods stay gated, the
+           machines that launched are kept; no room for them -> roll back)
         -> any NodeClaim failed / deadline passed -> roll back (delete them all, pods stay gated)
            -> back off -> plan again
 
@@ -41,6 +43,7 @@ class Knobs:
     member_wait_seconds: float = 60.0
     backoff_base_seconds: float = 30.0
     backoff_max_seconds: float = 600.0
+    max_replans: int = 8  # capacity re-plans within one attempt before it is rolled back whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,17 @@ class Rollback:
 
 
 @dataclass(frozen=True, slots=True)
+class Replan:
+    """Some NodeClaims of the attempt were refused for capacity (nothing ran on them) while the others
+    launched: plan the members again with the others kept, buying only what was refused, avoiding the
+    refused offerings. The pods stay gated. When the rest cannot be placed beside the kept machines
+    (in the attempt's zone), ``rollback`` is applied instead."""
+
+    kept: tuple[str, ...]  # the attempt's NodeClaims that did not fail
+    rollback: Rollback
+
+
+@dataclass(frozen=True, slots=True)
 class Admit:
     """Every NodeClaim is Initialized: remove the gate from these members, all together."""
 
@@ -190,6 +204,7 @@ GangStep = (
     | PlanAttempt
     | Pin
     | Rollback
+    | Replan
     | Admit
     | MarkAdmitted
     | MemberLost
@@ -382,14 +397,28 @@ def _provisioning(
         known = {**v.gone, **v.claims}
         avoid = tuple(sorted({o for n in failed if n in known and (o := cl.offering_of(known[n])) is not None}))
         detail = "; ".join(f[2] for f in failures[:5]) + ("; ..." if len(failures) > 5 else "")
-        return Rollback(
+        capacity_only = all(f[1] == REASON_NO_CAPACITY for f in failures)
+        rollback = Rollback(
             reason=reason,
             message=f"attempt {pend.attempt}: {len(failures)} of {len(names)} NodeClaims failed: {detail}",
             failed=failed,
             avoid=avoid,
             backoff=True,
-            capacity_only=all(f[1] == REASON_NO_CAPACITY for f in failures),
+            capacity_only=capacity_only,
         )
+        kept = tuple(n for n in names if n not in failed)
+        if (
+            capacity_only
+            and kept
+            and not never_created
+            and all(n in live for n in kept)
+            and pend.replans < knobs.max_replans
+            and (pend.deadline is None or now < pend.deadline)
+        ):
+            # the cloud refused some machines and launched the others: nothing ran on the refused
+            # ones, so buy only those again instead of throwing the launched machines away
+            return Replan(kept=kept, rollback=rollback)
+        return rollback
     if never_created:
         return Rollback(
             reason=REASON_INTERRUPTED,

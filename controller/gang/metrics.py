@@ -22,3 +22,8 @@ ROLLBACKS = metrics.counter(
     "Gang attempts rolled back (every NodeClaim of the attempt deleted), by reason.",
     ("reason",),
 )
+REPLANS = metrics.counter(
+    "joiner_gang_replans_total",
+    "NodeClaims of a gang attempt that the cloud refused for capacity, bought again alone while the "
+    "attempt's launched machines were kept (instead of rolling the whole attempt back).",
+)

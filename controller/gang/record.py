@@ -14,6 +14,8 @@ It is the only state a restarted controller needs (with the NodeClaims labelled 
   what failed and why, and the offerings (``type/zone/capacity-type``) later attempts avoid, each
   with the time it is avoided until (its failure plus the unavailable-offering TTL; at most 32), so
   two broken offerings cannot take turns, yet a one-off failure does not exclude an offering for good.
+* ``replans``: how many times NodeClaims of this attempt that the cloud refused for capacity were
+  planned again alone, the machines that launched kept (at most ``Knobs.max_replans`` per attempt).
 * ``seq``: incremented on every write, so the newest record among the members wins when a write
   reached only some of them before a crash.
 """
@@ -86,6 +88,7 @@ class Record:
     admitted_at: datetime | None = None
     members: int = 0  # how many gated members the attempt was planned for (0: unknown)
     level: int = 0  # the backoff level: rollbacks that cost machine time (timeouts), not capacity refusals
+    replans: int = 0  # refused NodeClaims of this attempt planned again alone (the launched ones kept)
 
     def avoiding(self, now: datetime) -> tuple[str, ...]:
         """The offerings still avoided at ``now``."""
@@ -107,6 +110,8 @@ class Record:
         if self.members:
             data["members"] = self.members
         data["level"] = self.level
+        if self.replans:
+            data["replans"] = self.replans
         for key, value in (
             ("started", self.started),
             ("deadline", self.deadline),
@@ -145,6 +150,7 @@ class Record:
                 members=int(data.get("members", 0)),
                 # a record from before the level existed: every rollback raised the backoff
                 level=int(data.get("level", data.get("rollbacks", 0))),
+                replans=int(data.get("replans", 0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

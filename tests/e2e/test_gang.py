@@ -423,3 +423,70 @@ def test_a_gang_whose_cheapest_type_never_registers_is_admitted_on_a_dearer_one(
     node = cluster.get("nodes", launcher["spec"]["nodeName"])
     assert node["metadata"]["labels"][INSTANCE_TYPE] == dearer
     assert joiner.metric("joiner_gang_rollbacks_total") == 1, "the second attempt launched the dearer type"
+
+
+def test_a_member_refused_for_capacity_is_bought_again_alone_and_the_launched_nodes_are_kept(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    """The launcher's preferred NodePool (its cheapest type) has no capacity; the H100 machines
+    launch. Only the launcher's machine is bought again, on the other NodePool in the gang's zone: the
+    H100 NodeClaims of the first plan are the ones the gang runs on, and nothing is rolled back."""
+    ns = _ns(cluster)
+    dearer = "m6i.large"
+    launcher_pools = [
+        nodepool(
+            "cheap",
+            requirements=[req(INSTANCE_TYPE, "In", LAUNCHER_TYPE)],
+            weight=100,
+            nodeclass_name="refusing",
+            labels={"role": "launcher"},
+        ),
+        nodepool("cpu", requirements=[req(INSTANCE_TYPE, "In", dearer)], labels={"role": "launcher"}),
+    ]
+    refusing = nodeclass(
+        "refusing", registrationDelay="1s", failures={"insufficientCapacity": [{"instanceType": LAUNCHER_TYPE}]}
+    )
+    cluster.apply([nodeclass(registrationDelay="1s"), refusing, nodepool("general"), *launcher_pools])
+    joiner = start_joiner(**FAST_GANGS)
+    members = h100_gang(ns, "train", 3)[:2]
+    members.append(
+        gang_pod(
+            "train-launcher",
+            ns,
+            gang="train",
+            size=3,
+            gpus=0,
+            cpu="250m",
+            memory="256Mi",
+            node_selector={"role": "launcher"},
+        )
+    )
+    with PartialStartWatch(cluster, ns, "train"):
+        cluster.apply(members)
+        first = eventually(
+            lambda: (
+                [c for c in gang_claims(cluster, ns, "train") if c["metadata"]["name"].startswith("general-")]
+                if len(gang_claims(cluster, ns, "train")) >= 3
+                else None
+            ),
+            timeout=60,
+            what="the first plan's 3 NodeClaims",
+        )
+        h100 = sorted(c["metadata"]["name"] for c in first)
+        assert len(h100) == 2
+        event = expect_event(cluster, namespace=ns, name="train-0", reason="GangReplanned", timeout=60)
+        assert LAUNCHER_TYPE in event["message"]
+        assert "keeping the 2 that launched" in event["message"]
+        running = expect_gang_running(cluster, ns, "train", 3, timeout=90)
+    claims = {c["metadata"]["name"]: c for c in gang_claims(cluster, ns, "train")}
+    assert set(h100) < set(claims), "the H100 machines of the first plan were kept"
+    assert len(claims) == 3
+    zones = {c["metadata"]["labels"][ZONE] for c in claims.values()}
+    assert len(zones) == 1, f"the gang stays in one zone: {zones}"
+    launcher = next(p for p in running if p["metadata"]["name"] == "train-launcher")
+    node = cluster.get("nodes", launcher["spec"]["nodeName"])
+    assert node["metadata"]["labels"][INSTANCE_TYPE] == dearer
+    state = record(launcher)
+    assert (state["attempt"], state.get("replans"), state["rollbacks"]) == (1, 1, 0)
+    assert joiner.metric("joiner_gang_replans_total") == 1
+    assert joiner.metric("joiner_gang_rollbacks_total") == 0

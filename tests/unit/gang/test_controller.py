@@ -31,12 +31,26 @@ async def world(harness: Harness) -> Harness:
     return harness
 
 
-async def nodepool(h: Harness, name: str = "gpu", *, limits: dict[str, str] | None = None) -> None:
+async def nodepool(
+    h: Harness,
+    name: str = "gpu",
+    *,
+    limits: dict[str, str] | None = None,
+    instance_types: list[str] | None = None,
+    weight: int | None = None,
+    nodeclass: str = "default",
+) -> None:
     spec: Obj = {
-        "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}}
+        "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": nodeclass}}}
     }
     if limits:
         spec["limits"] = limits
+    if instance_types:
+        spec["template"]["spec"]["requirements"] = [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": instance_types}
+        ]
+    if weight is not None:
+        spec["weight"] = weight
     await h.kube.create(
         NODEPOOLS, {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
     )
@@ -261,6 +275,79 @@ async def test_one_failed_member_rolls_back_every_nodeclaim_and_the_retry_succee
     await make_all_ready(h, names)
     await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "launcher")), "admitted on retry")
     assert record(h, "w0").attempt == 2
+
+
+async def test_a_member_refused_for_capacity_is_bought_again_alone_and_the_launched_nodes_are_kept(
+    world: Harness,
+) -> None:
+    """The launcher's preferred NodePool (weight 100, cpu-4 only) has no capacity; the GPU members'
+    machines launch. Only the launcher's NodeClaim is bought again (on the other NodePool, avoiding
+    cpu-4 in the gang's zone); the GPU NodeClaims of the first plan are the ones admitted, and nothing
+    is rolled back."""
+    h = world
+    await h.create_nodeclass("refusing", failures={"insufficientCapacity": ["cpu-4"]})
+    await nodepool(h, "cheap", instance_types=["cpu-4"], weight=100, nodeclass="refusing")
+    await gang_pod(h, "w0", cpu="95")  # fills an 8-GPU machine: the launcher needs its own
+    await gang_pod(h, "w1", cpu="95")
+    await gang_pod(h, "launcher", gpus=0, cpu="2")
+    start_gangs(h)
+    await h.eventually(lambda: len(gang_claims(h)) >= 3, "the first plan's NodeClaims")
+    first = record(h, "w0")
+    launcher_claim = next(
+        n
+        for n, c in gang_claims(h).items()
+        if c["metadata"]["annotations"]["joiner.sh/gang-offering"].startswith("cpu-4/")
+    )
+    gpu_claims = sorted(n for n in first.nodeclaims if n != launcher_claim)
+    assert len(gpu_claims) == 2
+
+    await h.eventually(lambda: record(h, "w0").replans == 1, "the refused NodeClaim planned again")
+    again = record(h, "w0")
+    assert (again.phase, again.attempt, again.id, again.rollbacks) == (PROVISIONING, 1, first.id, 0)
+    assert again.deadline == first.deadline, "the attempt keeps its deadline"
+    assert set(gpu_claims) < set(again.nodeclaims)
+    assert launcher_claim not in again.nodeclaims
+    [replacement] = [n for n in again.nodeclaims if n not in gpu_claims]
+    assert f"-g{first.id}r1-" in replacement
+    now = h.ctx.clock.now()
+    assert {"cpu-4/zone-a/spot", "cpu-4/zone-a/on-demand"} & set(again.avoiding(now))
+    assert "InsufficientCapacity" in again.last_failure
+    await h.eventually(lambda: any(e["reason"] == "GangReplanned" for e in events(h, "w0")), "told")
+    [event] = [e for e in events(h, "w0") if e["reason"] == "GangReplanned"]
+    assert event["type"] == "Normal"
+    assert "cpu-4" in event["message"]
+    assert "keeping the 2 that launched" in event["message"]
+    assert all(gated(h, n) for n in ("w0", "w1", "launcher")), "nobody starts while a node is missing"
+
+    await h.eventually(lambda: replacement in gang_claims(h), "the replacement NodeClaim")
+    offering = gang_claims(h)[replacement]["metadata"]["annotations"]["joiner.sh/gang-offering"]
+    assert not offering.startswith("cpu-4/zone-a/"), offering
+    assert "/zone-a/" in offering, "the gang stays in one zone"
+    await make_all_ready(h, [*gpu_claims, replacement])
+    await h.eventually(lambda: not any(gated(h, n) for n in ("w0", "w1", "launcher")), "admitted")
+    assert record(h, "w0").phase == ADMITTED
+    assert sorted(gang_claims(h)) == sorted([*gpu_claims, replacement]), "the launched machines were kept"
+    assert not [e for e in events(h, "w0") if e["reason"] == "GangRolledBack"]
+
+
+async def test_a_refused_member_with_no_room_beside_the_launched_ones_rolls_the_attempt_back(world: Harness) -> None:
+    """The launcher may only run on cpu-4, refused in the gang's zone: it cannot be bought again
+    beside the GPU machines, so the attempt is rolled back whole and the Event says why."""
+    h = world
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": ["cpu-4"]}}})
+    await h.cached("KWOKNodeClass", "default")
+    await gang_pod(h, "w0")
+    await gang_pod(h, "w1")
+    await gang_pod(h, "launcher", gpus=0, node_selector={"node.kubernetes.io/instance-type": "cpu-4"})
+    start_gangs(h)
+    await h.eventually(
+        lambda: record_of(PodView.of(pod(h, "w0"))) is not None and record(h, "w0").phase == ROLLED_BACK, "rolled back"
+    )
+    assert record(h, "w0").replans == 0
+    await h.eventually(lambda: any(e["reason"] == "GangRolledBack" for e in events(h, "w0")), "told")
+    [event] = [e for e in events(h, "w0") if e["reason"] == "GangRolledBack"]
+    assert "cannot be bought again beside the 2 that launched in zone-a" in event["message"]
+    await h.eventually(lambda: gang_claims(h) == {}, "every NodeClaim of the attempt deleted")
 
 
 async def test_the_deadline_rolls_back_a_gang_whose_node_never_becomes_ready(world: Harness) -> None:

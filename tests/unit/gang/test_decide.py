@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given
@@ -17,6 +18,7 @@ from controller.gang.decide import (
     MemberLost,
     Pin,
     PlanAttempt,
+    Replan,
     Rollback,
     SizeUnknown,
     Wait,
@@ -147,19 +149,58 @@ def test_every_gate_is_removed_together_once_every_node_is_initialized() -> None
 
 def test_a_failed_member_rolls_back_the_whole_attempt_with_its_reason() -> None:
     rec = provisioning(*CLAIMS)
-    claims = [claim("c0", initialized=True), claim("c1", deleting=True, reason="InsufficientCapacity"), claim("c2")]
+    claims = [claim("c0", initialized=True), claim("c1", deleting=True, reason="RegistrationTimedOut"), claim("c2")]
     d = decide(view(pinned("a", "b", "c"), pending=rec, claims=claims), now=T0, knobs=KNOBS)
     assert isinstance(d, Rollback)
-    assert d.reason == "InsufficientCapacity"
+    assert d.reason == "RegistrationTimedOut"
     assert d.failed == ("c1",)
     assert d.backoff
+    assert not d.capacity_only, "a machine that ran and never registered cost time: the backoff grows"
     assert d.avoid == ("gpu-8/zone-a/on-demand",)
-    assert "nodeclaim/c1 (gpu-8, zone-a) failed: InsufficientCapacity" in d.message
+    assert "nodeclaim/c1 (gpu-8, zone-a) failed: RegistrationTimedOut" in d.message
+
+
+def test_a_member_refused_for_capacity_is_planned_again_alone_keeping_the_launched_ones() -> None:
+    rec = provisioning(*CLAIMS)
+    claims = [claim("c0", initialized=True), claim("c1", deleting=True, reason="InsufficientCapacity"), claim("c2")]
+    d = decide(view(pinned("a", "b", "c"), pending=rec, claims=claims), now=T0, knobs=KNOBS)
+    assert isinstance(d, Replan)
+    assert d.kept == ("c0", "c2")
+    # what applies when the refused member cannot be bought again beside the others
+    assert d.rollback.reason == "InsufficientCapacity"
+    assert d.rollback.failed == ("c1",)
+    assert d.rollback.avoid == ("gpu-8/zone-a/on-demand",)
+    assert d.rollback.capacity_only
+    assert "nodeclaim/c1 (gpu-8, zone-a) failed: InsufficientCapacity" in d.rollback.message
+
+
+def test_refusals_roll_the_attempt_back_when_nothing_launched_past_the_deadline_or_after_too_many_replans() -> None:
+    every = [claim(n, deleting=True, reason="InsufficientCapacity") for n in CLAIMS]
+    d = decide(view(pinned("a", "b", "c"), pending=provisioning(*CLAIMS), claims=every), now=T0, knobs=KNOBS)
+    assert isinstance(d, Rollback), "nothing launched: nothing to keep, the retry plans afresh after the backoff"
+    assert d.capacity_only
+
+    one = [claim("c0", initialized=True), claim("c1", deleting=True, reason="InsufficientCapacity"), claim("c2")]
+    late = view(pinned("a", "b", "c"), pending=provisioning(*CLAIMS, deadline=timedelta(minutes=1)), claims=one)
+    assert isinstance(decide(late, now=T0 + timedelta(seconds=59), knobs=KNOBS), Replan)
+    assert isinstance(decide(late, now=T0 + timedelta(minutes=1), knobs=KNOBS), Rollback)
+
+    rec = replace(provisioning(*CLAIMS), replans=KNOBS.max_replans)
+    d = decide(view(pinned("a", "b", "c", record=rec), pending=rec, claims=one), now=T0, knobs=KNOBS)
+    assert isinstance(d, Rollback), "a gang refused again and again is rolled back whole, with the backoff"
+
+    mixed = [
+        claim("c0", deleting=True, reason="InsufficientCapacity"),
+        claim("c1", deleting=True, reason="InitializationTimedOut"),
+        claim("c2"),
+    ]
+    d = decide(view(pinned("a", "b", "c"), pending=provisioning(*CLAIMS), claims=mixed), now=T0, knobs=KNOBS)
+    assert isinstance(d, Rollback), "a machine that broke is not a refusal: the whole attempt goes"
 
 
 def test_a_rollback_only_on_refused_capacity_does_not_raise_the_backoff_level() -> None:
     rec = provisioning(*CLAIMS)
-    refused = [claim("c0", initialized=True), claim("c1", deleting=True, reason="InsufficientCapacity"), claim("c2")]
+    refused = [claim(n, deleting=True, reason="InsufficientCapacity") for n in CLAIMS]
     d = decide(view(pinned("a", "b", "c"), pending=rec, claims=refused), now=T0, knobs=KNOBS)
     assert isinstance(d, Rollback)
     assert d.capacity_only
