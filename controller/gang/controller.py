@@ -870,12 +870,14 @@ class GangController:
         assert pending is not None
         now = ctx.clock.now()
         rollbacks = pending.rollbacks + (1 if d.backoff else 0)
-        # a refusal of capacity costs nothing and its offerings are avoided next time: it waits the
-        # current level's backoff without raising it; timeouts and deleted machines raise it
+        # a refusal of capacity cost no machine time, and every decider (the next attempt included)
+        # skips the refused offerings for the unavailable-offering TTL (marked below): the retry goes
+        # elsewhere at once, and waits for capacity when nothing else fits. Timeouts and deleted
+        # machines raise the backoff level and wait.
         level = pending.level + (1 if d.backoff and not d.capacity_only else 0)
         delay = (
             backoff_seconds(level, base=self.knobs.backoff_base_seconds, maximum=self.knobs.backoff_max_seconds)
-            if d.backoff
+            if d.backoff and not d.capacity_only
             else 0.0
         )
         record = Record(

@@ -256,7 +256,7 @@ async def test_one_failed_member_rolls_back_every_nodeclaim_and_the_retry_succee
     assert "cpu-4/zone-a/spot" in rolled.avoiding(h.ctx.clock.now())
     [event] = [e for e in events(h, "w0") if e["reason"] == "GangRolledBack"]
     assert event["type"] == "Warning"
-    assert "retrying in 30s" in event["message"]
+    assert "retrying now avoiding cpu-4/zone-a/spot" in event["message"], "nothing ran: no backoff"
     await h.eventually(
         lambda: any(
             c["type"] == "GangAdmitted" and c["reason"] == "RolledBack"
@@ -623,42 +623,33 @@ async def test_offerings_that_never_register_stay_avoided_until_the_gang_runs_on
 async def test_one_off_capacity_refusals_neither_grow_the_backoff_nor_exclude_an_offering_for_good(
     world: Harness,
 ) -> None:
-    """Both zones refuse capacity once, one after the other. Each rollback retries after the base
-    backoff (nothing ran, and the next attempt avoids what failed), and once the unavailable-offering
+    """Both zones refuse capacity, once. Each rollback retries at once, elsewhere (nothing ran, and
+    the refused offerings are avoided), the backoff level stays 0, and once the unavailable-offering
     TTL (3 min) has passed since zone-a failed, the gang is planned on zone-a's cheap spot offering
     again instead of avoiding it until it is admitted."""
     h = world
     zone_a = {"instanceType": "cpu-4", "zone": "zone-a"}
     zone_b = {"instanceType": "cpu-4", "zone": "zone-b"}
-    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [zone_a]}}})
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [zone_a, zone_b]}}})
     await h.cached("KWOKNodeClass", "default")
     for name in ("w0", "w1"):
         await gang_pod(h, name, gpus=0, cpu="3", size=2, node_selector={"node.kubernetes.io/instance-type": "cpu-4"})
     start_gangs(h)
-    await h.eventually(
-        lambda: record_of(PodView.of(pod(h, "w0"))) is not None and record(h, "w0").phase == ROLLED_BACK,
-        "the first attempt rolled back",
-    )
-    first = record(h, "w0")
     failed_at = h.ctx.clock.now()
-    assert (first.rollbacks, first.level) == (1, 0)
-    assert first.avoiding(failed_at) == ("cpu-4/zone-a/spot",)  # the offering planned (the launch marked both)
-    assert all(a.until == failed_at + timedelta(minutes=3) for a in first.avoid)
     await h.eventually(
-        lambda: any("retrying in 30s" in e["message"] for e in events(h, "w0") if e["reason"] == "GangRolledBack"),
-        "told: retrying in 30s",
+        lambda: record_of(PodView.of(pod(h, "w0"))) is not None and record(h, "w0").rollbacks == 2,
+        "zone-a's attempt and, at once, zone-b's rolled back",
     )
-
-    # zone-b refuses too (zone-a is avoided, so the second attempt goes there)
-    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": {"insufficientCapacity": [zone_b]}}})
-    await h.cached("KWOKNodeClass", "default")
-    await h.advance(31)
-    await h.eventually(lambda: record(h, "w0").rollbacks == 2, "the second attempt rolled back")
     second = record(h, "w0")
+    assert h.ctx.clock.now() == failed_at, "no backoff between the two"
     assert second.level == 0, "a refusal of capacity does not raise the backoff level"
-    assert second.retry_at is not None
-    assert (second.retry_at - h.ctx.clock.now()).total_seconds() == 30
-    assert set(second.avoiding(h.ctx.clock.now())) == {"cpu-4/zone-a/spot", "cpu-4/zone-b/on-demand"}
+    assert second.retry_at == h.ctx.clock.now()
+    assert set(second.avoiding(failed_at)) == {"cpu-4/zone-a/spot", "cpu-4/zone-b/on-demand"}
+    assert all(a.until == failed_at + timedelta(minutes=3) for a in second.avoid)
+    await h.eventually(
+        lambda: any("retrying now" in e["message"] for e in events(h, "w0") if e["reason"] == "GangRolledBack"),
+        "told: retrying now",
+    )
 
     # the cloud has capacity again; until zone-a's TTL runs out every offering is avoided: the gang waits
     await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"failures": None}})
