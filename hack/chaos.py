@@ -343,7 +343,7 @@ class Run:
         return all(not why for why in [*self.checks.values(), *phase])
 
 
-def plan_run(seed: int, *, kills: int, apiserver: bool, consolidation_kills: int = 0) -> Run:
+def plan_run(seed: int, *, kills: int, apiserver: bool, consolidation_kills: int = 0, rates: bool = False) -> Run:
     rnd = random.Random(seed)
     times = sorted(rnd.uniform(0.3, 10.0) for _ in range(kills))
     pauses = [rnd.uniform(0.0, 1.5) for _ in range(kills)]
@@ -358,6 +358,7 @@ def plan_run(seed: int, *, kills: int, apiserver: bool, consolidation_kills: int
         apiserver_at=at,
         consolidation_kills=after_sign,
         consolidation_pauses=consolidation_pauses,
+        rates=rates,
     )
 
 
@@ -610,8 +611,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     for i in range(args.runs):
         restart = {"alternate": i % 2 == 1, "always": True, "never": False}[args.apiserver]
-        run = plan_run(args.seed + i, kills=args.kills, apiserver=restart, consolidation_kills=args.consolidation_kills)
-        run.rates = args.fault_rates
+        run = plan_run(
+            args.seed + i,
+            kills=args.kills,
+            apiserver=restart,
+            consolidation_kills=args.consolidation_kills,
+            rates=args.fault_rates,
+        )
         execute(cluster, run, logs=logs)
         runs.append(run)
         took = f"{run.seconds:.1f} s" if run.seconds is not None else f"not all Running in {RUN_TIMEOUT:.0f} s"

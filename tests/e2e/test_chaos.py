@@ -1,7 +1,9 @@
 """A short run of the fault suite (`make chaos` runs the long one): the controller is killed with
 SIGKILL three times and kube-apiserver once (etcd compacted while it is down) while a mixed GPU
-workload with a gang is provisioned, and the cheapest offerings are out of capacity. Nothing may be
-lost, bought twice or half-started."""
+workload with a gang is provisioned; the cheapest offerings are out of capacity, and on top of that
+the seeded launch fault rates (30 % of offerings refuse a NodeClaim, 10 % of launch calls throttled,
+2 s launch latency, 5 % of machines never register, 5 % never become Ready). Nothing may be lost,
+bought twice or half-started."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from tests.e2e.harness import Cluster
 
 
 def test_kills_and_an_apiserver_restart_lose_nothing_and_buy_nothing_twice(cluster: Cluster, tmp_path: Path) -> None:
-    run = execute(cluster, plan_run(7, kills=3, apiserver=True), logs=tmp_path)
+    run = execute(cluster, plan_run(7, kills=3, apiserver=True, rates=True), logs=tmp_path)
+    assert run.rates
     assert run.seconds is not None, run.checks
     broken = {check: why for check, why in run.checks.items() if why}
     assert not broken, f"{broken}; controller logs in {tmp_path}"
