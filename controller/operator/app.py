@@ -64,7 +64,8 @@ def build_cloud_provider(
 ) -> CloudProvider:
     if provider == "aws":
         from controller.cloudprovider.aws.api import AWSApi
-        from controller.cloudprovider.aws.provider import AWSCloudProvider, ClusterSettings
+        from controller.cloudprovider.aws.cluster import ClusterSettings
+        from controller.cloudprovider.aws.provider import AWSCloudProvider
         from controller.cloudprovider.aws.status import EC2NodeClassStatusController
 
         if aws is None or not aws.cluster_name:

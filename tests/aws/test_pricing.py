@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.cloudprovider.aws.api import pricing_region
-from controller.cloudprovider.aws.pricing import parse_price_list
-from controller.cloudprovider.aws.provider import PRICING_REFRESHES, AWSCloudProvider
+from controller.cloudprovider.aws.pricing import PRICING_REFRESHES, parse_price_list
+from controller.cloudprovider.aws.provider import AWSCloudProvider
 from tests.aws.conftest import FaultProxy, Params
 
 Obj = dict[str, Any]

@@ -19,9 +19,24 @@ from typing import Any
 
 import structlog
 
-from controller.cloudprovider.aws.api import AWSApi, pricing_region
+from controller.clock import Clock
+from controller.cloudprovider.aws.api import AWSApi, AWSError, pricing_region
+from controller.metrics import counter, gauge
 
-__all__ = ["fetch_on_demand_prices", "filters", "parse_price_list", "pricing_region"]
+__all__ = ["OnDemandPrices", "fetch_on_demand_prices", "filters", "parse_price_list", "pricing_region"]
+
+PRICING_REFRESHES = counter(
+    "joiner_aws_pricing_refreshes_total",
+    "On-demand price refreshes from the AWS Price List API, by result (ok, failed, empty).",
+    ("result",),
+)
+for _result in ("ok", "failed", "empty"):
+    PRICING_REFRESHES.labels(_result)
+PRICES_KNOWN = gauge("joiner_aws_on_demand_prices", "Instance types with a known on-demand price.")
+PRICING_LAST_SUCCESS = gauge(
+    "joiner_aws_pricing_last_refresh_timestamp_seconds",
+    "When the on-demand prices were last refreshed from the Price List API (Unix time; 0: never).",
+)
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -93,3 +108,36 @@ async def fetch_on_demand_prices(api: AWSApi, region: str) -> dict[str, float]:
         MaxResults=100,
     )
     return parse_price_list(items)
+
+
+class OnDemandPrices:
+    """The on-demand price table the provider buys by: the shipped table, refreshed from the Price
+    List API by ``refresh`` (and ``run`` every ``interval`` seconds)."""
+
+    def __init__(self, api: AWSApi, table: Mapping[str, float], *, clock: Clock) -> None:
+        self._api = api
+        self._clock = clock
+        self.table: dict[str, float] = dict(table)
+        PRICES_KNOWN.set(len(self.table))
+
+    async def refresh(self) -> set[str] | None:
+        """Lay the Price List API's prices over the table: the instance types whose price changed,
+        or None (the prices kept) when the API failed or answered nothing."""
+        region = self._api.region
+        try:
+            fetched = await fetch_on_demand_prices(self._api, region)
+        except AWSError as err:
+            PRICING_REFRESHES.labels("failed").inc()
+            log.warning("aws.pricing_refresh_failed", error=str(err), code=err.code, kept=len(self.table))
+            return None
+        if not fetched:
+            PRICING_REFRESHES.labels("empty").inc()
+            log.warning("aws.pricing_refresh_empty", region=region, kept=len(self.table))
+            return None
+        changed = {k for k, v in fetched.items() if self.table.get(k) != v}
+        self.table = {**self.table, **fetched}
+        PRICING_REFRESHES.labels("ok").inc()
+        PRICES_KNOWN.set(len(self.table))
+        PRICING_LAST_SUCCESS.set(self._clock.now().timestamp())
+        log.info("aws.prices_refreshed", region=region, fetched=len(fetched), changed=len(changed))
+        return changed

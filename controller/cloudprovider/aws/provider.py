@@ -45,6 +45,7 @@ from controller.cloudprovider.aws.bootstrap import (
     family_of,
     user_data_for,
 )
+from controller.cloudprovider.aws.cluster import ClusterInfoSource, ClusterSettings
 from controller.cloudprovider.aws.instancetypes import (
     DEFAULT_ROOT_VOLUME_GIB,
     Reservation,
@@ -54,7 +55,7 @@ from controller.cloudprovider.aws.instancetypes import (
     on_demand_prices,
 )
 from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, resolved_view, variant_of
-from controller.cloudprovider.aws.pricing import fetch_on_demand_prices
+from controller.cloudprovider.aws.pricing import OnDemandPrices
 from controller.cloudprovider.kwok.offerings import Candidate, compatible, offering_labels
 from controller.cloudprovider.types import (
     CreateError,
@@ -65,34 +66,11 @@ from controller.cloudprovider.types import (
     OfferingId,
 )
 from controller.cloudprovider.unavailable import UnavailableOfferings
-from controller.metrics import counter, gauge
 from controller.scheduling.instancetypes import InstanceType
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
 
-
-@dataclass(frozen=True, slots=True)
-class ClusterSettings:
-    """What the operator said of the cluster (``--cluster-endpoint`` ...); the rest comes from EKS."""
-
-    endpoint: str | None = None
-    ca_bundle: str | None = None
-    service_cidr: str | None = None
-
-
-PRICING_REFRESHES = counter(
-    "joiner_aws_pricing_refreshes_total",
-    "On-demand price refreshes from the AWS Price List API, by result (ok, failed, empty).",
-    ("result",),
-)
-for _result in ("ok", "failed", "empty"):
-    PRICING_REFRESHES.labels(_result)
-PRICES_KNOWN = gauge("joiner_aws_on_demand_prices", "Instance types with a known on-demand price.")
-PRICING_LAST_SUCCESS = gauge(
-    "joiner_aws_pricing_last_refresh_timestamp_seconds",
-    "When the on-demand prices were last refreshed from the Price List API (Unix time; 0: never).",
-)
 
 PROVIDER_ID_PREFIX: Final = "aws:///"
 TAG_CLUSTER: Final = "joiner.sh/cluster"
@@ -170,7 +148,7 @@ class AWSCloudProvider:
         self._nodeclasses = nodeclasses
         self._clock = clock
         self._unavailable = unavailable
-        self._prices = dict(prices) if prices is not None else on_demand_prices(api.region)
+        self._pricing = OnDemandPrices(api, prices if prices is not None else on_demand_prices(api.region), clock=clock)
         self._ttl = cache_ttl_seconds
         self._types: dict[str, _TypesCache] = {}
         self._templates: dict[str, str] = {}  # launch template name -> id
@@ -179,9 +157,7 @@ class AWSCloudProvider:
         self._loop = loop
         self._described: tuple[float, dict[str, Obj]] | None = None
         self._pricing_refresh = pricing_refresh_seconds
-        self._cluster_settings = cluster_settings or ClusterSettings()
-        self._cluster_info: ClusterInfo | None = None
-        PRICES_KNOWN.set(len(self._prices))
+        self._cluster = ClusterInfoSource(api, cluster_name, cluster_settings)
 
     async def run(self) -> None:
         """The provider's own loops: the EC2NodeClass status controller, when one was given, and the
@@ -196,26 +172,11 @@ class AWSCloudProvider:
         await asyncio.gather(*loops)
 
     async def refresh_prices(self) -> bool:
-        """Lay the Price List API's on-demand prices over the current table; False (prices kept) on failure."""
-        try:
-            fetched = await fetch_on_demand_prices(self.api, self.api.region)
-        except AWSError as err:
-            PRICING_REFRESHES.labels("failed").inc()
-            log.warning("aws.pricing_refresh_failed", error=str(err), code=err.code, kept=len(self._prices))
-            return False
-        if not fetched:
-            PRICING_REFRESHES.labels("empty").inc()
-            log.warning("aws.pricing_refresh_empty", region=self.api.region, kept=len(self._prices))
-            return False
-        changed = {k for k, v in fetched.items() if self._prices.get(k) != v}
-        self._prices = {**self._prices, **fetched}
+        """Refresh the on-demand prices now; False (prices kept) when the Price List API failed."""
+        changed = await self._pricing.refresh()
         if changed:
             self._types.clear()  # the next instance_types() builds offerings at the new prices
-        PRICING_REFRESHES.labels("ok").inc()
-        PRICES_KNOWN.set(len(self._prices))
-        PRICING_LAST_SUCCESS.set(self._clock.now().timestamp())
-        log.info("aws.prices_refreshed", region=self.api.region, fetched=len(fetched), changed=len(changed))
-        return True
+        return changed is not None
 
     async def _refresh_prices_forever(self) -> None:
         while True:
@@ -296,7 +257,7 @@ class AWSCloudProvider:
         if cached is not None and cached.key == key and now - cached.at < self._ttl:
             return cached
         zones = list(nodeclass.zones)
-        wanted = sorted(set(self._prices) | {r.instance_type for r in reservations})
+        wanted = sorted(set(self._pricing.table) | {r.instance_type for r in reservations})
         try:
             offered = await self.api.collect(
                 "ec2",
@@ -341,7 +302,7 @@ class AWSCloudProvider:
                 name=name,
                 zones=zones_of.get(name, set()),
                 capacity_types=(CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_RESERVED),
-                on_demand=self._prices,
+                on_demand=self._pricing.table,
                 spot=spot,
                 reservations=reservations,
             )
@@ -596,31 +557,8 @@ class AWSCloudProvider:
         return name
 
     async def cluster_info(self) -> ClusterInfo:
-        """How kubelets reach the cluster: the settings given, the rest from EKS DescribeCluster (cached)."""
-        if self._cluster_info is not None:
-            return self._cluster_info
-        given = self._cluster_settings
-        endpoint, ca, cidr = given.endpoint, given.ca_bundle, given.service_cidr
-        if not (endpoint and ca and cidr):
-            try:
-                found = (await self.api.call("eks", "describe_cluster", name=self.cluster_name)).get("cluster") or {}
-            except AWSError as err:
-                raise CreateError(
-                    f"cannot write the bootstrap user data: EKS DescribeCluster {self.cluster_name!r} failed "
-                    f"({err.code}: {err.message}); give --cluster-endpoint, --cluster-ca-bundle and --cluster-cidr",
-                    reason=err.code,
-                ) from None
-            endpoint = endpoint or str(found.get("endpoint") or "")
-            ca = ca or str((found.get("certificateAuthority") or {}).get("data") or "")
-            cidr = cidr or str((found.get("kubernetesNetworkConfig") or {}).get("serviceIpv4Cidr") or "")
-        if not (endpoint and ca and cidr):
-            raise CreateError(
-                f"cannot write the bootstrap user data: the cluster endpoint, CA bundle or service CIDR of "
-                f"{self.cluster_name!r} is unknown; give --cluster-endpoint, --cluster-ca-bundle and --cluster-cidr",
-                reason="ClusterInfoMissing",
-            )
-        self._cluster_info = ClusterInfo(name=self.cluster_name, endpoint=endpoint, ca_bundle=ca, service_cidr=cidr)
-        return self._cluster_info
+        """How kubelets reach the cluster (see :mod:`controller.cloudprovider.aws.cluster`)."""
+        return await self._cluster.get()
 
     async def _user_data(self, nodeclaim: Obj, nodeclass: ResolvedNodeClass) -> str | None:
         """The EC2NodeClass's userData, with the bootstrap joiner writes for its image family."""
