@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import structlog
 
@@ -96,6 +96,7 @@ from controller.state.writer import NewClaim
 log = structlog.get_logger()
 
 Pools = dict[str, tuple[Obj, tuple[InstanceType, ...]]]  # valid NodePools and their instance types
+S = TypeVar("S", PlanAttempt, Replan)
 
 MAX_GONE: Final = 4096
 WRITE_RECHECK_SECONDS: Final = 5.0
@@ -638,17 +639,24 @@ class GangController:
         refused = apply_bounds(result.plan, bounds).refused
         return next(iter(refused.values()))[1] if refused else None
 
+    async def _still(self, key: str, step: type[S]) -> tuple[GangView, S] | None:
+        """The cache may have moved while we waited for the writer's lock: decide again on fresh
+        state. None (the gang queued again) when ``step`` is no longer the one to take."""
+        fresh = await self._view(key)
+        current = decide(fresh, now=self.ctx.clock.now(), knobs=self.knobs)
+        if not isinstance(current, step):
+            self.queue.add_after(key, 0)
+            return None
+        return fresh, current
+
     async def _plan(self, view: GangView, *, top_up: bool) -> None:
         key = view.key
         ctx = self.ctx
         async with ctx.writer.lock:
-            # the cache may have moved while we waited for the lock: decide again on fresh state
-            fresh = await self._view(key)
-            current = decide(fresh, now=ctx.clock.now(), knobs=self.knobs)
-            if not isinstance(current, PlanAttempt):
-                self.queue.add_after(key, 0)
+            still = await self._still(key, PlanAttempt)
+            if still is None:
                 return
-            view = fresh
+            view = still[0]
             fingerprint = self._fingerprint(view)
             if self._never.get(key) == fingerprint:
                 # nothing it depends on changed since it was found never to fit: do not solve again
@@ -976,12 +984,10 @@ class GangController:
         key = view.key
         ctx = self.ctx
         async with ctx.writer.lock:
-            fresh = await self._view(key)
-            current = decide(fresh, now=ctx.clock.now(), knobs=self.knobs)
-            if not isinstance(current, Replan):
-                self.queue.add_after(key, 0)
+            still = await self._still(key, Replan)
+            if still is None:
                 return
-            view, d = fresh, current
+            view, d = still
             pending = view.pending
             assert pending is not None
             now = ctx.clock.now()
