@@ -15,7 +15,7 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Final, Literal, TypeVar
 
 import structlog
@@ -78,13 +78,25 @@ from controller.gang.planner import (
     pool_gang_defaults,
 )
 from controller.gang.podgroups import PodGroupSizes
-from controller.gang.record import ADMITTED, PROVISIONING, ROLLED_BACK, Avoided, Record, newest, record_of
+from controller.gang.record import (
+    ADMITTED,
+    BROKEN_OFFERING_AVOID_SECONDS,
+    PROVISIONING,
+    ROLLED_BACK,
+    Avoided,
+    Record,
+    accumulate,
+    newest,
+    offering_keys,
+    record_of,
+    refreshed,
+)
 from controller.kube.client import ApiError, ConflictError, NotFoundError, PatchType
 from controller.kube.resources import NODECLAIMS, NODES, PODS
 from controller.scheduling import kubeconv
 from controller.scheduling.bounds import apply_bounds
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NodePoolTemplate, OfferingKey, Pod
+from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.state.deletion import delete_nodeclaim
 from controller.state.existing import cluster_capacity, existing_node
 from controller.state.informer import EventType
@@ -103,51 +115,6 @@ WRITE_RECHECK_SECONDS: Final = 5.0
 BLOCKED_RECHECK_SECONDS: Final = 30.0
 NEVER_FITS_RECHECK_SECONDS: Final = 300.0
 EVENT_PODS: Final = 64  # at most this many members get each Event (the log names the gang)
-
-
-MAX_AVOIDED: Final = 32
-
-
-# how long a gang avoids an offering whose machine launched but never registered, never became
-# Initialized or was deleted under it (not a mere refusal of capacity)
-BROKEN_OFFERING_AVOID_SECONDS = 6 * 3600.0
-
-
-def _refreshed(avoid: Iterable[Avoided], *, now: datetime, last_attempt: int, ttl_seconds: float) -> list[Avoided]:
-    """The entries the attempt after ``last_attempt`` avoids: those within their TTL, and those that
-    attempt failed on even when the rollback and the backoff outlasted their TTL (then for a new TTL
-    from now, so the launch avoids them too)."""
-    until = now + timedelta(seconds=ttl_seconds)
-    out = []
-    for a in avoid:
-        if not a.active_for(now, last_attempt=last_attempt):
-            continue
-        if not a.active(now):
-            a = Avoided(a.offering, until, a.attempt)
-        out.append(a)
-    return out
-
-
-def _accumulate(
-    before: Iterable[Avoided], failed: Iterable[str], *, now: datetime, ttl_seconds: float, attempt: int = 0
-) -> tuple[Avoided, ...]:
-    """The offerings a gang avoids: every one an attempt failed on within the unavailable-offering TTL
-    (so two broken offerings cannot take turns, and a one-off failure does not exclude an offering
-    for good), each until its last failure plus the TTL; the newest first when there are too many."""
-    until = now + timedelta(seconds=ttl_seconds)
-    fresh = {o: Avoided(o, until, attempt) for o in failed}
-    kept = [a for a in before if a.active(now) and a.offering not in fresh]
-    merged = sorted([*fresh.values(), *kept], key=lambda a: a.until or now, reverse=True)[:MAX_AVOIDED]
-    return tuple(sorted(merged, key=lambda a: a.offering))
-
-
-def _offering_keys(values: Iterable[str]) -> frozenset[OfferingKey]:
-    out: set[OfferingKey] = set()
-    for value in values:
-        parts = value.split("/")
-        if len(parts) == 3:
-            out.add((parts[0], parts[1], parts[2]))
-    return frozenset(out)
 
 
 class GangController:
@@ -575,7 +542,7 @@ class GangController:
         for entry in avoided:
             if entry.until is None or entry.until <= now:
                 continue
-            for instance_type, zone, capacity_type in _offering_keys([entry.offering]):
+            for instance_type, zone, capacity_type in offering_keys([entry.offering]):
                 offering = OfferingId(instance_type, zone, capacity_type)
                 if not unavailable.is_unavailable(offering):
                     unavailable.mark(offering, ttl_seconds=(entry.until - now).total_seconds())
@@ -627,7 +594,7 @@ class GangController:
             existing=tuple(existing),
             daemons=tuple(daemon_templates(ctx.cluster, component="gang")),
             unavailable=frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current()),
-            avoid=_offering_keys(avoid),
+            avoid=offering_keys(avoid),
             same_zone=same_zone,
         )
 
@@ -684,7 +651,7 @@ class GangController:
                 return
             now = ctx.clock.now()
             avoiding = (
-                _refreshed(
+                refreshed(
                     view.pending.avoid,
                     now=now,
                     last_attempt=view.pending.attempt,
@@ -802,7 +769,7 @@ class GangController:
             last_failure=view.pending.last_failure if view.pending is not None else "",
             # what earlier attempts failed on stays avoided for the unavailable-offering TTL
             avoid=tuple(
-                _refreshed(
+                refreshed(
                     view.pending.avoid,
                     now=now,
                     last_attempt=view.pending.attempt,
@@ -899,7 +866,7 @@ class GangController:
             rollbacks=rollbacks,
             retry_at=now + timedelta(seconds=delay),
             last_failure=d.message,
-            avoid=_accumulate(
+            avoid=accumulate(
                 pending.avoid,
                 d.avoid,
                 now=now,
@@ -992,7 +959,7 @@ class GangController:
             assert pending is not None
             now = ctx.clock.now()
             refused = d.rollback.avoid
-            avoid = _accumulate(
+            avoid = accumulate(
                 pending.avoid,
                 refused,
                 now=now,

@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 from controller.clock import format_time, parse_time
 from controller.gang.markers import ANNOTATION_GANG_STATE
+from controller.scheduling.model import OfferingKey
 from controller.state.views import PodView
 
 Phase = Literal["Provisioning", "RolledBack", "Admitted"]
@@ -171,3 +172,50 @@ def newest(records: Iterable[Record | None]) -> Record | None:
         if rec is not None and (best is None or rec.seq > best.seq):
             best = rec
     return best
+
+
+# --- what a gang's attempts avoid ----------------------------------------------------------------
+
+MAX_AVOIDED: Final = 32
+
+
+# how long a gang avoids an offering whose machine launched but never registered, never became
+# Initialized or was deleted under it (not a mere refusal of capacity)
+BROKEN_OFFERING_AVOID_SECONDS: Final = 6 * 3600.0
+
+
+def refreshed(avoid: Iterable[Avoided], *, now: datetime, last_attempt: int, ttl_seconds: float) -> list[Avoided]:
+    """The entries the attempt after ``last_attempt`` avoids: those within their TTL, and those that
+    attempt failed on even when the rollback and the backoff outlasted their TTL (then for a new TTL
+    from now, so the launch avoids them too)."""
+    until = now + timedelta(seconds=ttl_seconds)
+    out = []
+    for a in avoid:
+        if not a.active_for(now, last_attempt=last_attempt):
+            continue
+        if not a.active(now):
+            a = Avoided(a.offering, until, a.attempt)
+        out.append(a)
+    return out
+
+
+def accumulate(
+    before: Iterable[Avoided], failed: Iterable[str], *, now: datetime, ttl_seconds: float, attempt: int = 0
+) -> tuple[Avoided, ...]:
+    """The offerings a gang avoids: every one an attempt failed on within the unavailable-offering TTL
+    (so two broken offerings cannot take turns, and a one-off failure does not exclude an offering
+    for good), each until its last failure plus the TTL; the newest first when there are too many."""
+    until = now + timedelta(seconds=ttl_seconds)
+    fresh = {o: Avoided(o, until, attempt) for o in failed}
+    kept = [a for a in before if a.active(now) and a.offering not in fresh]
+    merged = sorted([*fresh.values(), *kept], key=lambda a: a.until or now, reverse=True)[:MAX_AVOIDED]
+    return tuple(sorted(merged, key=lambda a: a.offering))
+
+
+def offering_keys(values: Iterable[str]) -> frozenset[OfferingKey]:
+    out: set[OfferingKey] = set()
+    for value in values:
+        parts = value.split("/")
+        if len(parts) == 3:
+            out.add((parts[0], parts[1], parts[2]))
+    return frozenset(out)

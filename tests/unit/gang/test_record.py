@@ -104,18 +104,17 @@ def test_avoided_offerings_expire_and_old_records_still_read() -> None:
 def test_the_retry_after_a_failure_avoids_it_however_long_the_rollback_took() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from controller.gang.controller import _accumulate, _refreshed
-    from controller.gang.record import Avoided
+    from controller.gang.record import Avoided, accumulate, refreshed
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    avoid = _accumulate((), ["m7a.medium/zone-a/spot"], now=t0, ttl_seconds=3, attempt=2)
+    avoid = accumulate((), ["m7a.medium/zone-a/spot"], now=t0, ttl_seconds=3, attempt=2)
     assert avoid == (Avoided("m7a.medium/zone-a/spot", t0 + timedelta(seconds=3), 2),)
     assert Avoided.from_json(avoid[0].to_json()) == avoid[0]
     late = t0 + timedelta(seconds=20)  # cleaning up and the backoff outlasted the 3 s TTL
     assert not avoid[0].active(late)
-    [kept] = _refreshed(avoid, now=late, last_attempt=2, ttl_seconds=3)
+    [kept] = refreshed(avoid, now=late, last_attempt=2, ttl_seconds=3)
     assert kept.offering == "m7a.medium/zone-a/spot"
     assert kept.until == late + timedelta(seconds=3)  # a full TTL from the retry
     # an older attempt's failure lapses with its TTL: a one-off refusal does not exclude it for good
-    assert _refreshed(avoid, now=late, last_attempt=3, ttl_seconds=3) == []
+    assert refreshed(avoid, now=late, last_attempt=3, ttl_seconds=3) == []
     assert Avoided("x/y/spot", None).active_for(late, last_attempt=0) is False
