@@ -20,7 +20,6 @@ Results go into docs/performance.md ("aws provider"), with the command that prod
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -38,6 +37,7 @@ from hack.bench.aws_launch import REGION, world
 from hack.bench.gang import cluster_up
 from tests.e2e.harness import Cluster, clean_cluster, eventually
 from tests.e2e.joiner import Joiner
+from tests.e2e.manifests import spot_warning
 
 Obj = dict[str, Any]
 USER_DATA = "#!/bin/bash\n# kubelet --register-with-taints=joiner.sh/unregistered=true:NoSchedule\n"
@@ -79,19 +79,6 @@ def manifests(nodeclass: Obj, ns: str, replicas: int) -> list[Obj]:
     return [nodeclass, pool, deployment]
 
 
-def spot_warning(instance_id: str) -> str:
-    detail = {"instance-id": instance_id, "instance-action": "terminate"}
-    return json.dumps(
-        {
-            "version": "0",
-            "id": str(uuid.uuid4()),
-            "source": "aws.ec2",
-            "detail-type": "EC2 Spot Instance Interruption Warning",
-            "detail": detail,
-        }
-    )
-
-
 def claims(cluster: Cluster) -> dict[str, Obj]:
     return {c["metadata"]["name"]: c for c in cluster.items("nodeclaims")}
 
@@ -109,7 +96,7 @@ def one_round(cluster: Cluster, sqs: Any, queue: str, ns: str, replicas: int) ->
     node = before[victim]["status"]["nodeName"]
     iid = before[victim]["status"]["providerID"].rsplit("/", 1)[-1]
     sent = time.monotonic()
-    sqs.send_message(QueueUrl=queue, MessageBody=spot_warning(iid))
+    sqs.send_message(QueueUrl=queue, MessageBody=spot_warning(iid, region=REGION))
 
     def deleted() -> bool:
         now = claims(cluster)

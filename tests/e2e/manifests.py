@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +206,19 @@ def offline_plan(setup: list[Obj], workloads: list[Obj]) -> Obj:
     )
     result: Obj = json.loads(out.stdout)
     return result
+
+
+def spot_warning(instance_id: str, *, region: str) -> str:
+    """The EventBridge message AWS sends to the interruption queue two minutes before it reclaims a
+    spot instance (detail-type "EC2 Spot Instance Interruption Warning")."""
+    return json.dumps(
+        {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "source": "aws.ec2",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "region": region,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "detail": {"instance-id": instance_id, "instance-action": "terminate"},
+        }
+    )

@@ -12,7 +12,6 @@ Run alone: JOINER_CLUSTER_DIR=/tmp/kwok-aws .venv/bin/pytest tests/e2e/test_aws.
 from __future__ import annotations
 
 import base64
-import json
 import time
 import uuid
 from typing import Any
@@ -22,7 +21,7 @@ import boto3
 from hack.aws_kubelet import StandIn
 from tests.aws.conftest import REGION, World, amazon_images, boto_clients, moto_url, world
 from tests.e2e.harness import Cluster, eventually
-from tests.e2e.manifests import deployment, expect_event, is_true, nodeclaims, req
+from tests.e2e.manifests import deployment, expect_event, is_true, nodeclaims, req, spot_warning
 from tests.e2e.test_gang import (
     FAST_GANGS,
     PartialStartWatch,
@@ -64,20 +63,6 @@ def aws_nodepool(name: str, *, types: list[str], taints: list[Obj] | None = None
         "metadata": {"name": name},
         "spec": {"template": {"spec": spec}},
     }
-
-
-def spot_warning(instance_id: str) -> str:
-    return json.dumps(
-        {
-            "version": "0",
-            "id": str(uuid.uuid4()),
-            "source": "aws.ec2",
-            "detail-type": "EC2 Spot Instance Interruption Warning",
-            "region": REGION,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "detail": {"instance-id": instance_id, "instance-action": "terminate"},
-        }
-    )
 
 
 def instances(world: World) -> dict[str, Obj]:
@@ -178,7 +163,7 @@ def test_pods_run_on_ec2_instances_and_a_spot_interrupted_gang_member_restarts_t
         victim_iid = instance_id(victim)
         old_uids = {p["metadata"]["uid"] for p in pods_of(cluster, ns, "trainer")}
         sent = time.monotonic()
-        sqs.send_message(QueueUrl=queue, MessageBody=spot_warning(victim_iid))
+        sqs.send_message(QueueUrl=queue, MessageBody=spot_warning(victim_iid, region=REGION))
         expect_event(cluster, namespace=ns, name="trainer-0", reason="GangMemberLost", timeout=60)
 
         again = expect_gang_restarted(cluster, ns, "trainer", 2, old_uids=old_uids, timeout=180)
