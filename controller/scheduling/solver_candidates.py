@@ -90,6 +90,31 @@ class CandidateTypes(TopologyRules):
             g.w = best_w if best_w < inf else 0.0
             g.slot_set = frozenset(kmax)
 
+    def _build_twins(self) -> None:
+        """Put slots that a simulation cannot tell apart except by their room and prices into
+        one twin class (``Slot.twin``): the same pool (without ``minValues``), the same node-side
+        requirements on every label key any pod's requirements or the pool's mention, and the same
+        offerings (zone, capacity type) in the same price order. Every compatibility, offering and
+        zone-pinning answer a simulation asks of a slot is then the same for the whole class, so
+        a simulation on a roomier twin that room never limited can be replayed (see
+        `NodeChoice._replay`)."""
+        keys = {LABEL_ZONE, LABEL_CAPACITY_TYPE}
+        for g in self.groups:
+            for variant in (*g.variants, *g.required):
+                keys.update(r.key for r in variant.items)
+        for pool in self.pools:
+            keys.update(r.key for r in pool.base.items)
+        classes: dict[tuple[object, ...], int] = {}
+        for slot in self.slots:
+            if slot.pool.min_value_reqs:
+                continue
+            key = (
+                slot.pool.idx,
+                slot.node_side.only(keys),
+                tuple((o.zone, o.capacity_type) for o in slot.offerings),
+            )
+            slot.twin = classes.setdefault(key, len(classes))
+
     def _bounds(self, groups: Sequence[Group]) -> None:
         """Upper bounds on the value a node of each slot can hold, for pruning candidates.
 

@@ -75,6 +75,8 @@ class NodeChoice(Packer):
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
             streak = 0
             max_streak = _MAX_STREAK_PILOT if pilot else _MAX_STREAK_ROLLOUT if self._in_rollout else _MAX_STREAK
+            # per twin class, the last simulation that room never limited (see `_replay`)
+            twins: dict[int, tuple[Sim, list[Part]]] = {}
             for lb, slot, _vi in ranked:
                 if best is not None and not together:
                     if streak >= max_streak:
@@ -83,9 +85,16 @@ class NodeChoice(Packer):
                         continue
                 if self._limit_room(slot) <= 0:
                     continue
-                sim = self._simulate(slot, head, tail)
+                twin = slot.twin
+                ref = twins.get(twin) if twin >= 0 else None
+                sim = self._replay(ref, slot) if ref is not None else None
                 if sim is None:
-                    continue
+                    refused: list[Part] | None = [] if twin >= 0 else None
+                    sim = self._simulate(slot, head, tail, refused=refused)
+                    if sim is None:
+                        continue
+                    if refused is not None and self._sim_clean:
+                        twins[twin] = (sim, refused)
                 tried.append(sim)
                 if pilot:
                     alt = self._simulate(slot, head, tail, by_density=True)
@@ -222,6 +231,7 @@ class NodeChoice(Packer):
         by_density: bool = False,
         head_limit: int | None = None,
         first: int | None = None,
+        refused: list[Part] | None = None,
     ) -> Sim | None:
         """Pack the head part on a fresh node of the slot, then fill it with the parts after it.
 
@@ -229,11 +239,20 @@ class NodeChoice(Packer):
         The fill goes in the global (first-fit-decreasing) order, or, ``by_density``, in order
         of value per share of the room left after the head (a knapsack greedy), or starting
         with ``tail[first]``.
+
+        With ``refused`` (a list to fill; the plain global order only), the simulation also
+        records what a replay on a roomier twin needs: the parts refused because the slot
+        cannot host their group at all, and, in ``_sim_clean``, whether the room left on the
+        node never decided anything (no part refused or cut short for want of room, no stop
+        because the node was full).
         """
         g = head.group
         node = self._new_node(slot, slot.pool.base, g.gang)
         node.idx = -1
         undo: list[tuple[int, str | None, int]] = []
+        clean = True
+        self._fit_bound = False
+        self._sim_clean = False
         try:
             limit = head.remaining if head_limit is None else min(head.remaining, head_limit)
             k, reqs = self._can_add_new(node, head, limit)
@@ -258,9 +277,13 @@ class NodeChoice(Packer):
             gang = g.gang
             placed = node.placed
             for j, part in order:
-                if free[pods_i] <= 0 or misses >= _MAX_FILL_MISSES:
+                if misses >= _MAX_FILL_MISSES:
+                    break
+                if free[pods_i] <= 0:
+                    clean = False
                     break
                 if j < n_suffix and suffix is not None and not all(map(le, suffix[j], free)):
+                    clean = False
                     break
                 if part.remaining <= 0:
                     continue
@@ -274,6 +297,11 @@ class NodeChoice(Packer):
                 pg = part.group
                 if pg.gang != gang or slot_idx not in pg.kmax or not all(map(le, pg.req, free)):
                     misses += 1
+                    if refused is not None and pg.gang == gang:
+                        if slot_idx not in pg.kmax:
+                            refused.append(part)
+                        else:
+                            clean = False
                     continue
                 conflict = pg.conflict_host
                 if conflict and not conflict.isdisjoint(placed):
@@ -289,11 +317,42 @@ class NodeChoice(Packer):
             offers = self._offerings(node.reqs, slot)
             if not offers:
                 return None
+            self._sim_clean = clean and not self._fit_bound and not by_density and first is None
             return Sim(node, slot, pattern, offers[0].price, value)
         finally:
             groups = self.groups
             for gi, zone, c in undo:
                 self._count_placed(groups[gi], zone, -c)
+
+    def _replay(self, ref: tuple[Sim, list[Part]], slot: Slot) -> Sim | None:
+        """The simulation of ``slot`` read off a twin's, when it cannot differ (None: simulate).
+
+        ``ref`` is a simulation on a slot of the same twin class that room never limited, with
+        the parts it refused because that slot cannot host their group. Twins give the same
+        answer to every compatibility, offering and zone question, so on a slot with at least
+        as much room in every resource each step of the fill goes the same way: every count was
+        set by something other than room, and every refusal too, except those for a group the
+        smaller slot cannot host at all, which must not fit this one either. Same pods, same
+        requirements, same value; only the price is the slot's own."""
+        sim, refused = ref
+        if not all(map(le, sim.slot.alloc, slot.alloc)):
+            return None
+        idx = slot.idx
+        for part in refused:
+            if idx in part.group.kmax:
+                return None
+        reqs = sim.node.reqs
+        offers = self._offerings(reqs, slot)
+        if not offers:  # pragma: no cover - twins offer the same zones and capacity types
+            return None
+        node = Node()
+        node.idx = -1
+        node.slot = slot
+        node.pool = slot.pool
+        node.reqs = reqs
+        node.zone = sim.node.zone
+        node.gang = sim.node.gang
+        return Sim(node, slot, sim.pattern, offers[0].price, sim.value)
 
     def _density_order(self, slot: Slot, free: Sequence[int], tail: list[tuple[int, Part]]) -> list[tuple[int, Part]]:
         scored = []
