@@ -97,8 +97,6 @@ class SolverBase:
         self._in_rollout = False
         # set by `_can_add_new` when the room left on the node limited the count (see `_simulate`)
         self._fit_bound = False
-        # whether the last `_simulate` with ``refused`` can be replayed on a roomier twin
-        self._sim_clean = False
         # candidate lists per finished node (solver_candidates)
         self._cand_cache: dict[object, list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}

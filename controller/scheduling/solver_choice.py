@@ -53,6 +53,23 @@ _UNPLACED_PENALTY: Final = 1e6
 """Cost of leaving a pod unplaced in a rollout (dominates any price)."""
 
 
+class _Trace:
+    """What a simulation in the global fill order did, for simulations of its roomier twins."""
+
+    __slots__ = ("event", "head", "head_bound", "refused", "sim", "steps")
+
+    def __init__(self) -> None:
+        self.sim: Sim | None = None
+        self.head: tuple[int, Requirements] = (0, Requirements())  # head pods, node requirements after
+        self.head_bound = False  # room limited the head's count
+        # (position in the tail, part, pods, node requirements after) for every part taken
+        self.steps: list[tuple[int, Part, int, Requirements]] = []
+        # (position, part, misses before it) for every part whose group the slot cannot host at all
+        self.refused: list[tuple[int, Part, int]] = []
+        # (position, misses before it) of the first decision that room made; None: room made none
+        self.event: tuple[int, int] | None = None
+
+
 class NodeChoice(Packer):
     """Which (NodePool, instance type) and packing pattern the next new node gets."""
 
@@ -75,8 +92,8 @@ class NodeChoice(Packer):
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
             streak = 0
             max_streak = _MAX_STREAK_PILOT if pilot else _MAX_STREAK_ROLLOUT if self._in_rollout else _MAX_STREAK
-            # per twin class, the last simulation that room never limited (see `_replay`)
-            twins: dict[int, tuple[Sim, list[Part]]] = {}
+            # per twin class, the last simulation traced (see `_from_twin`)
+            twins: dict[int, _Trace] = {}
             for lb, slot, _vi in ranked:
                 if best is not None and not together:
                     if streak >= max_streak:
@@ -86,15 +103,19 @@ class NodeChoice(Packer):
                 if self._limit_room(slot) <= 0:
                     continue
                 twin = slot.twin
-                ref = twins.get(twin) if twin >= 0 else None
-                sim = self._replay(ref, slot) if ref is not None else None
+                sim = None
+                start: tuple[_Trace, int, int] | None = None
+                if twin >= 0:
+                    ref = twins.get(twin)
+                    if ref is not None:
+                        sim, start = self._from_twin(ref, slot)
                 if sim is None:
-                    refused: list[Part] | None = [] if twin >= 0 else None
-                    sim = self._simulate(slot, head, tail, refused=refused)
+                    trace = _Trace() if twin >= 0 else None
+                    sim = self._simulate(slot, head, tail, trace=trace, start=start)
                     if sim is None:
                         continue
-                    if refused is not None and self._sim_clean:
-                        twins[twin] = (sim, refused)
+                    if trace is not None:
+                        twins[twin] = trace
                 tried.append(sim)
                 if pilot:
                     alt = self._simulate(slot, head, tail, by_density=True)
@@ -231,7 +252,8 @@ class NodeChoice(Packer):
         by_density: bool = False,
         head_limit: int | None = None,
         first: int | None = None,
-        refused: list[Part] | None = None,
+        trace: _Trace | None = None,
+        start: tuple[_Trace, int, int] | None = None,
     ) -> Sim | None:
         """Pack the head part on a fresh node of the slot, then fill it with the parts after it.
 
@@ -240,29 +262,48 @@ class NodeChoice(Packer):
         of value per share of the room left after the head (a knapsack greedy), or starting
         with ``tail[first]``.
 
-        With ``refused`` (a list to fill; the plain global order only), the simulation also
-        records what a replay on a roomier twin needs: the parts refused because the slot
-        cannot host their group at all, and, in ``_sim_clean``, whether the room left on the
-        node never decided anything (no part refused or cut short for want of room, no stop
-        because the node was full).
+        In the global order, ``trace`` records what simulations of roomier twins need (see
+        `_from_twin`), and ``start`` = (a twin's trace, position in ``tail``, misses before it)
+        takes that twin's steps before the position as they were and simulates from there on.
         """
         g = head.group
         node = self._new_node(slot, slot.pool.base, g.gang)
         node.idx = -1
         undo: list[tuple[int, str | None, int]] = []
-        clean = True
         self._fit_bound = False
-        self._sim_clean = False
         try:
-            limit = head.remaining if head_limit is None else min(head.remaining, head_limit)
-            k, reqs = self._can_add_new(node, head, limit)
-            if k <= 0:
-                return None
+            if start is None:
+                limit = head.remaining if head_limit is None else min(head.remaining, head_limit)
+                k, reqs = self._can_add_new(node, head, limit)
+                if k <= 0:
+                    return None
+                if trace is not None and self._fit_bound:
+                    trace.head_bound = True
+            else:
+                k, reqs = start[0].head
+            if trace is not None:
+                trace.head = (k, reqs)
             pattern: list[tuple[Part, int]] = [(head, k)]
             self._sim_add(node, head, k, reqs, undo)
             value = k * g.w
-            pods_i = self.u.index[PODS]
             misses = 0
+            begin = 0
+            if start is not None:
+                assert trace is not None
+                ref, begin, misses = start
+                for step in ref.steps:
+                    pos, part, k2, reqs2 = step
+                    if pos >= begin:
+                        break
+                    pattern.append((part, k2))
+                    self._sim_add(node, part, k2, reqs2, undo)
+                    value += k2 * part.group.w
+                    trace.steps.append(step)
+                for item in ref.refused:
+                    if item[0] >= begin:
+                        break
+                    trace.refused.append(item)
+            pods_i = self.u.index[PODS]
             free = node.free
             suffix: list[Vec] | None = self._suffix_min
             order: Sequence[tuple[int, Part]] = tail
@@ -276,14 +317,13 @@ class NodeChoice(Packer):
             slot_idx = slot.idx
             gang = g.gang
             placed = node.placed
-            for j, part in order:
+            for pos, (j, part) in enumerate(order[begin:] if begin else order, begin):
                 if misses >= _MAX_FILL_MISSES:
                     break
-                if free[pods_i] <= 0:
-                    clean = False
-                    break
-                if j < n_suffix and suffix is not None and not all(map(le, suffix[j], free)):
-                    clean = False
+                if free[pods_i] <= 0 or (j < n_suffix and suffix is not None and not all(map(le, suffix[j], free))):
+                    # the node is full, or no later part can fit: room decided
+                    if trace is not None and trace.event is None:
+                        trace.event = (pos, misses)
                     break
                 if part.remaining <= 0:
                     continue
@@ -296,55 +336,68 @@ class NodeChoice(Packer):
                     continue
                 pg = part.group
                 if pg.gang != gang or slot_idx not in pg.kmax or not all(map(le, pg.req, free)):
-                    misses += 1
-                    if refused is not None and pg.gang == gang:
+                    if trace is not None and pg.gang == gang:
                         if slot_idx not in pg.kmax:
-                            refused.append(part)
-                        else:
-                            clean = False
+                            trace.refused.append((pos, part, misses))
+                        elif trace.event is None:
+                            trace.event = (pos, misses)
+                    misses += 1
                     continue
                 conflict = pg.conflict_host
                 if conflict and not conflict.isdisjoint(placed):
                     misses += 1
                     continue
                 k2, reqs2 = self._can_add_new(node, part, part.remaining)
+                if trace is not None and self._fit_bound and trace.event is None:
+                    trace.event = (pos, misses)
                 if k2 <= 0:
                     misses += 1
                     continue
                 pattern.append((part, k2))
                 self._sim_add(node, part, k2, reqs2, undo)
                 value += k2 * pg.w
+                if trace is not None:
+                    trace.steps.append((pos, part, k2, reqs2))
             offers = self._offerings(node.reqs, slot)
             if not offers:
                 return None
-            self._sim_clean = clean and not self._fit_bound and not by_density and first is None
-            return Sim(node, slot, pattern, offers[0].price, value)
+            sim = Sim(node, slot, pattern, offers[0].price, value)
+            if trace is not None:
+                trace.sim = sim
+            return sim
         finally:
             groups = self.groups
             for gi, zone, c in undo:
                 self._count_placed(groups[gi], zone, -c)
 
-    def _replay(self, ref: tuple[Sim, list[Part]], slot: Slot) -> Sim | None:
-        """The simulation of ``slot`` read off a twin's, when it cannot differ (None: simulate).
+    def _from_twin(self, ref: _Trace, slot: Slot) -> tuple[Sim | None, tuple[_Trace, int, int] | None]:
+        """The simulation of ``slot`` read off a twin's, or where to resume it from.
 
-        ``ref`` is a simulation on a slot of the same twin class that room never limited, with
-        the parts it refused because that slot cannot host their group. Twins give the same
-        answer to every compatibility, offering and zone question, so on a slot with at least
-        as much room in every resource each step of the fill goes the same way: every count was
-        set by something other than room, and every refusal too, except those for a group the
-        smaller slot cannot host at all, which must not fit this one either. Same pods, same
-        requirements, same value; only the price is the slot's own."""
-        sim, refused = ref
-        if not all(map(le, sim.slot.alloc, slot.alloc)):
-            return None
+        ``ref`` traced a simulation on a slot of the same twin class (see `_build_twins`): twins
+        give the same answer to every compatibility, offering and zone question, so on a slot
+        with at least as much room in every resource each step of the fill goes the same way
+        up to the first decision that room made on the smaller one (a part refused or cut short
+        because it did not fit, the node full), or the first part refused because the smaller
+        slot cannot host its group at all while this one can. Past neither, the result is the
+        twin's: same pods, same requirements, same value, this slot's own price; otherwise the
+        simulation resumes there. (None, None): simulate from the start."""
+        sim = ref.sim
+        if sim is None or ref.head_bound or not all(map(le, sim.slot.alloc, slot.alloc)):
+            return None, None
         idx = slot.idx
-        for part in refused:
+        point = ref.event
+        for pos, part, misses in ref.refused:
+            if point is not None and pos >= point[0]:
+                break
             if idx in part.group.kmax:
-                return None
+                point = (pos, misses)
+                break
+        if point is not None:
+            return None, (ref, point[0], point[1])
         reqs = sim.node.reqs
         offers = self._offerings(reqs, slot)
         if not offers:  # pragma: no cover - twins offer the same zones and capacity types
-            return None
+            return None, None
         node = Node()
         node.idx = -1
         node.slot = slot
@@ -352,7 +405,7 @@ class NodeChoice(Packer):
         node.reqs = reqs
         node.zone = sim.node.zone
         node.gang = sim.node.gang
-        return Sim(node, slot, sim.pattern, offers[0].price, sim.value)
+        return Sim(node, slot, sim.pattern, offers[0].price, sim.value), None
 
     def _density_order(self, slot: Slot, free: Sequence[int], tail: list[tuple[int, Part]]) -> list[tuple[int, Part]]:
         scored = []
