@@ -104,6 +104,9 @@ class SolverBase:
         self._compat_orders: dict[tuple[int, Requirements], list[tuple[int, Slot, tuple[Offering, ...]]]] = {}
         # per group, the running counts (State.agg_zone / agg_total) its placements add to
         self._group_aggs: list[list[int]] = []
+        # per group, the running counts a simulation keeps up to date, and whether its pods per zone
+        self._sim_aggs: list[list[int]] = []
+        self._sim_zoned: list[bool] = []
         self._info_cache: dict[
             tuple[tuple[int, int], ...],
             tuple[

@@ -368,7 +368,7 @@ class NodeChoice(Packer):
         finally:
             groups = self.groups
             for gi, zone, c in undo:
-                self._count_placed(groups[gi], zone, -c)
+                self._sim_count(groups[gi], zone, -c)
 
     def _from_twin(self, ref: _Trace, slot: Slot) -> tuple[Sim | None, tuple[_Trace, int, int] | None]:
         """The simulation of ``slot`` read off a twin's, or where to resume it from.
@@ -435,8 +435,8 @@ class NodeChoice(Packer):
         node.reqs = reqs
         zr = reqs.get(LABEL_ZONE)
         node.zone = zr.single_value() if zr is not None else None
-        self._count_placed(g, node.zone, k)
-        undo.append((g.idx, node.zone, k))
+        if self._sim_count(g, node.zone, k):
+            undo.append((g.idx, node.zone, k))
 
 
 def sim_order(sim: Sim) -> tuple[float, float, float, str]:
