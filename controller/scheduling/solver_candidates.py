@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import floordiv, itemgetter
+from operator import floordiv, itemgetter, truediv
 
 from controller.scheduling.instancetypes import Offering
 from controller.scheduling.labels import (
@@ -26,11 +26,14 @@ from controller.scheduling.taints import Toleration
 class _Pattern:
     """The slots that groups with the same variants and tolerations can use, shared by them."""
 
-    __slots__ = ("columns", "compat", "ranked")
+    __slots__ = ("columns", "compat", "ids", "prices", "ranked", "tiers")
 
     def __init__(self, compat: list[tuple[Slot, int, float]], dims: int) -> None:
         self.compat = compat  # (slot, index of the first variant it takes, that variant's price)
         self.columns = [tuple(slot.alloc[d] for slot, _vi, _price in compat) for d in range(dims)]
+        self.ids = [slot.idx for slot, _vi, _price in compat]
+        self.prices = [price for _slot, _vi, price in compat]
+        self.tiers = list(dict.fromkeys(slot.pool.tier for slot, _vi, _price in compat))
         self.ranked: list[tuple[float, Slot, int]] | None = None  # by lower bound (see `_bounds`)
 
 
@@ -71,22 +74,23 @@ class CandidateTypes(TopologyRules):
             if counts is None:  # pragma: no cover - every pod asks for a pod slot
                 counts = [1 << 30] * len(compat)
             cap = self._self_cap(g)
-            best_w = inf
+            ids, prices = pattern.ids, pattern.prices
+            if counts and cap < max(counts):
+                counts = list(map(min, counts, repeat(cap)))
+            if counts and min(counts) <= 0:
+                keep = [i for i, k in enumerate(counts) if k > 0]
+                ids = [ids[i] for i in keep]
+                prices = [prices[i] for i in keep]
+                counts = [counts[i] for i in keep]
+                tiers = list(dict.fromkeys(compat[i][0].pool.tier for i in keep))
+            else:
+                tiers = pattern.tiers
             kmax = g.kmax
-            cands = g.cands
-            for (slot, vi, price), k in zip(compat, counts, strict=True):
-                if k <= 0:
-                    continue
-                if cap < k:
-                    k = cap
-                kmax[slot.idx] = k
-                tier = slot.pool.tier
-                if tier in cands:
-                    cands[tier].append((price, slot, vi))
-                else:
-                    cands[tier] = [(price, slot, vi)]
-                if price / k < best_w:
-                    best_w = price / k
+            kmax.update(zip(ids, counts, strict=True))
+            # the lists are filled, ranked, by `_bounds`
+            for tier in tiers:
+                g.cands.setdefault(tier, [])
+            best_w = min(map(truediv, prices, counts), default=inf)
             g.w = best_w if best_w < inf else 0.0
             g.slot_set = frozenset(kmax)
 
