@@ -26,7 +26,7 @@ from controller.scheduling.taints import Toleration
 class _Pattern:
     """The slots that groups with the same variants and tolerations can use, shared by them."""
 
-    __slots__ = ("columns", "compat", "ids", "prices", "ranked", "tiers")
+    __slots__ = ("columns", "compat", "ids", "prices", "ranked", "slot_set", "tiers")
 
     def __init__(self, compat: list[tuple[Slot, int, float]], dims: int) -> None:
         self.compat = compat  # (slot, index of the first variant it takes, that variant's price)
@@ -34,6 +34,7 @@ class _Pattern:
         self.ids = [slot.idx for slot, _vi, _price in compat]
         self.prices = [price for _slot, _vi, price in compat]
         self.tiers = list(dict.fromkeys(slot.pool.tier for slot, _vi, _price in compat))
+        self.slot_set = frozenset(self.ids)  # shared by the groups that fit every slot of the pattern
         self.ranked: list[tuple[float, Slot, int]] | None = None  # by lower bound (see `_bounds`)
 
 
@@ -77,6 +78,7 @@ class CandidateTypes(TopologyRules):
             ids, prices = pattern.ids, pattern.prices
             if counts and cap < max(counts):
                 counts = list(map(min, counts, repeat(cap)))
+            slot_set: frozenset[int] | None = None
             if counts and min(counts) <= 0:
                 keep = [i for i, k in enumerate(counts) if k > 0]
                 ids = [ids[i] for i in keep]
@@ -85,6 +87,7 @@ class CandidateTypes(TopologyRules):
                 tiers = list(dict.fromkeys(compat[i][0].pool.tier for i in keep))
             else:
                 tiers = pattern.tiers
+                slot_set = pattern.slot_set
             kmax = g.kmax
             kmax.update(zip(ids, counts, strict=True))
             # the lists are filled, ranked, by `_bounds`
@@ -92,7 +95,7 @@ class CandidateTypes(TopologyRules):
                 g.cands.setdefault(tier, [])
             best_w = min(map(truediv, prices, counts), default=inf)
             g.w = best_w if best_w < inf else 0.0
-            g.slot_set = frozenset(kmax)
+            g.slot_set = frozenset(kmax) if slot_set is None else slot_set
 
     def _build_twins(self) -> None:
         """Put slots that a simulation cannot tell apart except by their room and prices into
@@ -199,13 +202,13 @@ class CandidateTypes(TopologyRules):
 
     def _kmax_mask(self, group_idx: int, pool: Pool) -> int:
         """The slots of the pool that can host the group (its ``kmax``), as a bitmask over ``pool.slots``."""
-        key = (group_idx, pool.idx)
+        key = (self.groups[group_idx].slot_set, pool.idx)  # groups that fit the same slots share it
         mask = self._kmax_masks.get(key)
         if mask is None:
-            kmax = self.groups[group_idx].kmax
+            slot_set = key[0]
             mask = 0
             for pos, s in enumerate(pool.slots):
-                if s.idx in kmax:
+                if s.idx in slot_set:
                     mask |= 1 << pos
             self._kmax_masks[key] = mask
         return mask

@@ -5,7 +5,8 @@ packing after each of the best candidates (pilot rollouts, journaled and undone)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import le
+from itertools import repeat
+from operator import le, mul, truediv
 from typing import Final
 
 from controller.scheduling.labels import (
@@ -85,8 +86,19 @@ class NodeChoice(Packer):
             # and by a streak of candidates that did not improve on the best.
             rem = head.remaining
             w = g.w if g.w > 0 else 1.0
-            kmax = g.kmax
-            ranked = sorted(cands, key=lambda c: (c[1].min_price / (min(kmax[c[1].idx], rem) * w), c[0], c[1].idx))
+            columns = self._rank_columns.get((g.idx, tier))
+            if columns is None:
+                kmax = g.kmax
+                columns = self._rank_columns[(g.idx, tier)] = (
+                    [c[1].min_price for c in cands],
+                    [kmax[c[1].idx] for c in cands],
+                    [c[0] for c in cands],
+                    [c[1].idx for c in cands],
+                )
+            prices, counts, bounds, ids = columns
+            # by (min price / (min(kmax, rem) * w), bound, slot), the key computed a column at a time
+            keys = map(truediv, prices, map(mul, map(min, counts, repeat(rem)), repeat(w)))
+            ranked = [t[3] for t in sorted(zip(keys, bounds, ids, cands, strict=True))]
             pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(active, index)
             tail = [(j, active[j]) for j in range(index + 1, len(active)) if active[j].remaining > 0]
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
