@@ -101,7 +101,7 @@ class SolverBase:
         self._cand_cache: dict[object, list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}
         self._kmax_masks: dict[tuple[frozenset[int], int], int] = {}
-        # (group, tier) -> its candidates' min prices, kmax, bounds and slot indexes (see `_choose`)
+        # (id of a kmax, tier) -> its candidates' min prices, kmax, bounds and slot indexes (see `_choose`)
         self._rank_columns: dict[tuple[int, int], tuple[list[float], list[int], list[float], list[int]]] = {}
         self._compat_orders: dict[tuple[int, Requirements], list[tuple[int, Slot, tuple[Offering, ...]]]] = {}
         # per group, the running counts (State.agg_zone / agg_total) its placements add to

@@ -19,6 +19,7 @@ from controller.scheduling.model import (
 )
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_model import Group, Node, Pool, Slot, SlotIndex
+from controller.scheduling.solver_numeric import Vec
 from controller.scheduling.solver_topology import TopologyRules
 from controller.scheduling.taints import Toleration
 
@@ -49,7 +50,7 @@ class CandidateTypes(TopologyRules):
         `_bounds`, their ranking); the fit counts are made a resource column at a time."""
         by_pattern: dict[tuple[tuple[Requirements, ...], tuple[Toleration, ...]], _Pattern] = {}
         self._pattern_of: dict[int, _Pattern] = {}
-        inf = float("inf")
+        by_shape: dict[tuple[int, Vec, int], tuple[dict[int, int], list[int], float, frozenset[int]]] = {}
         for g in groups:
             key = (tuple(g.variants), g.tol_key)
             pattern = by_pattern.get(key)
@@ -66,36 +67,47 @@ class CandidateTypes(TopologyRules):
                                 break
                 pattern = by_pattern[key] = _Pattern(compat, len(self.u.names))
             self._pattern_of[g.idx] = pattern
-            compat = pattern.compat
-            req = g.req
-            counts: list[int] | None = None
-            for d in range(len(req)) if g.nz is None else g.nz:
-                column = map(floordiv, pattern.columns[d], repeat(req[d]))
-                counts = list(column) if counts is None else list(map(min, counts, column))
-            if counts is None:  # pragma: no cover - every pod asks for a pod slot
-                counts = [1 << 30] * len(compat)
             cap = self._self_cap(g)
-            ids, prices = pattern.ids, pattern.prices
-            if counts and cap < max(counts):
-                counts = list(map(min, counts, repeat(cap)))
-            slot_set: frozenset[int] | None = None
-            if counts and min(counts) <= 0:
-                keep = [i for i, k in enumerate(counts) if k > 0]
-                ids = [ids[i] for i in keep]
-                prices = [prices[i] for i in keep]
-                counts = [counts[i] for i in keep]
-                tiers = list(dict.fromkeys(compat[i][0].pool.tier for i in keep))
-            else:
-                tiers = pattern.tiers
-                slot_set = pattern.slot_set
-            kmax = g.kmax
-            kmax.update(zip(ids, counts, strict=True))
+            # groups of one pattern with the same requests and cap share what follows (one
+            # object each: nothing changes them after this)
+            shared_key = (id(pattern), g.req, cap)
+            shared = by_shape.get(shared_key)
+            if shared is None:
+                shared = by_shape[shared_key] = self._fit_counts(pattern, g.req, g.nz, cap)
+            g.kmax, tiers, g.w, g.slot_set = shared
             # the lists are filled, ranked, by `_bounds`
             for tier in tiers:
-                g.cands.setdefault(tier, [])
-            best_w = min(map(truediv, prices, counts), default=inf)
-            g.w = best_w if best_w < inf else 0.0
-            g.slot_set = frozenset(kmax) if slot_set is None else slot_set
+                g.cands[tier] = []
+
+    def _fit_counts(
+        self, pattern: _Pattern, req: Vec, nz: tuple[int, ...] | None, cap: int
+    ) -> tuple[dict[int, int], list[int], float, frozenset[int]]:
+        """For pods asking ``req`` (at most ``cap`` per node) on the pattern's slots: how many
+        each slot holds (``kmax``, slots holding none left out), the tiers of those slots, the
+        value per pod (the least price per pod) and the set of those slots."""
+        inf = float("inf")
+        counts: list[int] | None = None
+        for d in range(len(req)) if nz is None else nz:
+            column = map(floordiv, pattern.columns[d], repeat(req[d]))
+            counts = list(column) if counts is None else list(map(min, counts, column))
+        if counts is None:  # pragma: no cover - every pod asks for a pod slot
+            counts = [1 << 30] * len(pattern.compat)
+        ids, prices = pattern.ids, pattern.prices
+        if counts and cap < max(counts):
+            counts = list(map(min, counts, repeat(cap)))
+        slot_set: frozenset[int] | None = None
+        if counts and min(counts) <= 0:
+            keep = [i for i, k in enumerate(counts) if k > 0]
+            ids = [ids[i] for i in keep]
+            prices = [prices[i] for i in keep]
+            counts = [counts[i] for i in keep]
+            tiers = list(dict.fromkeys(pattern.compat[i][0].pool.tier for i in keep))
+        else:
+            tiers = pattern.tiers
+            slot_set = pattern.slot_set
+        kmax = dict(zip(ids, counts, strict=True))
+        best_w = min(map(truediv, prices, counts), default=inf)
+        return kmax, tiers, best_w if best_w < inf else 0.0, frozenset(kmax) if slot_set is None else slot_set
 
     def _build_twins(self) -> None:
         """Put slots that a simulation cannot tell apart except by their room and prices into

@@ -86,10 +86,11 @@ class NodeChoice(Packer):
             # and by a streak of candidates that did not improve on the best.
             rem = head.remaining
             w = g.w if g.w > 0 else 1.0
-            columns = self._rank_columns.get((g.idx, tier))
+            # groups with one kmax (see `_prepare_candidates`) have the same candidates
+            columns = self._rank_columns.get((id(g.kmax), tier))
             if columns is None:
                 kmax = g.kmax
-                columns = self._rank_columns[(g.idx, tier)] = (
+                columns = self._rank_columns[(id(g.kmax), tier)] = (
                     [c[1].min_price for c in cands],
                     [kmax[c[1].idx] for c in cands],
                     [c[0] for c in cands],
