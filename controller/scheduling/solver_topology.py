@@ -466,9 +466,9 @@ class TopologyRules(SolverBase):
         """Pods the term's selector matches per zone, of every group: running on existing nodes,
         placed so far in this plan, and ``planned`` (pods of parts made but not placed yet)."""
         counts = dict(term.existing_zone)
-        for (h, z), c in self.state.placed_zone.items():
-            if h in term.matched:
-                counts[z] = counts.get(z, 0) + c
+        # the pods placed so far: the running count of what the term selects (State.agg_zone)
+        for z, c in self.state.agg_zone[term.agg].items():
+            counts[z] = counts.get(z, 0) + c
         if planned:
             for (h, z), c in planned.items():
                 if h in term.matched:
