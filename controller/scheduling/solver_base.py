@@ -28,6 +28,7 @@ from controller.scheduling.resources import ONE_POD, Resources, sum_resources
 from controller.scheduling.solver_model import (
     Group,
     Node,
+    Part,
     Pool,
     Slot,
     SlotIndex,
@@ -95,6 +96,8 @@ class SolverBase:
         self._journal: dict[int, tuple[Node, Node]] | None = None
         self._rollouts_left = _ROLLOUT_BUDGET
         self._in_rollout = False
+        # (phase's active parts, head index, tail) of the last `_choose` (see there)
+        self._tail_cache: tuple[list[Part], int, list[tuple[int, Part]]] | None = None
         # set by `_can_add_new` when the room left on the node limited the count (see `_simulate`)
         self._fit_bound = False
         # candidate lists per finished node (solver_candidates)

@@ -101,7 +101,14 @@ class NodeChoice(Packer):
             keys = map(truediv, prices, map(mul, map(min, counts, repeat(rem)), repeat(w)))
             ranked = [t[3] for t in sorted(zip(keys, bounds, ids, cands, strict=True))]
             pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(active, index)
-            tail = [(j, active[j]) for j in range(index + 1, len(active)) if active[j].remaining > 0]
+            # the parts after the head that still have pods: the last tail, filtered, when it was
+            # made for this phase at or before this index (parts only lose pods, but in rollouts)
+            cached = self._tail_cache
+            if cached is not None and cached[0] is active and cached[1] <= index:
+                tail = [t for t in cached[2] if t[0] > index and t[1].remaining > 0]
+            else:
+                tail = [(j, active[j]) for j in range(index + 1, len(active)) if active[j].remaining > 0]
+            self._tail_cache = (active, index, tail)
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
             streak = 0
             max_streak = _MAX_STREAK_PILOT if pilot else _MAX_STREAK_ROLLOUT if self._in_rollout else _MAX_STREAK
@@ -222,6 +229,7 @@ class NodeChoice(Packer):
         journal: dict[int, tuple[Node, Node]] = {}
         self._journal = journal
         self._in_rollout = True
+        self._tail_cache = None  # parts restored at the end regain pods
         try:
             self._commit(sim, head)
             self._open(head, active, index)
@@ -241,6 +249,7 @@ class NodeChoice(Packer):
         finally:
             self._in_rollout = False
             self._journal = None
+            self._tail_cache = None
             for node, saved in journal.values():
                 restore_node(node, saved)
             del st.new[saved_len:]
