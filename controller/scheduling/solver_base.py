@@ -119,6 +119,18 @@ class SolverBase:
                 tuple[tuple[InstanceCandidate, ...], InstanceChoice, tuple[Requirement, ...]],
             ],
         ] = {}
+        # the same, by identity of the candidate list (`_candidates` hands out cached lists)
+        self._info_ids: dict[
+            int,
+            tuple[
+                list[tuple[Slot, tuple[Offering, ...]]],
+                tuple[tuple[InstanceCandidate, ...], InstanceChoice, tuple[Requirement, ...]],
+            ],
+        ] = {}
+        # (slot, id of its offerings) -> (the offerings, its candidate, their zones, capacity types)
+        self._cand_objs: dict[
+            tuple[int, int], tuple[tuple[Offering, ...], InstanceCandidate, frozenset[str], frozenset[str]]
+        ] = {}
         self._zones: frozenset[str] = frozenset()
 
     def _build_pools(self) -> None:

@@ -299,14 +299,33 @@ class CandidateTypes(TopologyRules):
     def _candidate_info(
         self, cands: list[tuple[Slot, tuple[Offering, ...]]]
     ) -> tuple[tuple[InstanceCandidate, ...], InstanceChoice, tuple[Requirement, ...]]:
-        """Output form of a candidate list (memoized: replicas share their candidate lists)."""
+        """Output form of a candidate list (memoized: replicas share their candidate lists, and
+        every list the same candidate per slot and offerings)."""
+        by_id = self._info_ids.get(id(cands))
+        if by_id is not None and by_id[0] is cands:
+            return by_id[1]
         key = tuple((s.idx, id(offers)) for s, offers in cands)
         hit = self._info_cache.get(key)
         if hit is not None:
+            self._info_ids[id(cands)] = (cands, hit[1])
             return hit[1]
-        candidates = tuple(
-            InstanceCandidate(instance_type=s.it.name, price=offers[0].price, offerings=offers) for s, offers in cands
-        )
+        objs = self._cand_objs
+        picked = []
+        zone_sets = []
+        capacity_sets = []
+        for s, offers in cands:
+            got = objs.get((s.idx, id(offers)))
+            if got is None or got[0] is not offers:
+                got = objs[(s.idx, id(offers))] = (
+                    offers,
+                    InstanceCandidate(instance_type=s.it.name, price=offers[0].price, offerings=offers),
+                    frozenset(o.zone for o in offers),
+                    frozenset(o.capacity_type for o in offers),
+                )
+            picked.append(got[1])
+            zone_sets.append(got[2])
+            capacity_sets.append(got[3])
+        candidates = tuple(picked)
         first = candidates[0].offerings[0]
         choice = InstanceChoice(
             instance_type=candidates[0].instance_type,
@@ -316,11 +335,10 @@ class CandidateTypes(TopologyRules):
         )
         extra = (
             Requirement(LABEL_INSTANCE_TYPE, False, frozenset(c.instance_type for c in candidates)),
-            Requirement(LABEL_ZONE, False, frozenset(o.zone for c in candidates for o in c.offerings)),
-            Requirement(
-                LABEL_CAPACITY_TYPE, False, frozenset(o.capacity_type for c in candidates for o in c.offerings)
-            ),
+            Requirement(LABEL_ZONE, False, frozenset().union(*zone_sets)),
+            Requirement(LABEL_CAPACITY_TYPE, False, frozenset().union(*capacity_sets)),
         )
         info = (candidates, choice, extra)
         self._info_cache[key] = (cands, info)
+        self._info_ids[id(cands)] = (cands, info)
         return info
