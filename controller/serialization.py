@@ -31,22 +31,36 @@ SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader
 
 
 _resolve: Callable[[Any, Any, Any, Any], Any] = yaml.resolver.BaseResolver.resolve
+_SCALAR_NODE: Final = yaml.ScalarNode
+_MAPPING_NODE: Final = yaml.MappingNode
+_SEQUENCE_NODE: Final = yaml.SequenceNode
 
 
 class _RememberedTags:
     """Resolves each distinct plain scalar once per stream: a plain scalar's implicit tag (int,
     bool, null, str, ...) depends on its text alone when no path resolvers are set, and
-    Kubernetes objects repeat the same keys and values thousands of times."""
+    Kubernetes objects repeat the same keys and values thousands of times. (Without path
+    resolvers a collection's tag is the default one, as PyYAML's resolver gives it.)"""
 
     yaml_path_resolvers: dict[Any, Any]
 
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)  # type: ignore[call-arg]
+        self._joiner_tags: dict[str, Any] | None = None if self.yaml_path_resolvers else {}
+
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
-            tags: dict[str, Any] = self.__dict__.setdefault("_joiner_tags", {})
-            tag = tags.get(value)
-            if tag is None:
-                tag = tags[value] = _resolve(self, kind, value, implicit)
-            return tag
+        tags = self._joiner_tags
+        if tags is not None:
+            if kind is _SCALAR_NODE:
+                if implicit[0]:
+                    tag = tags.get(value)
+                    if tag is None:
+                        tag = tags[value] = _resolve(self, kind, value, implicit)
+                    return tag
+            elif kind is _MAPPING_NODE:
+                return _MAP
+            elif kind is _SEQUENCE_NODE:
+                return _SEQ
         return _resolve(self, kind, value, implicit)
 
 
