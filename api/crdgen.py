@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from api.v1 import labels as wk
 from api.v1.ec2nodeclass import EC2NodeClass
 from api.v1.kwoknodeclass import KWOKNodeClass
+from api.v1.meta import describe_fields
 from api.v1.nodeclaim import NodeClaim
 from api.v1.nodepool import NodePool
 
@@ -212,6 +213,7 @@ def _structural(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> 
 
 def openapi_schema(kind: Kind) -> dict[str, Any]:
     """The structural ``openAPIV3Schema`` of a kind."""
+    describe_fields()
     raw = kind.model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
     schema = _structural(raw, defs, kind.kind)

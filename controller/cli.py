@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -479,7 +480,15 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(only="plan" if given[:1] == ["plan"] else None)
+    # importing the commands (the API models above all) makes many objects and frees none:
+    # the cyclic collector would only re-scan them
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        parser = build_parser(only="plan" if given[:1] == ["plan"] else None)
+    finally:
+        if collecting:
+            gc.enable()
     run = parser.get_default("run_parser")
     if given[:1] == ["run"] and run is not None:
         from controller.envsettings import SettingsError, from_environment

@@ -31,22 +31,36 @@ SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader
 
 
 _resolve: Callable[[Any, Any, Any, Any], Any] = yaml.resolver.BaseResolver.resolve
+_SCALAR_NODE: Final = yaml.ScalarNode
+_MAPPING_NODE: Final = yaml.MappingNode
+_SEQUENCE_NODE: Final = yaml.SequenceNode
 
 
 class _RememberedTags:
     """Resolves each distinct plain scalar once per stream: a plain scalar's implicit tag (int,
     bool, null, str, ...) depends on its text alone when no path resolvers are set, and
-    Kubernetes objects repeat the same keys and values thousands of times."""
+    Kubernetes objects repeat the same keys and values thousands of times. (Without path
+    resolvers a collection's tag is the default one, as PyYAML's resolver gives it.)"""
 
     yaml_path_resolvers: dict[Any, Any]
 
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)  # type: ignore[call-arg]
+        self._joiner_tags: dict[str, Any] | None = None if self.yaml_path_resolvers else {}
+
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
-            tags: dict[str, Any] = self.__dict__.setdefault("_joiner_tags", {})
-            tag = tags.get(value)
-            if tag is None:
-                tag = tags[value] = _resolve(self, kind, value, implicit)
-            return tag
+        tags = self._joiner_tags
+        if tags is not None:
+            if kind is _SCALAR_NODE:
+                if implicit[0]:
+                    tag = tags.get(value)
+                    if tag is None:
+                        tag = tags[value] = _resolve(self, kind, value, implicit)
+                    return tag
+            elif kind is _MAPPING_NODE:
+                return _MAP
+            elif kind is _SEQUENCE_NODE:
+                return _SEQ
         return _resolve(self, kind, value, implicit)
 
 
@@ -64,78 +78,90 @@ class _Fallback(Exception):
     """The node tree holds something :func:`_construct` leaves to PyYAML's constructor."""
 
 
+def _scalar(node: yaml.Node, loader: yaml.SafeLoader) -> Any:
+    """The value of a scalar node, as PyYAML's safe constructor makes it."""
+    tag = node.tag
+    if tag == _STR:
+        return node.value
+    scalars = yaml.SafeLoader.yaml_constructors
+    if tag in scalars and tag not in (_MAP, _SEQ, _MERGE):
+        return scalars[tag](loader, node)
+    raise _Fallback
+
+
 def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]:
     """The document for ``root``, built without recursion, with its shape: how deep its
     collections nest and how many values it holds once aliases are expanded (each collection
     counts one, plus one per item or mapping value). Raises :class:`_Fallback` when PyYAML's
     constructor must build it (see the module docstring)."""
-    scalars = yaml.SafeLoader.yaml_constructors
+    if isinstance(root, yaml.ScalarNode):
+        return _scalar(root, loader), 0, 0
+    # collections first, outermost first; scalars are read where they are used
     built: dict[int, Any] = {}
     containers: list[yaml.Node] = []
     stack: list[yaml.Node] = [root]
+    scalar_node = yaml.ScalarNode
     while stack:
         node = stack.pop()
         key = id(node)
         if key in built:
             continue
         tag = node.tag
-        if isinstance(node, yaml.ScalarNode):
-            if tag == _STR:
-                built[key] = node.value
-            elif tag in scalars and tag not in (_MAP, _SEQ, _MERGE):
-                built[key] = scalars[tag](loader, node)
-            else:
-                raise _Fallback
-        elif isinstance(node, yaml.MappingNode):
+        if isinstance(node, yaml.MappingNode):
             if tag != _MAP:
                 raise _Fallback
             built[key] = {}
             containers.append(node)
             for k, v in node.value:
-                if k.tag == _MERGE or not isinstance(k, yaml.ScalarNode):
+                if k.tag == _MERGE or not isinstance(k, scalar_node):
                     raise _Fallback  # merge keys, and keys that are collections (unhashable or odd)
-                stack.append(k)
-                stack.append(v)
+                if not isinstance(v, scalar_node):
+                    stack.append(v)
         elif isinstance(node, yaml.SequenceNode):
             if tag != _SEQ:
                 raise _Fallback
             built[key] = []
             containers.append(node)
-            stack.extend(node.value)
+            stack.extend(v for v in node.value if not isinstance(v, scalar_node))
         else:  # pragma: no cover - libyaml makes no other kind
             raise _Fallback
     # fill the containers children first, as PyYAML does; a container holding itself (an alias
     # inside its own anchor) would need PyYAML's two-step construction
     shape: dict[int, tuple[int, int]] = {}  # collection -> (height, size), once it is filled
-
-    def child_shape(v: yaml.Node) -> tuple[int, int]:
-        """(height, size) a child adds: a filled collection's, or none for a scalar."""
-        if not isinstance(v, yaml.CollectionNode):
-            return 0, 0
-        sub = shape.get(id(v))
-        if sub is None:
-            raise _Fallback
-        return sub
-
     for node in reversed(containers):
         out = built[id(node)]
         height, size = 0, 1 + len(node.value)
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
-                sub_height, sub_size = child_shape(v)
-                height, size = max(height, sub_height), size + sub_size
-                name = built[id(k)]
+                name = k.value if k.tag == _STR else _scalar(k, loader)
+                if isinstance(v, scalar_node):
+                    value = v.value if v.tag == _STR else _scalar(v, loader)
+                else:
+                    sub = shape.get(id(v))
+                    if sub is None:
+                        raise _Fallback
+                    if sub[0] > height:
+                        height = sub[0]
+                    size += sub[1]
+                    value = built[id(v)]
                 try:
-                    out[name] = built[id(v)]
+                    out[name] = value
                 except TypeError:
                     raise _Fallback from None  # an unhashable key: PyYAML's error message
         else:
             for v in node.value:
-                sub_height, sub_size = child_shape(v)
-                height, size = max(height, sub_height), size + sub_size
-                out.append(built[id(v)])
+                if isinstance(v, scalar_node):
+                    out.append(v.value if v.tag == _STR else _scalar(v, loader))
+                else:
+                    sub = shape.get(id(v))
+                    if sub is None:
+                        raise _Fallback
+                    if sub[0] > height:
+                        height = sub[0]
+                    size += sub[1]
+                    out.append(built[id(v)])
         shape[id(node)] = (height + 1, size)
-    height, size = shape.get(id(root), (0, 0))
+    height, size = shape[id(root)]
     return built[id(root)], height, size
 
 

@@ -170,6 +170,16 @@ def _resources(value: Any, where: str) -> Resources:
         raise ConversionError(f"{where}: must be an object of resource -> quantity, got {_kind_of(value)}")
     if not value:
         return EMPTY
+    # pods of one deployment repeat the same few resource lists: each distinct one is read once
+    # (with each value's type: True == 1, but True is not a quantity)
+    items = tuple((k, v, type(v)) for k, v in value.items())
+    key: tuple[tuple[Any, Any, type], ...] | None = items
+    try:
+        hit = _RESOURCE_LISTS.get(items)
+    except TypeError:  # a value that is not a quantity (a list, ...): the error comes below
+        hit, key = None, None
+    if hit is not None:
+        return hit
     try:
         parsed = Resources.parse({str(k): v for k, v in value.items()})
     except QuantityError as err:
@@ -179,7 +189,16 @@ def _resources(value: Any, where: str) -> Resources:
             raise ConversionError(f"{where}.{name}: must not be negative, got {value.get(name)!r}")
         if amount > MAX_MILLI:
             raise ConversionError(f"{where}.{name}: must be at most 2^63-1, got {value.get(name)!r}")
+    if key is not None:
+        if len(_RESOURCE_LISTS) >= _RESOURCE_LISTS_MAX:
+            _RESOURCE_LISTS.clear()
+        _RESOURCE_LISTS[key] = parsed
     return parsed
+
+
+_RESOURCE_LISTS: dict[tuple[tuple[Any, Any, type], ...], Resources] = {}
+"""Resource lists read so far (raw items -> parsed), see `_resources`."""
+_RESOURCE_LISTS_MAX: Final = 4096
 
 
 def _list(value: Any, where: str) -> list[Any]:
@@ -219,6 +238,9 @@ def pod_requests(spec: Obj, where: str = "spec") -> Resources:
         for i, c in enumerate(_list(spec.get("containers"), f"{where}.containers"))
     ]
     total = sum_resources(containers)
+    inits = spec.get("initContainers")
+    if (inits is None or inits == []) and spec.get("overhead") is None:
+        return total  # the usual pod: its containers' sum is all there is
     sidecars = EMPTY
     peak: dict[str, int] = {}
     for i, init in enumerate(_objects(spec.get("initContainers"), f"{where}.initContainers")):

@@ -28,6 +28,7 @@ from controller.scheduling.resources import ONE_POD, Resources, sum_resources
 from controller.scheduling.solver_model import (
     Group,
     Node,
+    Part,
     Pool,
     Slot,
     SlotIndex,
@@ -95,19 +96,40 @@ class SolverBase:
         self._journal: dict[int, tuple[Node, Node]] | None = None
         self._rollouts_left = _ROLLOUT_BUDGET
         self._in_rollout = False
+        # (phase's active parts, head index, tail) of the last `_choose` (see there)
+        self._tail_cache: tuple[list[Part], int, list[tuple[int, Part]]] | None = None
+        # set by `_can_add_new` when the room left on the node limited the count (see `_simulate`)
+        self._fit_bound = False
         # candidate lists per finished node (solver_candidates)
         self._cand_cache: dict[object, list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}
-        self._kmax_masks: dict[tuple[int, int], int] = {}
+        self._kmax_masks: dict[tuple[frozenset[int], int], int] = {}
+        # (id of a kmax, tier) -> its candidates' min prices, kmax, bounds and slot indexes (see `_choose`)
+        self._rank_columns: dict[tuple[int, int], tuple[list[float], list[int], list[float], list[int]]] = {}
         self._compat_orders: dict[tuple[int, Requirements], list[tuple[int, Slot, tuple[Offering, ...]]]] = {}
         # per group, the running counts (State.agg_zone / agg_total) its placements add to
         self._group_aggs: list[list[int]] = []
+        # per group, the running counts a simulation keeps up to date, and whether its pods per zone
+        self._sim_aggs: list[list[int]] = []
+        self._sim_zoned: list[bool] = []
         self._info_cache: dict[
             tuple[tuple[int, int], ...],
             tuple[
                 list[tuple[Slot, tuple[Offering, ...]]],
                 tuple[tuple[InstanceCandidate, ...], InstanceChoice, tuple[Requirement, ...]],
             ],
+        ] = {}
+        # the same, by identity of the candidate list (`_candidates` hands out cached lists)
+        self._info_ids: dict[
+            int,
+            tuple[
+                list[tuple[Slot, tuple[Offering, ...]]],
+                tuple[tuple[InstanceCandidate, ...], InstanceChoice, tuple[Requirement, ...]],
+            ],
+        ] = {}
+        # (slot, id of its offerings) -> (the offerings, its candidate, their zones, capacity types)
+        self._cand_objs: dict[
+            tuple[int, int], tuple[tuple[Offering, ...], InstanceCandidate, frozenset[str], frozenset[str]]
         ] = {}
         self._zones: frozenset[str] = frozenset()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import floordiv, itemgetter
+from operator import floordiv, itemgetter, truediv
 
 from controller.scheduling.instancetypes import Offering
 from controller.scheduling.labels import (
@@ -19,6 +19,7 @@ from controller.scheduling.model import (
 )
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_model import Group, Node, Pool, Slot, SlotIndex
+from controller.scheduling.solver_numeric import Vec
 from controller.scheduling.solver_topology import TopologyRules
 from controller.scheduling.taints import Toleration
 
@@ -26,11 +27,15 @@ from controller.scheduling.taints import Toleration
 class _Pattern:
     """The slots that groups with the same variants and tolerations can use, shared by them."""
 
-    __slots__ = ("columns", "compat", "ranked")
+    __slots__ = ("columns", "compat", "ids", "prices", "ranked", "slot_set", "tiers")
 
     def __init__(self, compat: list[tuple[Slot, int, float]], dims: int) -> None:
         self.compat = compat  # (slot, index of the first variant it takes, that variant's price)
         self.columns = [tuple(slot.alloc[d] for slot, _vi, _price in compat) for d in range(dims)]
+        self.ids = [slot.idx for slot, _vi, _price in compat]
+        self.prices = [price for _slot, _vi, price in compat]
+        self.tiers = list(dict.fromkeys(slot.pool.tier for slot, _vi, _price in compat))
+        self.slot_set = frozenset(self.ids)  # shared by the groups that fit every slot of the pattern
         self.ranked: list[tuple[float, Slot, int]] | None = None  # by lower bound (see `_bounds`)
 
 
@@ -45,7 +50,7 @@ class CandidateTypes(TopologyRules):
         `_bounds`, their ranking); the fit counts are made a resource column at a time."""
         by_pattern: dict[tuple[tuple[Requirements, ...], tuple[Toleration, ...]], _Pattern] = {}
         self._pattern_of: dict[int, _Pattern] = {}
-        inf = float("inf")
+        by_shape: dict[tuple[int, Vec, int], tuple[dict[int, int], list[int], float, frozenset[int]]] = {}
         for g in groups:
             key = (tuple(g.variants), g.tol_key)
             pattern = by_pattern.get(key)
@@ -62,33 +67,72 @@ class CandidateTypes(TopologyRules):
                                 break
                 pattern = by_pattern[key] = _Pattern(compat, len(self.u.names))
             self._pattern_of[g.idx] = pattern
-            compat = pattern.compat
-            req = g.req
-            counts: list[int] | None = None
-            for d in range(len(req)) if g.nz is None else g.nz:
-                column = map(floordiv, pattern.columns[d], repeat(req[d]))
-                counts = list(column) if counts is None else list(map(min, counts, column))
-            if counts is None:  # pragma: no cover - every pod asks for a pod slot
-                counts = [1 << 30] * len(compat)
             cap = self._self_cap(g)
-            best_w = inf
-            kmax = g.kmax
-            cands = g.cands
-            for (slot, vi, price), k in zip(compat, counts, strict=True):
-                if k <= 0:
-                    continue
-                if cap < k:
-                    k = cap
-                kmax[slot.idx] = k
-                tier = slot.pool.tier
-                if tier in cands:
-                    cands[tier].append((price, slot, vi))
-                else:
-                    cands[tier] = [(price, slot, vi)]
-                if price / k < best_w:
-                    best_w = price / k
-            g.w = best_w if best_w < inf else 0.0
-            g.slot_set = frozenset(kmax)
+            # groups of one pattern with the same requests and cap share what follows (one
+            # object each: nothing changes them after this)
+            shared_key = (id(pattern), g.req, cap)
+            shared = by_shape.get(shared_key)
+            if shared is None:
+                shared = by_shape[shared_key] = self._fit_counts(pattern, g.req, g.nz, cap)
+            g.kmax, tiers, g.w, g.slot_set = shared
+            # the lists are filled, ranked, by `_bounds`
+            for tier in tiers:
+                g.cands[tier] = []
+
+    def _fit_counts(
+        self, pattern: _Pattern, req: Vec, nz: tuple[int, ...] | None, cap: int
+    ) -> tuple[dict[int, int], list[int], float, frozenset[int]]:
+        """For pods asking ``req`` (at most ``cap`` per node) on the pattern's slots: how many
+        each slot holds (``kmax``, slots holding none left out), the tiers of those slots, the
+        value per pod (the least price per pod) and the set of those slots."""
+        inf = float("inf")
+        counts: list[int] | None = None
+        for d in range(len(req)) if nz is None else nz:
+            column = map(floordiv, pattern.columns[d], repeat(req[d]))
+            counts = list(column) if counts is None else list(map(min, counts, column))
+        if counts is None:  # pragma: no cover - every pod asks for a pod slot
+            counts = [1 << 30] * len(pattern.compat)
+        ids, prices = pattern.ids, pattern.prices
+        if counts and cap < max(counts):
+            counts = list(map(min, counts, repeat(cap)))
+        slot_set: frozenset[int] | None = None
+        if counts and min(counts) <= 0:
+            keep = [i for i, k in enumerate(counts) if k > 0]
+            ids = [ids[i] for i in keep]
+            prices = [prices[i] for i in keep]
+            counts = [counts[i] for i in keep]
+            tiers = list(dict.fromkeys(pattern.compat[i][0].pool.tier for i in keep))
+        else:
+            tiers = pattern.tiers
+            slot_set = pattern.slot_set
+        kmax = dict(zip(ids, counts, strict=True))
+        best_w = min(map(truediv, prices, counts), default=inf)
+        return kmax, tiers, best_w if best_w < inf else 0.0, frozenset(kmax) if slot_set is None else slot_set
+
+    def _build_twins(self) -> None:
+        """Put slots that a simulation cannot tell apart except by their room and prices into
+        one twin class (``Slot.twin``): the same pool (without ``minValues``), the same node-side
+        requirements on every label key any pod's requirements or the pool's mention, and the same
+        offerings (zone, capacity type) in the same price order. Every compatibility, offering and
+        zone-pinning answer a simulation asks of a slot is then the same for the whole class, so
+        a simulation on a roomier twin that room never limited can be replayed (see
+        `NodeChoice._replay`)."""
+        keys = {LABEL_ZONE, LABEL_CAPACITY_TYPE}
+        for g in self.groups:
+            for variant in (*g.variants, *g.required):
+                keys.update(r.key for r in variant.items)
+        for pool in self.pools:
+            keys.update(r.key for r in pool.base.items)
+        classes: dict[tuple[object, ...], int] = {}
+        for slot in self.slots:
+            if slot.pool.min_value_reqs:
+                continue
+            key = (
+                slot.pool.idx,
+                slot.node_side.only(keys),
+                tuple((o.zone, o.capacity_type) for o in slot.offerings),
+            )
+            slot.twin = classes.setdefault(key, len(classes))
 
     def _bounds(self, groups: Sequence[Group]) -> None:
         """Upper bounds on the value a node of each slot can hold, for pruning candidates.
@@ -170,13 +214,13 @@ class CandidateTypes(TopologyRules):
 
     def _kmax_mask(self, group_idx: int, pool: Pool) -> int:
         """The slots of the pool that can host the group (its ``kmax``), as a bitmask over ``pool.slots``."""
-        key = (group_idx, pool.idx)
+        key = (self.groups[group_idx].slot_set, pool.idx)  # groups that fit the same slots share it
         mask = self._kmax_masks.get(key)
         if mask is None:
-            kmax = self.groups[group_idx].kmax
+            slot_set = key[0]
             mask = 0
             for pos, s in enumerate(pool.slots):
-                if s.idx in kmax:
+                if s.idx in slot_set:
                     mask |= 1 << pos
             self._kmax_masks[key] = mask
         return mask
@@ -255,14 +299,33 @@ class CandidateTypes(TopologyRules):
     def _candidate_info(
         self, cands: list[tuple[Slot, tuple[Offering, ...]]]
     ) -> tuple[tuple[InstanceCandidate, ...], InstanceChoice, tuple[Requirement, ...]]:
-        """Output form of a candidate list (memoized: replicas share their candidate lists)."""
+        """Output form of a candidate list (memoized: replicas share their candidate lists, and
+        every list the same candidate per slot and offerings)."""
+        by_id = self._info_ids.get(id(cands))
+        if by_id is not None and by_id[0] is cands:
+            return by_id[1]
         key = tuple((s.idx, id(offers)) for s, offers in cands)
         hit = self._info_cache.get(key)
         if hit is not None:
+            self._info_ids[id(cands)] = (cands, hit[1])
             return hit[1]
-        candidates = tuple(
-            InstanceCandidate(instance_type=s.it.name, price=offers[0].price, offerings=offers) for s, offers in cands
-        )
+        objs = self._cand_objs
+        picked = []
+        zone_sets = []
+        capacity_sets = []
+        for s, offers in cands:
+            got = objs.get((s.idx, id(offers)))
+            if got is None or got[0] is not offers:
+                got = objs[(s.idx, id(offers))] = (
+                    offers,
+                    InstanceCandidate(instance_type=s.it.name, price=offers[0].price, offerings=offers),
+                    frozenset(o.zone for o in offers),
+                    frozenset(o.capacity_type for o in offers),
+                )
+            picked.append(got[1])
+            zone_sets.append(got[2])
+            capacity_sets.append(got[3])
+        candidates = tuple(picked)
         first = candidates[0].offerings[0]
         choice = InstanceChoice(
             instance_type=candidates[0].instance_type,
@@ -272,11 +335,10 @@ class CandidateTypes(TopologyRules):
         )
         extra = (
             Requirement(LABEL_INSTANCE_TYPE, False, frozenset(c.instance_type for c in candidates)),
-            Requirement(LABEL_ZONE, False, frozenset(o.zone for c in candidates for o in c.offerings)),
-            Requirement(
-                LABEL_CAPACITY_TYPE, False, frozenset(o.capacity_type for c in candidates for o in c.offerings)
-            ),
+            Requirement(LABEL_ZONE, False, frozenset().union(*zone_sets)),
+            Requirement(LABEL_CAPACITY_TYPE, False, frozenset().union(*capacity_sets)),
         )
         info = (candidates, choice, extra)
         self._info_cache[key] = (cands, info)
+        self._info_ids[id(cands)] = (cands, info)
         return info

@@ -5,7 +5,8 @@ packing after each of the best candidates (pilot rollouts, journaled and undone)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import le
+from itertools import repeat
+from operator import le, mul, truediv
 from typing import Final
 
 from controller.scheduling.labels import (
@@ -53,6 +54,23 @@ _UNPLACED_PENALTY: Final = 1e6
 """Cost of leaving a pod unplaced in a rollout (dominates any price)."""
 
 
+class _Trace:
+    """What a simulation in the global fill order did, for simulations of its roomier twins."""
+
+    __slots__ = ("event", "head", "head_bound", "refused", "sim", "steps")
+
+    def __init__(self) -> None:
+        self.sim: Sim | None = None
+        self.head: tuple[int, Requirements] = (0, Requirements())  # head pods, node requirements after
+        self.head_bound = False  # room limited the head's count
+        # (position in the tail, part, pods, node requirements after) for every part taken
+        self.steps: list[tuple[int, Part, int, Requirements]] = []
+        # (position, part, misses before it) for every part whose group the slot cannot host at all
+        self.refused: list[tuple[int, Part, int]] = []
+        # (position, misses before it) of the first decision that room made; None: room made none
+        self.event: tuple[int, int] | None = None
+
+
 class NodeChoice(Packer):
     """Which (NodePool, instance type) and packing pattern the next new node gets."""
 
@@ -68,13 +86,34 @@ class NodeChoice(Packer):
             # and by a streak of candidates that did not improve on the best.
             rem = head.remaining
             w = g.w if g.w > 0 else 1.0
-            kmax = g.kmax
-            ranked = sorted(cands, key=lambda c: (c[1].min_price / (min(kmax[c[1].idx], rem) * w), c[0], c[1].idx))
+            # groups with one kmax (see `_prepare_candidates`) have the same candidates
+            columns = self._rank_columns.get((id(g.kmax), tier))
+            if columns is None:
+                kmax = g.kmax
+                columns = self._rank_columns[(id(g.kmax), tier)] = (
+                    [c[1].min_price for c in cands],
+                    [kmax[c[1].idx] for c in cands],
+                    [c[0] for c in cands],
+                    [c[1].idx for c in cands],
+                )
+            prices, counts, bounds, ids = columns
+            # by (min price / (min(kmax, rem) * w), bound, slot), the key computed a column at a time
+            keys = map(truediv, prices, map(mul, map(min, counts, repeat(rem)), repeat(w)))
+            ranked = [t[3] for t in sorted(zip(keys, bounds, ids, cands, strict=True))]
             pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(active, index)
-            tail = [(j, active[j]) for j in range(index + 1, len(active)) if active[j].remaining > 0]
+            # the parts after the head that still have pods: the last tail, filtered, when it was
+            # made for this phase at or before this index (parts only lose pods, but in rollouts)
+            cached = self._tail_cache
+            if cached is not None and cached[0] is active and cached[1] <= index:
+                tail = [t for t in cached[2] if t[0] > index and t[1].remaining > 0]
+            else:
+                tail = [(j, active[j]) for j in range(index + 1, len(active)) if active[j].remaining > 0]
+            self._tail_cache = (active, index, tail)
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
             streak = 0
             max_streak = _MAX_STREAK_PILOT if pilot else _MAX_STREAK_ROLLOUT if self._in_rollout else _MAX_STREAK
+            # per twin class, the last simulation traced (see `_from_twin`)
+            twins: dict[int, _Trace] = {}
             for lb, slot, _vi in ranked:
                 if best is not None and not together:
                     if streak >= max_streak:
@@ -83,9 +122,20 @@ class NodeChoice(Packer):
                         continue
                 if self._limit_room(slot) <= 0:
                     continue
-                sim = self._simulate(slot, head, tail)
+                twin = slot.twin
+                sim = None
+                start: tuple[_Trace, int, int] | None = None
+                if twin >= 0:
+                    ref = twins.get(twin)
+                    if ref is not None:
+                        sim, start = self._from_twin(ref, slot)
                 if sim is None:
-                    continue
+                    trace = _Trace() if twin >= 0 else None
+                    sim = self._simulate(slot, head, tail, trace=trace, start=start)
+                    if sim is None:
+                        continue
+                    if trace is not None:
+                        twins[twin] = trace
                 tried.append(sim)
                 if pilot:
                     alt = self._simulate(slot, head, tail, by_density=True)
@@ -179,6 +229,7 @@ class NodeChoice(Packer):
         journal: dict[int, tuple[Node, Node]] = {}
         self._journal = journal
         self._in_rollout = True
+        self._tail_cache = None  # parts restored at the end regain pods
         try:
             self._commit(sim, head)
             self._open(head, active, index)
@@ -198,6 +249,7 @@ class NodeChoice(Packer):
         finally:
             self._in_rollout = False
             self._journal = None
+            self._tail_cache = None
             for node, saved in journal.values():
                 restore_node(node, saved)
             del st.new[saved_len:]
@@ -222,6 +274,8 @@ class NodeChoice(Packer):
         by_density: bool = False,
         head_limit: int | None = None,
         first: int | None = None,
+        trace: _Trace | None = None,
+        start: tuple[_Trace, int, int] | None = None,
     ) -> Sim | None:
         """Pack the head part on a fresh node of the slot, then fill it with the parts after it.
 
@@ -229,21 +283,49 @@ class NodeChoice(Packer):
         The fill goes in the global (first-fit-decreasing) order, or, ``by_density``, in order
         of value per share of the room left after the head (a knapsack greedy), or starting
         with ``tail[first]``.
+
+        In the global order, ``trace`` records what simulations of roomier twins need (see
+        `_from_twin`), and ``start`` = (a twin's trace, position in ``tail``, misses before it)
+        takes that twin's steps before the position as they were and simulates from there on.
         """
         g = head.group
         node = self._new_node(slot, slot.pool.base, g.gang)
         node.idx = -1
         undo: list[tuple[int, str | None, int]] = []
+        self._fit_bound = False
         try:
-            limit = head.remaining if head_limit is None else min(head.remaining, head_limit)
-            k, reqs = self._can_add_new(node, head, limit)
-            if k <= 0:
-                return None
+            if start is None:
+                limit = head.remaining if head_limit is None else min(head.remaining, head_limit)
+                k, reqs = self._can_add_new(node, head, limit)
+                if k <= 0:
+                    return None
+                if trace is not None and self._fit_bound:
+                    trace.head_bound = True
+            else:
+                k, reqs = start[0].head
+            if trace is not None:
+                trace.head = (k, reqs)
             pattern: list[tuple[Part, int]] = [(head, k)]
             self._sim_add(node, head, k, reqs, undo)
             value = k * g.w
-            pods_i = self.u.index[PODS]
             misses = 0
+            begin = 0
+            if start is not None:
+                assert trace is not None
+                ref, begin, misses = start
+                for step in ref.steps:
+                    pos, part, k2, reqs2 = step
+                    if pos >= begin:
+                        break
+                    pattern.append((part, k2))
+                    self._sim_add(node, part, k2, reqs2, undo)
+                    value += k2 * part.group.w
+                    trace.steps.append(step)
+                for item in ref.refused:
+                    if item[0] >= begin:
+                        break
+                    trace.refused.append(item)
+            pods_i = self.u.index[PODS]
             free = node.free
             suffix: list[Vec] | None = self._suffix_min
             order: Sequence[tuple[int, Part]] = tail
@@ -257,10 +339,13 @@ class NodeChoice(Packer):
             slot_idx = slot.idx
             gang = g.gang
             placed = node.placed
-            for j, part in order:
-                if free[pods_i] <= 0 or misses >= _MAX_FILL_MISSES:
+            for pos, (j, part) in enumerate(order[begin:] if begin else order, begin):
+                if misses >= _MAX_FILL_MISSES:
                     break
-                if j < n_suffix and suffix is not None and not all(map(le, suffix[j], free)):
+                if free[pods_i] <= 0 or (j < n_suffix and suffix is not None and not all(map(le, suffix[j], free))):
+                    # the node is full, or no later part can fit: room decided
+                    if trace is not None and trace.event is None:
+                        trace.event = (pos, misses)
                     break
                 if part.remaining <= 0:
                     continue
@@ -273,6 +358,11 @@ class NodeChoice(Packer):
                     continue
                 pg = part.group
                 if pg.gang != gang or slot_idx not in pg.kmax or not all(map(le, pg.req, free)):
+                    if trace is not None and pg.gang == gang:
+                        if slot_idx not in pg.kmax:
+                            trace.refused.append((pos, part, misses))
+                        elif trace.event is None:
+                            trace.event = (pos, misses)
                     misses += 1
                     continue
                 conflict = pg.conflict_host
@@ -280,20 +370,64 @@ class NodeChoice(Packer):
                     misses += 1
                     continue
                 k2, reqs2 = self._can_add_new(node, part, part.remaining)
+                if trace is not None and self._fit_bound and trace.event is None:
+                    trace.event = (pos, misses)
                 if k2 <= 0:
                     misses += 1
                     continue
                 pattern.append((part, k2))
                 self._sim_add(node, part, k2, reqs2, undo)
                 value += k2 * pg.w
+                if trace is not None:
+                    trace.steps.append((pos, part, k2, reqs2))
             offers = self._offerings(node.reqs, slot)
             if not offers:
                 return None
-            return Sim(node, slot, pattern, offers[0].price, value)
+            sim = Sim(node, slot, pattern, offers[0].price, value)
+            if trace is not None:
+                trace.sim = sim
+            return sim
         finally:
             groups = self.groups
             for gi, zone, c in undo:
-                self._count_placed(groups[gi], zone, -c)
+                self._sim_count(groups[gi], zone, -c)
+
+    def _from_twin(self, ref: _Trace, slot: Slot) -> tuple[Sim | None, tuple[_Trace, int, int] | None]:
+        """The simulation of ``slot`` read off a twin's, or where to resume it from.
+
+        ``ref`` traced a simulation on a slot of the same twin class (see `_build_twins`): twins
+        give the same answer to every compatibility, offering and zone question, so on a slot
+        with at least as much room in every resource each step of the fill goes the same way
+        up to the first decision that room made on the smaller one (a part refused or cut short
+        because it did not fit, the node full), or the first part refused because the smaller
+        slot cannot host its group at all while this one can. Past neither, the result is the
+        twin's: same pods, same requirements, same value, this slot's own price; otherwise the
+        simulation resumes there. (None, None): simulate from the start."""
+        sim = ref.sim
+        if sim is None or ref.head_bound or not all(map(le, sim.slot.alloc, slot.alloc)):
+            return None, None
+        idx = slot.idx
+        point = ref.event
+        for pos, part, misses in ref.refused:
+            if point is not None and pos >= point[0]:
+                break
+            if idx in part.group.kmax:
+                point = (pos, misses)
+                break
+        if point is not None:
+            return None, (ref, point[0], point[1])
+        reqs = sim.node.reqs
+        offers = self._offerings(reqs, slot)
+        if not offers:  # pragma: no cover - twins offer the same zones and capacity types
+            return None, None
+        node = Node()
+        node.idx = -1
+        node.slot = slot
+        node.pool = slot.pool
+        node.reqs = reqs
+        node.zone = sim.node.zone
+        node.gang = sim.node.gang
+        return Sim(node, slot, sim.pattern, offers[0].price, sim.value), None
 
     def _density_order(self, slot: Slot, free: Sequence[int], tail: list[tuple[int, Part]]) -> list[tuple[int, Part]]:
         scored = []
@@ -323,8 +457,8 @@ class NodeChoice(Packer):
         node.reqs = reqs
         zr = reqs.get(LABEL_ZONE)
         node.zone = zr.single_value() if zr is not None else None
-        self._count_placed(g, node.zone, k)
-        undo.append((g.idx, node.zone, k))
+        if self._sim_count(g, node.zone, k):
+            undo.append((g.idx, node.zone, k))
 
 
 def sim_order(sim: Sim) -> tuple[float, float, float, str]:

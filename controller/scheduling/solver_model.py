@@ -127,6 +127,7 @@ class Slot:
         "offerings",
         "overhead",
         "pool",
+        "twin",
         "ub_value",
     )
 
@@ -151,6 +152,9 @@ class Slot:
         self.min_price = offerings[0].price
         self.cap_limits = tuple(it.capacity.get(n) for n in pool.limit_names)
         self.ub_value = float("inf")
+        # slots of one twin class differ only in size and prices (see `CandidateTypes._build_twins`);
+        # -1: in no class
+        self.twin = -1
 
 
 class Term:

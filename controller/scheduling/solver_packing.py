@@ -109,8 +109,12 @@ class Packer(Explanations):
             return 0, node.reqs
         k = fit_dense(node.free, g.req, g.nz)
         if k <= 0:
+            self._fit_bound = True
             return 0, node.reqs
-        k = min(k, limit, self._node_cap(node, g))
+        cap = self._node_cap(node, g)
+        if k < limit and k < cap:
+            self._fit_bound = True
+        k = min(k, limit, cap)
         if k <= 0:
             return 0, node.reqs
         new_reqs: Requirements | None = None

@@ -27,6 +27,7 @@ class Solver(GangPlacer):
             self._hostname_minimums(g)
         self._prepare_candidates(self.groups)
         self._bounds(self.groups)
+        self._build_twins()
         self._build_rules()
         if self.groups:
             dims = range(len(self.u.names))

@@ -113,6 +113,24 @@ class TopologyRules(SolverBase):
                 g.per_node_only = True
             if any(not t.self_match for t in (*g.host_aff, *g.zone_aff)):
                 g.deferred = True
+        self._build_sim_counts()
+
+    def _build_sim_counts(self) -> None:
+        """Which running counts a simulation of a new node must keep up to date (`_sim_count`).
+
+        While a candidate node is filled, the counts are read only by pod affinity and
+        anti-affinity (a group's `_allowed_zones` and the hostname affinity of `_node_cap`):
+        spread is counted on the node itself (hostname) or was settled when the zone parts were
+        made (zone). So a simulation updates the counts of those terms' selections alone, and
+        the pods per zone of the groups a zone anti-affinity conflict names."""
+        read: set[int] = set()
+        zoned: set[int] = set()
+        for g in self.groups:
+            for term in (*g.host_aff, *g.zone_aff, *g.zone_anti):
+                read.add(term.agg)
+            zoned.update(g.conflict_zone)
+        self._sim_aggs = [[a for a in self._group_aggs[g.idx] if a in read] for g in self.groups]
+        self._sim_zoned = [g.idx in zoned for g in self.groups]
 
     def _build_aggregates(self) -> None:
         """One running count per distinct set of matched groups (see `State.agg_zone`)."""
@@ -144,6 +162,25 @@ class TopologyRules(SolverBase):
             for a in aggs:
                 zones = st.agg_zone[a]
                 zones[zone] = zones.get(zone, 0) + count
+
+    def _sim_count(self, g: Group, zone: str | None, count: int) -> bool:
+        """`_count_placed` for a simulation: only the counts simulations read (see
+        `_build_sim_counts`). Returns whether anything was counted (and must be undone)."""
+        aggs = self._sim_aggs[g.idx]
+        zoned = zone is not None and self._sim_zoned[g.idx]
+        if not aggs and not zoned:
+            return False
+        st = self.state
+        for a in aggs:
+            st.agg_total[a] += count
+        if zone is not None:
+            for a in aggs:
+                zones = st.agg_zone[a]
+                zones[zone] = zones.get(zone, 0) + count
+            if zoned:
+                key = (g.idx, zone)
+                st.placed_zone[key] = st.placed_zone.get(key, 0) + count
+        return True
 
     def _build_rules(self) -> None:
         """Once candidates are known: merge the spread terms into rules (same counted pods, zones
@@ -429,9 +466,9 @@ class TopologyRules(SolverBase):
         """Pods the term's selector matches per zone, of every group: running on existing nodes,
         placed so far in this plan, and ``planned`` (pods of parts made but not placed yet)."""
         counts = dict(term.existing_zone)
-        for (h, z), c in self.state.placed_zone.items():
-            if h in term.matched:
-                counts[z] = counts.get(z, 0) + c
+        # the pods placed so far: the running count of what the term selects (State.agg_zone)
+        for z, c in self.state.agg_zone[term.agg].items():
+            counts[z] = counts.get(z, 0) + c
         if planned:
             for (h, z), c in planned.items():
                 if h in term.matched:

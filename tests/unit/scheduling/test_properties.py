@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +24,7 @@ from controller.scheduling import (
     solve,
 )
 from controller.scheduling.resources import ONE_POD
+from controller.scheduling.solver_candidates import CandidateTypes
 from tests.unit.scheduling.builders import (
     GPU_TAINT,
     HOSTNAME,
@@ -290,3 +292,56 @@ def test_a_shared_cache_never_changes_a_plan(world: World, rng: random.Random) -
             "gangs": world.gangs,
         }
         assert solve(**kwargs, cache=cache) == solve(**kwargs)  # type: ignore[arg-type]
+
+
+@st.composite
+def ladders(draw: st.DrawFn) -> World:
+    """Karpenter's benchmark in small: a ladder of instance types that differ only in size and price
+    (so simulations of one can be replayed on a bigger one), pods of many sizes, some with zonal or
+    hostname spread, hostname anti-affinity or a zone selector."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    zones = tuple(sorted(rng.sample(ZONES, rng.randint(1, 3))))
+    types = [
+        itype(
+            f"l{i}",
+            cpu=i,
+            mem_gi=2 * i,
+            price=round(0.05 * i * rng.uniform(0.9, 1.1), 4),
+            zones=zones,
+            spot=round(0.02 * i, 4) if rng.random() < 0.3 else None,
+            pods=rng.choice([4, 8, 110]),
+        )
+        for i in range(1, rng.randint(3, 12))
+    ]
+    pods: list[Pod] = []
+    for g in range(rng.randint(1, 12)):
+        app = f"app{rng.randint(0, 3)}"
+        kwargs: dict[str, object] = {
+            "labels": {"app": app},
+            "requests": res(
+                cpu=rng.choice(["100m", "250m", "500m", "1", "1500m"]), memory=rng.choice(["256Mi", "1Gi", "3Gi"])
+            ),
+        }
+        kind = rng.random()
+        if kind < 0.2:
+            kwargs["spread"] = [spread(ZONE, app)]
+        elif kind < 0.35:
+            kwargs["spread"] = [spread(HOSTNAME, app, max_skew=rng.randint(1, 2))]
+        elif kind < 0.5:
+            kwargs["anti_affinity"] = [anti(HOSTNAME, f"solo{g}")]
+            kwargs["labels"] = {"app": f"solo{g}"}
+        elif kind < 0.6:
+            kwargs["selector"] = {ZONE: rng.choice(ZONES)}
+        pods.extend(pod(f"g{g}-{i}", **kwargs) for i in range(rng.randint(1, 6)))  # type: ignore[arg-type]
+    daemons = [pod("ds", requests=res(cpu="100m", memory="128Mi"))] if rng.random() < 0.3 else []
+    return World(pods, [pool("general", types)], [], daemons, set(), [])
+
+
+@SETTINGS
+@given(st.one_of(worlds(), ladders()))
+def test_replaying_simulations_on_twins_never_changes_a_plan(world: World) -> None:
+    """Simulations replayed on a roomier twin slot (`NodeChoice._replay`) give the plan that
+    simulating every candidate gives."""
+    with mock.patch.object(CandidateTypes, "_build_twins", return_value=None):
+        simulated = run(world)
+    assert run(world) == simulated
