@@ -12,6 +12,10 @@ with the JSON names when ``by_alias=True``.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
+import textwrap
 from datetime import datetime
 from typing import Any, ClassVar, get_args
 
@@ -46,8 +50,6 @@ def describe_fields() -> None:
     JSON schema (``api.crdgen``). Reading the docstrings parses the classes' source, a fifth of
     the time it takes to import the models, so the models are built without them and only the
     CRD generator asks for them. Idempotent."""
-    from pydantic._internal._docs_extraction import extract_docstrings_from_cls
-
     models: list[type[BaseModel]] = []
     pending: list[type[BaseModel]] = [_Model]
     while pending:
@@ -56,7 +58,7 @@ def describe_fields() -> None:
         pending.extend(cls.__subclasses__())
     if _described.issuperset(models):
         return
-    own = {cls: extract_docstrings_from_cls(cls, use_inspect=True) for cls in models}
+    own = {cls: _attribute_docstrings(cls) for cls in models}
     for cls in models:
         # an inherited field keeps the docstring of the class that declares it
         docs: dict[str, str] = {}
@@ -83,6 +85,27 @@ def describe_fields() -> None:
     for cls in order:
         cls.model_rebuild(force=True)
     _described.update(models)
+
+
+def _attribute_docstrings(cls: type) -> dict[str, str]:
+    """The string literal written right under each annotated field of ``cls``'s own body."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # no source (built dynamically): no descriptions
+        return {}
+    tree = ast.parse(source)
+    body = next((n.body for n in tree.body if isinstance(n, ast.ClassDef)), [])
+    docs: dict[str, str] = {}
+    for stmt, after in itertools.pairwise(body):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[stmt.target.id] = inspect.cleandoc(after.value.value)
+    return docs
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
