@@ -31,6 +31,7 @@ avoided = st.lists(
     avoid=avoided,
     members=st.integers(0, 5000),
     level=st.integers(0, 100),
+    replans=st.integers(0, 8),
 )
 def test_round_trip(
     seq: int,
@@ -45,6 +46,7 @@ def test_round_trip(
     avoid: tuple[Avoided, ...],
     members: int,
     level: int,
+    replans: int,
 ) -> None:
     record = Record(
         seq=seq,
@@ -60,6 +62,7 @@ def test_round_trip(
         avoid=avoid,
         members=members,
         level=level,
+        replans=replans,
     )
     assert Record.from_json(record.to_json()) == record
 
