@@ -37,6 +37,7 @@ from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.scheduling.warm import place_buffer, virtual_pool, with_virtual_pods
+from controller.state.cluster import ClusterState
 from controller.state.existing import existing_node
 from controller.state.nodepools import daemon_templates, nodepool_hash, tier_mix
 from controller.state.views import NodeClaimView, Obj, PodView, StateNode
@@ -140,11 +141,11 @@ def _latest(*times: datetime | None) -> datetime | None:
     return max(present) if present else None
 
 
-def _convert(pods: Iterable[PodView]) -> list[Pod]:
+def _convert(cluster: ClusterState, pods: Iterable[PodView]) -> list[Pod]:
     out = []
     for pod in pods:
         try:
-            out.append(kubeconv.pod_from_dict(pod.raw, detect_gang=False))
+            out.append(cluster.scheduling_pod(pod))
         except ValueError as err:
             log.warning("disruption.pod_unreadable", pod=pod.name, error=str(err))
     return out
@@ -198,6 +199,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 continue
             bound = [] if node is None else cluster.pod_views_on_node(node.name)
             in_flight = _in_flight(
+                cluster,
                 StateNode(node=node, claim=claim),
                 pods=[p for p in bound if not p.is_terminal],
                 types=pool_types.get(pool_name) or tuple(all_types.values()),
@@ -208,7 +210,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         node_name = node.name
         managed_nodes.add(node_name)
         pods = [p for p in cluster.pod_views_on_node(node_name) if not p.is_terminal]
-        view = existing_node(StateNode(node=node, claim=claim), pods=_convert(pods))
+        view = existing_node(StateNode(node=node, claim=claim), pods=_convert(cluster, pods))
         assert view is not None  # a Node always converts (or raises)
         price = offering_price({**claim.labels, **node.labels}, pool_types.get(pool_name) or all_types.values())
         if price is None:
@@ -238,7 +240,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 claim=name,
                 pool=pool_name,
                 view=view,
-                movable=tuple(_convert([p for p in movable(pods) if p.key not in reclaimable])),
+                movable=tuple(_convert(cluster, [p for p in movable(pods) if p.key not in reclaimable])),
                 price=price,
                 created=claim.created,
                 initialized=True,
@@ -269,7 +271,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
             if unmanaged_node.deleting:
                 continue
             try:
-                converted = existing_node(StateNode(node=unmanaged_node), pods=_convert(by_node.get(n, ())))
+                converted = existing_node(StateNode(node=unmanaged_node), pods=_convert(cluster, by_node.get(n, ())))
             except ValueError as err:
                 log.warning("disruption.node_unreadable", node=n, error=str(err))
                 continue
@@ -296,7 +298,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         templates=tuple(templates),
         other_capacity=tuple(other),
         daemons=tuple(daemons),
-        pending=tuple(_convert(p for p in live_pods if is_pending(p))),
+        pending=tuple(_convert(cluster, (p for p in live_pods if is_pending(p)))),
         unavailable=unavailable,
         active=memory.active,
     )
@@ -324,10 +326,12 @@ def keep_buffers(
     return kept, with_virtual_pods(other, placement)
 
 
-def _in_flight(machine: StateNode, *, pods: Iterable[PodView], types: Iterable[InstanceType]) -> ExistingNode | None:
+def _in_flight(
+    cluster: ClusterState, machine: StateNode, *, pods: Iterable[PodView], types: Iterable[InstanceType]
+) -> ExistingNode | None:
     """A NodeClaim that is not an initialized node yet, as the capacity it will bring."""
     try:
-        return existing_node(machine, pods=_convert(pods), instance_types=tuple(types))
+        return existing_node(machine, pods=_convert(cluster, pods), instance_types=tuple(types))
     except ValueError as err:
         claim = machine.claim
         log.warning("disruption.nodeclaim_unreadable", nodeclaim=claim.name if claim else None, error=str(err))

@@ -340,7 +340,7 @@ class Provisioner:
         unreadable: dict[str, str] = {}  # told to the pod as FailedProvisioning, like an unschedulable one
         for key, obj in pending_objs.items():
             try:
-                pods.append(kubeconv.pod_from_dict(obj.raw, detect_gang=False))
+                pods.append(cluster.scheduling_pod(obj))
             except ValueError as err:
                 log.warning("provisioner.pod_unreadable", pod=key, error=str(err))
                 unreadable[key] = f"joiner cannot provision this pod: {err}"

@@ -11,6 +11,8 @@ from typing import Any
 from controller.clock import Clock
 from controller.kube import resources as r
 from controller.kube.resources import Resource
+from controller.scheduling import kubeconv
+from controller.scheduling.model import Pod
 from controller.state.informer import EventType, Informer, Source
 from controller.state.views import (
     NodeClaimView,
@@ -55,6 +57,9 @@ class ClusterState:
         self._nodes: dict[str, NodeView] = {}
         self._claims: dict[str, NodeClaimView] = {}
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
+        # pod key -> (resourceVersion, the solver's Pod): a pod is converted once per version, not
+        # once per solve (a 10,000-pod burst re-reads the same pending and bound pods every few seconds)
+        self._pod_models: dict[str, tuple[str, Pod]] = {}
         self._node_by_provider_id: dict[str, str] = {}
         self._claims_by_provider_id: dict[str, dict[str, None]] = defaultdict(dict)  # ordered set of names
         self.informers: dict[str, Informer] = {}
@@ -110,6 +115,7 @@ class ClusterState:
         old = self._pods.get(pod.key)
         if etype == "DELETED":
             self._pods.pop(pod.key, None)
+            self._pod_models.pop(pod.key, None)
         else:
             self._pods[pod.key] = pod
         old_node = old.node_name if old is not None else None
@@ -173,6 +179,19 @@ class ClusterState:
 
     def pod_view(self, key: str) -> PodView | None:
         return self._pods.get(key)
+
+    def scheduling_pod(self, pod: PodView) -> Pod:
+        """`pod` as the solver's :class:`Pod` (gang markers not read), converted once per
+        resourceVersion. Raises :class:`kubeconv.ConversionError` (a ValueError) like
+        :func:`kubeconv.pod_from_dict`; a pod that does not convert is not remembered."""
+        version = str((pod.raw.get("metadata") or {}).get("resourceVersion") or "")
+        hit = self._pod_models.get(pod.key)
+        if hit is not None and version and hit[0] == version:
+            return hit[1]
+        model = kubeconv.pod_from_dict(pod.raw, detect_gang=False)
+        if version and pod.key in self._pods:
+            self._pod_models[pod.key] = (version, model)
+        return model
 
     def node_views(self) -> Mapping[str, NodeView]:
         return self._nodes

@@ -80,7 +80,7 @@ def cluster_capacity(
     bound: dict[str, list[Pod]] = {}
     for pod in cluster.pod_views():
         if pod.node_name and not pod.is_terminal:
-            bound.setdefault(pod.node_name, []).append(kubeconv.pod_from_dict(pod.raw, detect_gang=False))
+            bound.setdefault(pod.node_name, []).append(cluster.scheduling_pod(pod))
     out: list[ExistingNode] = []
     for node in cluster.node_views().values():
         machine = StateNode(node=node, claim=cluster.claim_view_for_node(node))

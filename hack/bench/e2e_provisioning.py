@@ -18,7 +18,9 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -247,6 +249,12 @@ def main() -> int:
         "--gangs", type=int, default=0, help="also this many gangs of 4 pods x 8 GPUs (bare pods, gated, gang-size 4)"
     )
     parser.add_argument("--dump", type=Path, help="write the pods, NodeClaims, Nodes, Events and the joiner log here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the controller with py-spy (pip install py-spy into the venv) over the run and write its "
+        "collapsed stacks here (flamegraph.pl / speedscope read them)",
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("JOINER_CLUSTER_DIR", "/tmp/joiner-bench-kwok")
@@ -302,6 +310,16 @@ def main() -> int:
         components = _cluster_pids(CLUSTER_DIR)
         components_cpu0 = _cpu_by_process(components)
         watch = _Watch(cluster.kubeconfig)
+        profiler = None
+        if args.profile:
+            profiler = subprocess.Popen(
+                [
+                    *(str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--rate", "50"),
+                    *("--format", "raw", "--nonblocking", "--output", str(args.profile)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         requests0 = _apiserver_requests(cluster)
         start = time.monotonic()
         wall_start = time.time()
@@ -314,6 +332,9 @@ def main() -> int:
                 break
             time.sleep(2)
         elapsed = time.monotonic() - start
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            profiler.wait(timeout=60)
         cpu = _cpu_seconds(pid) - cpu0
         components_cpu = {k: v - components_cpu0.get(k, 0.0) for k, v in _cpu_by_process(components).items()}
         requests = _apiserver_requests(cluster) - requests0

@@ -27,3 +27,52 @@ def test_a_restarted_controller_subscribing_again_gets_each_event_once() -> None
     cluster.subscribe("NodeClaim", controller.on_claim)  # run() called again after a crash
     cluster.informers["NodeClaim"]._apply("ADDED", _claim("gpu-abc12"))
     assert controller.seen == ["gpu-abc12"]
+
+
+def _pod(name: str, *, version: str, cpu: str, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": version},
+        "spec": spec,
+    }
+
+
+def test_a_pod_is_converted_for_the_solver_once_per_resource_version() -> None:
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    pods = cluster.informers["Pod"]
+    pods._apply("ADDED", _pod("web", version="1", cpu="500m"))
+    view = cluster.pod_view("ns/web")
+    assert view is not None
+    first = cluster.scheduling_pod(view)
+    assert cluster.scheduling_pod(view) is first  # the same version: not converted again
+    assert first.requests.get("cpu") == 500  # millicores
+
+    pods._apply("MODIFIED", _pod("web", version="2", cpu="2"))  # a new version is read again
+    view = cluster.pod_view("ns/web")
+    assert view is not None
+    second = cluster.scheduling_pod(view)
+    assert second is not first
+    assert second.requests.get("cpu") == 2000
+
+    pods._apply("DELETED", _pod("web", version="3", cpu="2"))  # a deleted pod is forgotten
+    assert "ns/web" not in cluster._pod_models
+
+
+def test_a_pod_that_does_not_convert_raises_every_time_and_is_not_remembered() -> None:
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    bad = _pod("bad", version="1", cpu="lots")
+    cluster.informers["Pod"]._apply("ADDED", bad)
+    view = cluster.pod_view("ns/bad")
+    assert view is not None
+    for _ in range(2):
+        try:
+            cluster.scheduling_pod(view)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("an unreadable pod converted")
+    assert "ns/bad" not in cluster._pod_models
