@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -134,6 +134,27 @@ class Memory:
     pod_events: Mapping[str, datetime]
     active: frozenset[str]
     protected: Mapping[str, datetime]
+    last_bind: datetime | None = None  # when kube-scheduler last bound a pod (seen by the watch)
+
+
+# kube-scheduler is "working through a backlog" when it bound a pod this recently and some pending pod
+# is at most BACKLOG_POD_AGE old (a pod kube-scheduler keeps refusing does not hold consolidation off
+# for ever while other pods come and go)
+BINDING_WINDOW = timedelta(seconds=15)
+BACKLOG_POD_AGE = timedelta(minutes=10)
+
+
+def scheduler_backlog(now: datetime, last_bind: datetime | None, pending: Iterable[PodView]) -> bool:
+    """kube-scheduler bound a pod within ``BINDING_WINDOW`` and a pending pod is younger than
+    ``BACKLOG_POD_AGE``: the pods waiting may well land on the nodes that exist, so moving pods
+    off those nodes (consolidation) waits, and so do its simulations of every pending pod."""
+    if last_bind is None or now - last_bind > BINDING_WINDOW:
+        return False
+    for pod in pending:
+        created = pod.created
+        if created is not None and now - created <= BACKLOG_POD_AGE:
+            return True
+    return False
 
 
 def _latest(*times: datetime | None) -> datetime | None:
@@ -290,6 +311,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         except ValueError as err:
             log.warning("disruption.nodepool_unreadable", nodepool=name, error=str(err))
     daemons = daemon_templates(cluster, component="disruption")
+    pending = [p for p in live_pods if is_pending(p)]
     unavailable = frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current())
     return Snapshot(
         now=now,
@@ -298,9 +320,10 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         templates=tuple(templates),
         other_capacity=tuple(other),
         daemons=tuple(daemons),
-        pending=tuple(_convert(cluster, (p for p in live_pods if is_pending(p)))),
+        pending=tuple(_convert(cluster, pending)),
         unavailable=unavailable,
         active=memory.active,
+        scheduler_backlog=scheduler_backlog(now, memory.last_bind, pending),
     )
 
 
