@@ -231,7 +231,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         node_name = node.name
         managed_nodes.add(node_name)
         pods = [p for p in cluster.pod_views_on_node(node_name) if not p.is_terminal]
-        view = existing_node(StateNode(node=node, claim=claim), pods=_convert(cluster, pods))
+        view = existing_node(StateNode(node=node, claim=claim), pods=_convert(cluster, pods), cache=cluster)
         assert view is not None  # a Node always converts (or raises)
         price = offering_price({**claim.labels, **node.labels}, pool_types.get(pool_name) or all_types.values())
         if price is None:
@@ -292,7 +292,9 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
             if unmanaged_node.deleting:
                 continue
             try:
-                converted = existing_node(StateNode(node=unmanaged_node), pods=_convert(cluster, by_node.get(n, ())))
+                converted = existing_node(
+                    StateNode(node=unmanaged_node), pods=_convert(cluster, by_node.get(n, ())), cache=cluster
+                )
             except ValueError as err:
                 log.warning("disruption.node_unreadable", node=n, error=str(err))
                 continue
@@ -354,7 +356,7 @@ def _in_flight(
 ) -> ExistingNode | None:
     """A NodeClaim that is not an initialized node yet, as the capacity it will bring."""
     try:
-        return existing_node(machine, pods=_convert(cluster, pods), instance_types=tuple(types))
+        return existing_node(machine, pods=_convert(cluster, pods), instance_types=tuple(types), cache=cluster)
     except ValueError as err:
         claim = machine.claim
         log.warning("disruption.nodeclaim_unreadable", nodeclaim=claim.name if claim else None, error=str(err))

@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from controller.clock import Clock
 from controller.kube import resources as r
 from controller.kube.resources import Resource
 from controller.scheduling import kubeconv
-from controller.scheduling.model import Pod
+from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
+from controller.scheduling.model import ExistingNode, Pod
 from controller.state.informer import EventType, Informer, Source
 from controller.state.views import (
     NodeClaimView,
@@ -60,6 +62,8 @@ class ClusterState:
         # pod key -> (resourceVersion, the solver's Pod): a pod is converted once per version, not
         # once per solve (a 10,000-pod burst re-reads the same pending and bound pods every few seconds)
         self._pod_models: dict[str, tuple[str, Pod]] = {}
+        # node name -> ((resourceVersion, in flight, taint keys left out), the solver's node without pods)
+        self._node_models: dict[str, tuple[tuple[str, bool, frozenset[str]], ExistingNode]] = {}
         self._node_by_provider_id: dict[str, str] = {}
         self._claims_by_provider_id: dict[str, dict[str, None]] = defaultdict(dict)  # ordered set of names
         self.informers: dict[str, Informer] = {}
@@ -132,6 +136,7 @@ class ClusterState:
         old = self._nodes.get(node.name)
         if etype == "DELETED":
             self._nodes.pop(node.name, None)
+            self._node_models.pop(node.name, None)
         else:
             self._nodes[node.name] = node
         if old is not None and old.provider_id:
@@ -192,6 +197,29 @@ class ClusterState:
         if version and pod.key in self._pods:
             self._pod_models[pod.key] = (version, model)
         return model
+
+    def scheduling_node(
+        self,
+        node: NodeView,
+        *,
+        pods: Iterable[Pod] = (),
+        in_flight: bool = False,
+        ignore_taint_keys: Iterable[str] = EPHEMERAL_TAINT_KEYS,
+    ) -> ExistingNode:
+        """`node` as the solver's :class:`ExistingNode` with ``pods`` on it, as
+        :func:`kubeconv.node_from_dict` makes it; the Node itself (labels, allocatable, taints) is
+        converted once per resourceVersion. Raises :class:`kubeconv.ConversionError` (a ValueError)."""
+        version = str((node.raw.get("metadata") or {}).get("resourceVersion") or "")
+        key = (version, in_flight, frozenset(ignore_taint_keys))
+        hit = self._node_models.get(node.name)
+        if hit is not None and version and hit[0] == key:
+            base = hit[1]
+        else:
+            base = kubeconv.node_from_dict(node.raw, in_flight=in_flight, ignore_taint_keys=key[2])
+            if version and node.name in self._nodes:
+                self._node_models[node.name] = (key, base)
+        pods = tuple(pods)
+        return replace(base, pods=pods) if pods else base
 
     def node_views(self) -> Mapping[str, NodeView]:
         return self._nodes
