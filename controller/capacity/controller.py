@@ -271,11 +271,14 @@ class CapacityController:
             _remove(SPEND, name, capacity_type)
 
     def _spend(self, name: str, types: dict[str, InstanceType]) -> None:
-        claims = [*self.ctx.cluster.claim_views().values(), *self.ctx.writer.in_flight()]
+        # the pool's own NodeClaims only: pricing every pool's claims for each pool cost a 1,200-node burst
+        # a few CPU-seconds (a reconcile per pool each time one of its NodeClaims changes)
+        claims = [
+            c for c in (*self.ctx.cluster.claim_views().values(), *self.ctx.writer.in_flight()) if c.nodepool == name
+        ]
         by_type: dict[str, float] = {}
         for priced in claim_prices(claims, types):
-            if priced.pool == name:
-                by_type[priced.capacity_type] = by_type.get(priced.capacity_type, 0.0) + priced.price
+            by_type[priced.capacity_type] = by_type.get(priced.capacity_type, 0.0) + priced.price
         for capacity_type in self._spend_labels.get(name, set()) - set(by_type):
             _remove(SPEND, name, capacity_type)
         for capacity_type, price in by_type.items():

@@ -89,6 +89,7 @@ class DisruptionController:
         self.options = options
         self.offload = offload  # plan in a worker thread, so a long pass never stalls the event loop
         self.pod_events: dict[str, datetime] = {}  # Node name -> last pod bound to or removed from it
+        self.last_bind: datetime | None = None  # when a pod was last bound to any node
         self.active: dict[str, Command] = {}  # NodeClaim -> the command holding it
         self.protected: dict[str, datetime] = {}  # replacement NodeClaim -> left alone until
         self.running: set[asyncio.Task[None]] = set()
@@ -196,6 +197,8 @@ class DisruptionController:
         for node in (before, after):
             if node:
                 self.pod_events[node] = now
+        if after:
+            self.last_bind = now
 
     # --- a pass ------------------------------------------------------------------------------
 
@@ -204,7 +207,12 @@ class DisruptionController:
         for name, until in list(self.protected.items()):
             if until <= now:
                 del self.protected[name]
-        return Memory(pod_events=dict(self.pod_events), active=frozenset(self.active), protected=dict(self.protected))
+        return Memory(
+            pod_events=dict(self.pod_events),
+            active=frozenset(self.active),
+            protected=dict(self.protected),
+            last_bind=self.last_bind,
+        )
 
     async def snapshot(self) -> Snapshot:
         return await build_snapshot(self.ctx, self.memory())

@@ -91,7 +91,8 @@ class NodeState:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything one planning pass reads. ``active``: NodeClaims held by commands still running."""
+    """Everything one planning pass reads. ``active``: NodeClaims held by commands still running;
+    ``scheduler_backlog``: kube-scheduler is still binding a burst's pending pods."""
 
     now: datetime
     nodes: tuple[NodeState, ...]
@@ -102,6 +103,9 @@ class Snapshot:
     pending: tuple[Pod, ...] = ()
     unavailable: frozenset[OfferingKey] = frozenset()
     active: frozenset[str] = frozenset()
+    # kube-scheduler is working through a backlog: it bound a pod in the last few seconds and pods
+    # created in the last minutes still wait (a burst); see `snapshot.scheduler_backlog`
+    scheduler_backlog: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,6 +169,9 @@ class _Planner:
             self.waiting = f"the cluster is scaling up: {pods} pending pod(s) need new nodes"
         elif launching:
             self.waiting = f"the cluster is scaling up: {launching} NodeClaim(s) are still launching"
+        elif snap.scheduler_backlog and self.baseline.existing_placements:
+            pods = sum(len(keys) for keys in self.baseline.existing_placements.values())
+            self.waiting = f"the cluster is scaling up: kube-scheduler is still placing {pods} pending pod(s)"
         flags: dict[str, list[tuple[bool, bool]]] = {}
         for n in snap.nodes:
             if n.initialized:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -37,6 +37,7 @@ from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.scheduling.warm import place_buffer, virtual_pool, with_virtual_pods
+from controller.state.cluster import ClusterState
 from controller.state.existing import existing_node
 from controller.state.nodepools import daemon_templates, nodepool_hash, tier_mix
 from controller.state.views import NodeClaimView, Obj, PodView, StateNode
@@ -133,6 +134,27 @@ class Memory:
     pod_events: Mapping[str, datetime]
     active: frozenset[str]
     protected: Mapping[str, datetime]
+    last_bind: datetime | None = None  # when kube-scheduler last bound a pod (seen by the watch)
+
+
+# kube-scheduler is "working through a backlog" when it bound a pod this recently and some pending pod
+# is at most BACKLOG_POD_AGE old (a pod kube-scheduler keeps refusing does not hold consolidation off
+# for ever while other pods come and go)
+BINDING_WINDOW = timedelta(seconds=15)
+BACKLOG_POD_AGE = timedelta(minutes=10)
+
+
+def scheduler_backlog(now: datetime, last_bind: datetime | None, pending: Iterable[PodView]) -> bool:
+    """kube-scheduler bound a pod within ``BINDING_WINDOW`` and a pending pod is younger than
+    ``BACKLOG_POD_AGE``: the pods waiting may well land on the nodes that exist, so moving pods
+    off those nodes (consolidation) waits, and so do its simulations of every pending pod."""
+    if last_bind is None or now - last_bind > BINDING_WINDOW:
+        return False
+    for pod in pending:
+        created = pod.created
+        if created is not None and now - created <= BACKLOG_POD_AGE:
+            return True
+    return False
 
 
 def _latest(*times: datetime | None) -> datetime | None:
@@ -140,11 +162,11 @@ def _latest(*times: datetime | None) -> datetime | None:
     return max(present) if present else None
 
 
-def _convert(pods: Iterable[PodView]) -> list[Pod]:
+def _convert(cluster: ClusterState, pods: Iterable[PodView]) -> list[Pod]:
     out = []
     for pod in pods:
         try:
-            out.append(kubeconv.pod_from_dict(pod.raw, detect_gang=False))
+            out.append(cluster.scheduling_pod(pod))
         except ValueError as err:
             log.warning("disruption.pod_unreadable", pod=pod.name, error=str(err))
     return out
@@ -198,6 +220,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 continue
             bound = [] if node is None else cluster.pod_views_on_node(node.name)
             in_flight = _in_flight(
+                cluster,
                 StateNode(node=node, claim=claim),
                 pods=[p for p in bound if not p.is_terminal],
                 types=pool_types.get(pool_name) or tuple(all_types.values()),
@@ -208,7 +231,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         node_name = node.name
         managed_nodes.add(node_name)
         pods = [p for p in cluster.pod_views_on_node(node_name) if not p.is_terminal]
-        view = existing_node(StateNode(node=node, claim=claim), pods=_convert(pods))
+        view = existing_node(StateNode(node=node, claim=claim), pods=_convert(cluster, pods), cache=cluster)
         assert view is not None  # a Node always converts (or raises)
         price = offering_price({**claim.labels, **node.labels}, pool_types.get(pool_name) or all_types.values())
         if price is None:
@@ -238,7 +261,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 claim=name,
                 pool=pool_name,
                 view=view,
-                movable=tuple(_convert([p for p in movable(pods) if p.key not in reclaimable])),
+                movable=tuple(_convert(cluster, [p for p in movable(pods) if p.key not in reclaimable])),
                 price=price,
                 created=claim.created,
                 initialized=True,
@@ -269,7 +292,9 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
             if unmanaged_node.deleting:
                 continue
             try:
-                converted = existing_node(StateNode(node=unmanaged_node), pods=_convert(by_node.get(n, ())))
+                converted = existing_node(
+                    StateNode(node=unmanaged_node), pods=_convert(cluster, by_node.get(n, ())), cache=cluster
+                )
             except ValueError as err:
                 log.warning("disruption.node_unreadable", node=n, error=str(err))
                 continue
@@ -288,6 +313,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         except ValueError as err:
             log.warning("disruption.nodepool_unreadable", nodepool=name, error=str(err))
     daemons = daemon_templates(cluster, component="disruption")
+    pending = [p for p in live_pods if is_pending(p)]
     unavailable = frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current())
     return Snapshot(
         now=now,
@@ -296,9 +322,10 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
         templates=tuple(templates),
         other_capacity=tuple(other),
         daemons=tuple(daemons),
-        pending=tuple(_convert(p for p in live_pods if is_pending(p))),
+        pending=tuple(_convert(cluster, pending)),
         unavailable=unavailable,
         active=memory.active,
+        scheduler_backlog=scheduler_backlog(now, memory.last_bind, pending),
     )
 
 
@@ -324,10 +351,12 @@ def keep_buffers(
     return kept, with_virtual_pods(other, placement)
 
 
-def _in_flight(machine: StateNode, *, pods: Iterable[PodView], types: Iterable[InstanceType]) -> ExistingNode | None:
+def _in_flight(
+    cluster: ClusterState, machine: StateNode, *, pods: Iterable[PodView], types: Iterable[InstanceType]
+) -> ExistingNode | None:
     """A NodeClaim that is not an initialized node yet, as the capacity it will bring."""
     try:
-        return existing_node(machine, pods=_convert(pods), instance_types=tuple(types))
+        return existing_node(machine, pods=_convert(cluster, pods), instance_types=tuple(types), cache=cluster)
     except ValueError as err:
         claim = machine.claim
         log.warning("disruption.nodeclaim_unreadable", nodeclaim=claim.name if claim else None, error=str(err))

@@ -45,8 +45,10 @@ log = structlog.get_logger()
 # a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
 # if kube-scheduler has not bound it there by then, it is solved again
 NOMINATION_GRACE_SECONDS = 10.0
-# ... and up to this long while kube-scheduler is visibly working through a backlog
+# ... and up to this long while kube-scheduler is visibly working through a backlog, or longer when
+# the backlog at kube-scheduler's pace takes longer (twice its time, at most the ceiling)
 BACKLOG_NOMINATION_GRACE_SECONDS = 600.0
+BACKLOG_NOMINATION_GRACE_CEILING_SECONDS = 3600.0
 BIND_RATE_WINDOW_SECONDS = 15.0
 RESYNC_SECONDS = 5.0
 # Events on pods written at once: after a large decision there is one per pod, and they must not
@@ -247,17 +249,21 @@ class Provisioner:
         dozen pods a second, so thousands of pods wait minutes on nodes that are ready for them),
         solving the waiting pods again would only put them back where they are, at the cost of a large
         solve every few seconds: so while kube-scheduler has bound pods in the last
-        ``BIND_RATE_WINDOW_SECONDS`` and pods wait on Initialized nodes, they keep their place (up to
-        ``BACKLOG_NOMINATION_GRACE_SECONDS`` after their node was Initialized). Once it stops binding,
-        the 10 s apply again. A pod whose room was taken is released at once whatever the grace
+        ``BIND_RATE_WINDOW_SECONDS`` and pods wait on Initialized nodes, they keep their place after
+        their node was Initialized for ``BACKLOG_NOMINATION_GRACE_SECONDS``, or for twice the time
+        kube-scheduler needs at its pace to bind the pods still planned (10,000 pods at 13 a second:
+        26 min), at most ``BACKLOG_NOMINATION_GRACE_CEILING_SECONDS``. Once it stops binding, the
+        10 s apply again. A pod whose room was taken is released at once whatever the grace
         (``split_nominated``).
         """
-        if self.bind_rate() <= 0:
+        rate = self.bind_rate()
+        if rate <= 0:
             return NOMINATION_GRACE_SECONDS
         for claim_name in self._nominations.values():
             claim = self._claim(claim_name)
             if claim is not None and not claim.deleting and claim.initialized:
-                return BACKLOG_NOMINATION_GRACE_SECONDS
+                backlog = 2.0 * len(self._nominations) / rate
+                return min(BACKLOG_NOMINATION_GRACE_CEILING_SECONDS, max(BACKLOG_NOMINATION_GRACE_SECONDS, backlog))
         return NOMINATION_GRACE_SECONDS
 
     def _claim_node_name(self, claim_name: str) -> str | None:
@@ -340,7 +346,7 @@ class Provisioner:
         unreadable: dict[str, str] = {}  # told to the pod as FailedProvisioning, like an unschedulable one
         for key, obj in pending_objs.items():
             try:
-                pods.append(kubeconv.pod_from_dict(obj.raw, detect_gang=False))
+                pods.append(cluster.scheduling_pod(obj))
             except ValueError as err:
                 log.warning("provisioner.pod_unreadable", pod=key, error=str(err))
                 unreadable[key] = f"joiner cannot provision this pod: {err}"

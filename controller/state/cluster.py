@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from controller.clock import Clock
 from controller.kube import resources as r
 from controller.kube.resources import Resource
+from controller.scheduling import kubeconv
+from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
+from controller.scheduling.model import ExistingNode, Pod
 from controller.state.informer import EventType, Informer, Source
 from controller.state.views import (
     NodeClaimView,
@@ -55,6 +59,11 @@ class ClusterState:
         self._nodes: dict[str, NodeView] = {}
         self._claims: dict[str, NodeClaimView] = {}
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
+        # pod key -> (resourceVersion, the solver's Pod): a pod is converted once per version, not
+        # once per solve (a 10,000-pod burst re-reads the same pending and bound pods every few seconds)
+        self._pod_models: dict[str, tuple[str, Pod]] = {}
+        # node name -> ((resourceVersion, in flight, taint keys left out), the solver's node without pods)
+        self._node_models: dict[str, tuple[tuple[str, bool, frozenset[str]], ExistingNode]] = {}
         self._node_by_provider_id: dict[str, str] = {}
         self._claims_by_provider_id: dict[str, dict[str, None]] = defaultdict(dict)  # ordered set of names
         self.informers: dict[str, Informer] = {}
@@ -110,6 +119,7 @@ class ClusterState:
         old = self._pods.get(pod.key)
         if etype == "DELETED":
             self._pods.pop(pod.key, None)
+            self._pod_models.pop(pod.key, None)
         else:
             self._pods[pod.key] = pod
         old_node = old.node_name if old is not None else None
@@ -126,6 +136,7 @@ class ClusterState:
         old = self._nodes.get(node.name)
         if etype == "DELETED":
             self._nodes.pop(node.name, None)
+            self._node_models.pop(node.name, None)
         else:
             self._nodes[node.name] = node
         if old is not None and old.provider_id:
@@ -173,6 +184,42 @@ class ClusterState:
 
     def pod_view(self, key: str) -> PodView | None:
         return self._pods.get(key)
+
+    def scheduling_pod(self, pod: PodView) -> Pod:
+        """`pod` as the solver's :class:`Pod` (gang markers not read), converted once per
+        resourceVersion. Raises :class:`kubeconv.ConversionError` (a ValueError) like
+        :func:`kubeconv.pod_from_dict`; a pod that does not convert is not remembered."""
+        version = str((pod.raw.get("metadata") or {}).get("resourceVersion") or "")
+        hit = self._pod_models.get(pod.key)
+        if hit is not None and version and hit[0] == version:
+            return hit[1]
+        model = kubeconv.pod_from_dict(pod.raw, detect_gang=False)
+        if version and pod.key in self._pods:
+            self._pod_models[pod.key] = (version, model)
+        return model
+
+    def scheduling_node(
+        self,
+        node: NodeView,
+        *,
+        pods: Iterable[Pod] = (),
+        in_flight: bool = False,
+        ignore_taint_keys: Iterable[str] = EPHEMERAL_TAINT_KEYS,
+    ) -> ExistingNode:
+        """`node` as the solver's :class:`ExistingNode` with ``pods`` on it, as
+        :func:`kubeconv.node_from_dict` makes it; the Node itself (labels, allocatable, taints) is
+        converted once per resourceVersion. Raises :class:`kubeconv.ConversionError` (a ValueError)."""
+        version = str((node.raw.get("metadata") or {}).get("resourceVersion") or "")
+        key = (version, in_flight, frozenset(ignore_taint_keys))
+        hit = self._node_models.get(node.name)
+        if hit is not None and version and hit[0] == key:
+            base = hit[1]
+        else:
+            base = kubeconv.node_from_dict(node.raw, in_flight=in_flight, ignore_taint_keys=key[2])
+            if version and node.name in self._nodes:
+                self._node_models[node.name] = (key, base)
+        pods = tuple(pods)
+        return replace(base, pods=pods) if pods else base
 
     def node_views(self) -> Mapping[str, NodeView]:
         return self._nodes

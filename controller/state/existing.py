@@ -48,11 +48,13 @@ def existing_node(
     pods: Sequence[Pod] = (),
     instance_types: Sequence[InstanceType] = (),
     uninitialized_in_flight: bool = True,
+    cache: ClusterState | None = None,
 ) -> ExistingNode | None:
     """`machine` as the solver sees it, with `pods` bound to it.
 
     ``uninitialized_in_flight=False`` converts a registered Node whose NodeClaim is not initialized
-    yet like any other Node (the provisioner's view: its startup taints still count).
+    yet like any other Node (the provisioner's view: its startup taints still count). ``cache``: the
+    cluster cache the Node came from, which converts each Node once per resourceVersion.
     Raises :class:`kubeconv.ConversionError` (a ValueError) on a malformed object.
     """
     node, claim = machine.node, machine.claim
@@ -61,9 +63,12 @@ def existing_node(
         return _claim_capacity(claim, instance_types=instance_types, pods=pods)
     if claim is not None and uninitialized_in_flight and not claim.initialized:
         startup = {t.key for t in claim.startup_taints if t.key}
-        return kubeconv.node_from_dict(
-            node.raw, pods=pods, in_flight=True, ignore_taint_keys={*EPHEMERAL_TAINT_KEYS, *startup}
-        )
+        ignore = {*EPHEMERAL_TAINT_KEYS, *startup}
+        if cache is not None:
+            return cache.scheduling_node(node, pods=pods, in_flight=True, ignore_taint_keys=ignore)
+        return kubeconv.node_from_dict(node.raw, pods=pods, in_flight=True, ignore_taint_keys=ignore)
+    if cache is not None:
+        return cache.scheduling_node(node, pods=pods)
     return kubeconv.node_from_dict(node.raw, pods=pods)
 
 
@@ -80,11 +85,11 @@ def cluster_capacity(
     bound: dict[str, list[Pod]] = {}
     for pod in cluster.pod_views():
         if pod.node_name and not pod.is_terminal:
-            bound.setdefault(pod.node_name, []).append(kubeconv.pod_from_dict(pod.raw, detect_gang=False))
+            bound.setdefault(pod.node_name, []).append(cluster.scheduling_pod(pod))
     out: list[ExistingNode] = []
     for node in cluster.node_views().values():
         machine = StateNode(node=node, claim=cluster.claim_view_for_node(node))
-        converted = existing_node(machine, pods=bound.get(node.name, ()), uninitialized_in_flight=False)
+        converted = existing_node(machine, pods=bound.get(node.name, ()), uninitialized_in_flight=False, cache=cluster)
         assert converted is not None  # a Node always converts (or raises)
         out.append(converted)
     cached = cluster.claim_views()

@@ -88,6 +88,7 @@ class NodeClaimWriter:
         self._clock = clock
         self._concurrency = concurrency
         self._recent = RecentClaims()
+        self._views: dict[str, tuple[Obj, NodeClaimView]] = {}  # name -> (the object, its view)
         # Held while deciding and writing new NodeClaims (a provisioning batch, a gang's attempt, a
         # disruption command's replacements), so two decisions never both count the same limit room.
         self.lock = asyncio.Lock()
@@ -99,15 +100,29 @@ class NodeClaimWriter:
 
     # --- what a decision counts ------------------------------------------------------------------
 
+    def _view(self, claim: Obj) -> NodeClaimView:
+        """The view of a NodeClaim created here, made once per object: a burst asks for hundreds of
+        them on every NodeClaim event (the capacity and provisioning controllers count them)."""
+        name = str(claim["metadata"].get("name") or "")
+        hit = self._views.get(name)
+        if hit is not None and hit[0] is claim:
+            return hit[1]
+        view = NodeClaimView.of(claim)
+        self._views[name] = (claim, view)
+        return view
+
     def in_flight(self) -> list[NodeClaimView]:
         """NodeClaims created here that the cache has not shown yet."""
         pending = self._recent.pending(self._cluster.claim_views(), now=self._clock.monotonic())
-        return [NodeClaimView.of(c) for c in pending]
+        if len(self._views) > 2 * len(pending) + 64:  # forget the views of claims no longer pending
+            keep = {str(c["metadata"].get("name") or "") for c in pending}
+            self._views = {k: v for k, v in self._views.items() if k in keep}
+        return [self._view(c) for c in pending]
 
     def just_created(self, name: str) -> NodeClaimView | None:
         """A NodeClaim created here lately, by name (it may be in the cache by now, or gone)."""
         claim = self._recent.get(name)
-        return NodeClaimView.of(claim) if claim is not None else None
+        return self._view(claim) if claim is not None else None
 
     def forget(self, name: str) -> None:
         """A NodeClaim created here is being deleted: no decision counts it any more."""

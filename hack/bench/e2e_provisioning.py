@@ -18,10 +18,14 @@ import json
 import logging
 import os
 import re
+import signal
+import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -72,6 +76,32 @@ def _apiserver_requests(cluster: Any) -> Counter[str]:
         key = f"{labels['verb']} {labels['resource']}{'/' + sub if sub else ''}"
         out[key] += int(float(line.rsplit(" ", 1)[1]))
     return out
+
+
+def _scheduler_queues(cluster_dir: Path) -> str:
+    """kube-scheduler's queue lengths and attempts so far, from its /metrics (hack/cluster.sh serves them
+    on loopback); "" when it does not."""
+    try:
+        port = int((cluster_dir / "scheduler-port").read_text())
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=2, context=context) as resp:
+            text = resp.read().decode()
+    except (OSError, ValueError):
+        return ""
+    queues: dict[str, int] = {}
+    attempts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith("scheduler_pending_pods{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            queues[labels.get("queue", "?")] = int(float(line.rsplit(" ", 1)[1]))
+        elif line.startswith("scheduler_schedule_attempts_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            attempts[labels.get("result", "?")] += int(float(line.rsplit(" ", 1)[1]))
+    q = " ".join(f"{k}={v}" for k, v in sorted(queues.items()) if v)
+    a = " ".join(f"{k}={v}" for k, v in sorted(attempts.items()))
+    return f"kube-scheduler queues: {q or 'empty'}; attempts: {a}"
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -247,6 +277,12 @@ def main() -> int:
         "--gangs", type=int, default=0, help="also this many gangs of 4 pods x 8 GPUs (bare pods, gated, gang-size 4)"
     )
     parser.add_argument("--dump", type=Path, help="write the pods, NodeClaims, Nodes, Events and the joiner log here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the controller with py-spy (pip install py-spy into the venv) over the run and write its "
+        "collapsed stacks here (flamegraph.pl / speedscope read them)",
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("JOINER_CLUSTER_DIR", "/tmp/joiner-bench-kwok")
@@ -302,18 +338,34 @@ def main() -> int:
         components = _cluster_pids(CLUSTER_DIR)
         components_cpu0 = _cpu_by_process(components)
         watch = _Watch(cluster.kubeconfig)
+        profiler = None
+        if args.profile:
+            profiler = subprocess.Popen(
+                [
+                    *(str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--rate", "50"),
+                    *("--format", "raw", "--nonblocking", "--output", str(args.profile)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         requests0 = _apiserver_requests(cluster)
         start = time.monotonic()
         wall_start = time.time()
         cluster.apply(workloads)
         running = 0
+        ticks = 0
         while time.monotonic() - start < args.timeout:
             running = watch.count("running")
-            print(f"  {time.monotonic() - start:6.1f}s  {running}/{n} Running", flush=True)
+            queues = _scheduler_queues(CLUSTER_DIR) if ticks % 5 == 0 else ""
+            ticks += 1
+            print(f"  {time.monotonic() - start:6.1f}s  {running}/{n} Running  {queues}", flush=True)
             if running == n:
                 break
             time.sleep(2)
         elapsed = time.monotonic() - start
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            profiler.wait(timeout=60)
         cpu = _cpu_seconds(pid) - cpu0
         components_cpu = {k: v - components_cpu0.get(k, 0.0) for k, v in _cpu_by_process(components).items()}
         requests = _apiserver_requests(cluster) - requests0

@@ -27,3 +27,90 @@ def test_a_restarted_controller_subscribing_again_gets_each_event_once() -> None
     cluster.subscribe("NodeClaim", controller.on_claim)  # run() called again after a crash
     cluster.informers["NodeClaim"]._apply("ADDED", _claim("gpu-abc12"))
     assert controller.seen == ["gpu-abc12"]
+
+
+def _pod(name: str, *, version: str, cpu: str, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": version},
+        "spec": spec,
+    }
+
+
+def test_a_pod_is_converted_for_the_solver_once_per_resource_version() -> None:
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    pods = cluster.informers["Pod"]
+    pods._apply("ADDED", _pod("web", version="1", cpu="500m"))
+    view = cluster.pod_view("ns/web")
+    assert view is not None
+    first = cluster.scheduling_pod(view)
+    assert cluster.scheduling_pod(view) is first  # the same version: not converted again
+    assert first.requests.get("cpu") == 500  # millicores
+
+    pods._apply("MODIFIED", _pod("web", version="2", cpu="2"))  # a new version is read again
+    view = cluster.pod_view("ns/web")
+    assert view is not None
+    second = cluster.scheduling_pod(view)
+    assert second is not first
+    assert second.requests.get("cpu") == 2000
+
+    pods._apply("DELETED", _pod("web", version="3", cpu="2"))  # a deleted pod is forgotten
+    assert "ns/web" not in cluster._pod_models
+
+
+def test_a_pod_that_does_not_convert_raises_every_time_and_is_not_remembered() -> None:
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    bad = _pod("bad", version="1", cpu="lots")
+    cluster.informers["Pod"]._apply("ADDED", bad)
+    view = cluster.pod_view("ns/bad")
+    assert view is not None
+    for _ in range(2):
+        try:
+            cluster.scheduling_pod(view)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("an unreadable pod converted")
+    assert "ns/bad" not in cluster._pod_models
+
+
+def _node(name: str, *, version: str, cpu: str, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "resourceVersion": version, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {"taints": taints or []},
+        "status": {"allocatable": {"cpu": cpu, "pods": "110"}},
+    }
+
+
+def test_a_node_is_converted_for_the_solver_once_per_resource_version_with_its_pods_each_time() -> None:
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    nodes = cluster.informers["Node"]
+    startup = {"key": "example.com/warming", "effect": "NoSchedule"}
+    nodes._apply("ADDED", _node("n1", version="1", cpu="4", taints=[startup]))
+    view = cluster.node_views()["n1"]
+    cluster.informers["Pod"]._apply("ADDED", _pod("web", version="5", cpu="1", node="n1"))
+    pod_view = cluster.pod_view("ns/web")
+    assert pod_view is not None
+    web = cluster.scheduling_pod(pod_view)
+
+    empty = cluster.scheduling_node(view)
+    busy = cluster.scheduling_node(view, pods=[web])
+    assert empty.pods == ()
+    assert busy.pods == (web,)
+    assert busy.allocatable is empty.allocatable  # the Node was read once
+    assert [t.key for t in empty.taints] == ["example.com/warming"]
+    # the same Node read with other taints left out (a NodeClaim's startup taints) is read again
+    warming = cluster.scheduling_node(view, in_flight=True, ignore_taint_keys={"example.com/warming"})
+    assert warming.taints == ()
+    assert warming.in_flight
+
+    nodes._apply("MODIFIED", _node("n1", version="2", cpu="8"))  # a new version is read again
+    assert cluster.scheduling_node(cluster.node_views()["n1"]).allocatable.get("cpu") == 8000
+    nodes._apply("DELETED", _node("n1", version="3", cpu="8"))
+    assert "n1" not in cluster._node_models

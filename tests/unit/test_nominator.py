@@ -205,3 +205,31 @@ async def test_nominations_can_be_switched_off() -> None:
         assert h.kube.obj(NODECLAIMS, claim["metadata"]["name"]) is not None
     finally:
         await h.close()
+
+
+async def test_a_pod_bound_just_before_its_nomination_does_not_turn_nominations_off(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    real_patch = h.kube.patch
+    raced: list[str] = []
+
+    async def bound_meanwhile(res: Resource, name: str, patch: Any, **kwargs: Any) -> Obj:
+        if res is PODS and kwargs.get("subresource") == "status" and name == "a" and not raced:
+            raced.append(name)  # what the apiserver answers when kube-scheduler bound the pod first
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: status.nominatedNodeName: Forbidden: '
+                "may not be set on pods that are already bound to a node",
+            )
+        return await real_patch(res, name, patch, **kwargs)
+
+    h.kube.patch = bound_meanwhile  # type: ignore[method-assign]
+    await pending(h, "a", "1500m")
+    await pending(h, "b", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await up(h, claim)
+    await h.eventually(lambda: nominated(h, "b") is not None, "b nominated")
+    assert raced == ["a"]
+    assert provisioner.nominator.enabled

@@ -341,13 +341,13 @@ async def _planned_and_initialized(h: Harness, provisioner: Provisioner, pods: i
     return claim
 
 
-async def _binds(h: Harness, node: str, count: int) -> None:
+async def _binds(h: Harness, node: str, count: int, *, prefix: str = "other") -> None:
     """kube-scheduler binding other pods: pending first, then bound."""
     for i in range(count):
-        await pending(h, f"other-{i}", "10m")
+        await pending(h, f"{prefix}-{i}", "10m")
     for i in range(count):
-        key = f"default/other-{i}"
-        await h.kube.patch(PODS, f"other-{i}", {"spec": {"nodeName": node}}, namespace="default")
+        key = f"default/{prefix}-{i}"
+        await h.kube.patch(PODS, f"{prefix}-{i}", {"spec": {"nodeName": node}}, namespace="default")
 
         def bound(key: str = key) -> bool:
             view = h.cluster.pod_view(key)
@@ -383,3 +383,18 @@ async def test_without_a_backlog_planned_pods_are_solved_again_after_ten_seconds
     assert plan is not None
     assert plan.new_nodes == ()  # solved again onto the node they wait on: nothing bought
     assert len(claims(h)) == 1
+
+
+async def test_a_backlog_longer_than_ten_minutes_at_kube_schedulers_pace_keeps_its_places_longer(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
+    claim = await _planned_and_initialized(h, provisioner, 30)
+    await _binds(h, "elsewhere", 1)  # one pod in 15 s: 30 planned pods take 450 s at that pace
+    assert provisioner.nomination_grace() == 900.0  # twice that
+    await h.advance(700)  # past the 10 min: still kube-scheduler's backlog, nothing solved again
+    await _binds(h, "elsewhere-too", 1, prefix="later")
+    assert await provisioner.reconcile() is None
+    assert claim["metadata"]["name"] in set(provisioner._nominations.values())
+    for i in range(30, 400):  # a backlog that would take hours at this pace is held at most an hour
+        provisioner._nominations[f"default/more-{i}"] = claim["metadata"]["name"]
+    assert provisioner.nomination_grace() == 3600.0

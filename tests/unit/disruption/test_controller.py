@@ -7,11 +7,12 @@ import dataclasses
 import json
 from typing import Any
 
+from controller.clock import format_time
 from controller.cloudprovider.types import OfferingId
 from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.disruption import metrics
 from controller.disruption.controller import ANNOTATION_REPLACEMENT_FOR, DisruptionController
-from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODEPOOLS
+from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODEPOOLS, PODS
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.state.deletion import ANNOTATION_TERMINATION_REASON
 from tests.unit.disruption.world import World
@@ -302,3 +303,27 @@ async def test_the_refusal_survives_a_controller_restart(world: World) -> None:
     await world.advance(150)  # the TTL, counted from the launch, has passed
     assert OfferingId("cpu-4", "zone-a", "spot") not in fresh.current()
     assert LifecycleController(restarted).remember_refusals() == 0, "an old refusal is not remembered"
+
+
+async def test_a_pod_bound_a_moment_ago_with_young_pods_pending_is_a_backlog(world: World) -> None:
+    await world.nodepool()
+    await world.node("n1")
+    await world.node("n2")
+    await world.pod("web-1", "n1")  # kube-scheduler binds
+    waiting = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]}
+    await world.kube.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web-2", "namespace": "default", "creationTimestamp": format_time(world.clock.now())},
+            "spec": waiting,
+        },
+        namespace="default",
+    )
+    await world.h.cached("Pod", "default/web-2")
+    snap = await world.controller.snapshot()
+    assert snap.scheduler_backlog
+    await world.advance(16)  # kube-scheduler bound nothing since
+    snap = await world.controller.snapshot()
+    assert not snap.scheduler_backlog

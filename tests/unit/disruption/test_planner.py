@@ -239,6 +239,24 @@ def test_consolidation_waits_while_the_cluster_scales_up() -> None:
     assert "scaling up" in decision.waiting
 
 
+def test_consolidation_waits_while_kube_scheduler_places_a_backlog_on_existing_nodes() -> None:
+    # a burst: pods wait for kube-scheduler with room for them on the nodes that exist
+    a = node("a", "cpu-4", [pod("web-1")])
+    b = node("b", "cpu-4", [pod("web-2")])
+    backlog = (pod("new-1"),)
+    decision = plan(snapshot([a, b], pending=backlog, scheduler_backlog=True))
+    assert decision.commands == ()
+    assert decision.waiting is not None
+    assert "kube-scheduler is still placing 1 pending pod(s)" in decision.waiting
+    # once kube-scheduler has stopped binding, the same cluster consolidates as before
+    decision = plan(snapshot([a, b], pending=backlog))
+    assert decision.waiting is None
+    assert only(decision.commands).reason == "Underutilized"
+    # and a backlog that needs no room on these nodes holds nothing
+    empty = node("empty", "cpu-2")
+    assert only(plan(snapshot([a, b, empty], scheduler_backlog=True)).commands).reason == "Empty"
+
+
 # --- drift and expiry --------------------------------------------------------------------------
 
 

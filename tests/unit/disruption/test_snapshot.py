@@ -117,3 +117,29 @@ def test_pending_means_unbound_ungated_alive_and_not_a_daemon() -> None:
     assert not is_pending({**base, "status": {"phase": "Failed"}})
     daemon = {**base, "metadata": {"name": "d", "ownerReferences": [{"kind": "DaemonSet", "name": "x"}]}}
     assert not is_pending(daemon)
+
+
+def _pending(name: str, created: datetime) -> PodView:
+    return PodView.of(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+            "spec": {"containers": [{"name": "c"}]},
+        }
+    )
+
+
+def test_kube_scheduler_has_a_backlog_while_it_binds_and_young_pods_wait() -> None:
+    now = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+    young = _pending("young", now - timedelta(minutes=2))
+    old = _pending("old", now - timedelta(minutes=11))
+    just_bound = now - timedelta(seconds=3)
+    assert snapshot.scheduler_backlog(now, just_bound, [old, young])
+    assert not snapshot.scheduler_backlog(now, None, [young])  # it has bound nothing
+    assert not snapshot.scheduler_backlog(now, now - timedelta(seconds=16), [young])  # it stopped binding
+    assert not snapshot.scheduler_backlog(now, just_bound, [])  # nothing waits
+    # a pod it has refused for longer than the backlog's age does not hold consolidation off for ever
+    assert not snapshot.scheduler_backlog(now, just_bound, [old])

@@ -84,6 +84,8 @@ async def test_a_created_nodeclaim_is_counted_logged_and_in_flight_until_the_cac
     assert name not in h.cluster.claim_views()
     assert [c.name for c in writer.in_flight()] == [name]
     assert writer.just_created(name) is not None
+    # the view of a claim created here is made once, not on every look (a burst looks very often)
+    assert writer.in_flight()[0] is writer.in_flight()[0] is writer.just_created(name)
     h.kube.catch_up(NODECLAIMS)
     await h.cached("NodeClaim", name)
     assert writer.in_flight() == []
