@@ -107,8 +107,10 @@ def _stop_trusting_environment(api: k8s_client.ApiClient) -> None:
     thread hops per request: about 6 % of joiner's CPU in a 10,000-pod burst). The proxy was read
     once above, and ``~/.netrc`` credentials are nothing a Kubernetes client sends (client-go never
     reads it): the session is replaced by one that does not look, over the same connection pool."""
-    rest = api.rest_client
-    old: aiohttp.ClientSession = rest.pool_manager
+    rest: Any = getattr(api, "rest_client", None)
+    old = getattr(rest, "pool_manager", None)
+    if not isinstance(old, aiohttp.ClientSession) or old.connector is None:
+        return  # another kubernetes_asyncio layout: keep its session (slower, same behaviour)
     rest.pool_manager = aiohttp.ClientSession(
         connector=old.connector,
         trust_env=False,
