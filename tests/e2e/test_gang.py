@@ -64,6 +64,24 @@ def h100_gang(namespace: str, gang: str, size: int) -> list[Obj]:
     ]
 
 
+def gang_with_launcher(namespace: str, gang: str, size: int, *, node_selector: dict[str, str]) -> list[Obj]:
+    """``size - 1`` H100 members and a small CPU-only launcher member that selects ``node_selector``."""
+    members = h100_gang(namespace, gang, size)[: size - 1]
+    members.append(
+        gang_pod(
+            f"{gang}-launcher",
+            namespace,
+            gang=gang,
+            size=size,
+            gpus=0,
+            cpu="250m",
+            memory="256Mi",
+            node_selector=node_selector,
+        )
+    )
+    return members
+
+
 def pods_of(cluster: Cluster, namespace: str, gang: str) -> list[Obj]:
     return cluster.items("pods", namespace=namespace, selector=f"{GANG}={gang}")
 
@@ -245,19 +263,7 @@ def test_a_launch_failure_rolls_back_every_nodeclaim_then_succeeds_once_cleared(
     failing = {"insufficientCapacity": [{"instanceType": LAUNCHER_TYPE}]}
     cluster.apply([nodeclass(registrationDelay="1s", failures=failing), nodepool("general")])
     joiner = start_joiner(**FAST_GANGS)
-    members = h100_gang(ns, "train", 4)[:3]
-    members.append(
-        gang_pod(
-            "train-launcher",
-            ns,
-            gang="train",
-            size=4,
-            gpus=0,
-            cpu="250m",
-            memory="256Mi",
-            node_selector={INSTANCE_TYPE: LAUNCHER_TYPE},
-        )
-    )
+    members = gang_with_launcher(ns, "train", 4, node_selector={INSTANCE_TYPE: LAUNCHER_TYPE})
     with PartialStartWatch(cluster, ns, "train"):
         cluster.apply(members)
         event = expect_event(cluster, namespace=ns, name="train-0", reason="GangRolledBack", timeout=60)
@@ -399,21 +405,7 @@ def test_a_gang_whose_cheapest_type_never_registers_is_admitted_on_a_dearer_one(
         [nodeclass(registrationDelay="1s", failures={"neverRegister": [cheap]}), nodepool("general"), cpu_pool]
     )
     joiner = start_joiner(registration_timeout="5", **FAST_GANGS)
-    members = h100_gang(ns, "train", 3)[:2]
-    for m in members:
-        m["metadata"]["annotations"]["joiner.sh/gang-size"] = "3"
-    members.append(
-        gang_pod(
-            "train-launcher",
-            ns,
-            gang="train",
-            size=3,
-            gpus=0,
-            cpu="250m",
-            memory="256Mi",
-            node_selector={"joiner.sh/nodepool": "cpu"},
-        )
-    )
+    members = gang_with_launcher(ns, "train", 3, node_selector={"joiner.sh/nodepool": "cpu"})
     with PartialStartWatch(cluster, ns, "train"):
         cluster.apply(members)
         event = expect_event(cluster, namespace=ns, name="train-0", reason="GangRolledBack", timeout=60)
@@ -448,19 +440,7 @@ def test_a_member_refused_for_capacity_is_bought_again_alone_and_the_launched_no
     )
     cluster.apply([nodeclass(registrationDelay="1s"), refusing, nodepool("general"), *launcher_pools])
     joiner = start_joiner(**FAST_GANGS)
-    members = h100_gang(ns, "train", 3)[:2]
-    members.append(
-        gang_pod(
-            "train-launcher",
-            ns,
-            gang="train",
-            size=3,
-            gpus=0,
-            cpu="250m",
-            memory="256Mi",
-            node_selector={"role": "launcher"},
-        )
-    )
+    members = gang_with_launcher(ns, "train", 3, node_selector={"role": "launcher"})
     with PartialStartWatch(cluster, ns, "train"):
         cluster.apply(members)
         first = eventually(
