@@ -337,7 +337,7 @@ class Packer(Explanations):
                 left = sum(p.remaining for p in stuck)
                 stuck_zones = {p.zone for p in stuck}
                 counts = self._zone_counts(term)
-                domains = self._zone_domains(g, term)
+                domains = self._zone_domains(g, term, counts)
                 floor = min(domains.values()) if domains else 0
                 floor = min([floor] + [counts.get(z, 0) for z in stuck_zones if z is not None])
                 caps = {z: max(0, floor + term.max_skew - c) for z, c in domains.items() if z not in stuck_zones}

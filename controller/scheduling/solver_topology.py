@@ -313,7 +313,7 @@ class TopologyRules(SolverBase):
             quotas = self._greedy_zones(g, total, zones=zones, planned=planned, tally=tally, caps=None)
             return self._zone_parts(g, quotas)
         term = g.zone_spread
-        domains = self._zone_domains(g, term, planned)
+        domains = self._zone_domains(g, term, tally.term_counts(term, planned, self))
         if zone is not None:
             domains = {z: c for z, c in domains.items() if z == zone} or {zone: 0}
         if not domains:
@@ -382,7 +382,7 @@ class TopologyRules(SolverBase):
         own_counts: dict[str, int] = {}
         own_low_zero = False
         if own is not None:
-            own_counts = dict(self._zone_counts(own, planned))
+            own_counts = dict(tally.term_counts(own, planned, self))
             own_low_zero = caps is not None
         out = dict.fromkeys(zones, 0)
         for _ in range(total):
@@ -475,12 +475,12 @@ class TopologyRules(SolverBase):
                     counts[z] = counts.get(z, 0) + c
         return counts
 
-    def _zone_domains(
-        self, g: Group, term: Term, planned: Mapping[tuple[int, str], int] | None = None
-    ) -> dict[str, int]:
-        """Eligible zones for the group's zonal spread, with matching-pod counts (see `_zone_counts`)."""
+    def _zone_domains(self, g: Group, term: Term, counts: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Eligible zones for the group's zonal spread, with matching-pod counts (``counts``, or
+        `_zone_counts` without pods planned)."""
         zones = self._eligible_zones(g, honor_affinity=term.honor_affinity, honor_taints=term.honor_taints)
-        counts = self._zone_counts(term, planned)
+        if counts is None:
+            counts = self._zone_counts(term)
         return {z: counts.get(z, 0) for z in sorted(zones)}
 
     def _host_count(self, term: Term, node: Node) -> int:
@@ -571,10 +571,16 @@ class ZoneTally:
         self._present: dict[int, tuple[ZoneRule, set[str]]] = {}
 
     def counts(self, rule: ZoneRule, planned: Mapping[tuple[int, str], int], rules: TopologyRules) -> dict[str, int]:
-        key = id(rule.term.matched)
+        return self.term_counts(rule.term, planned, rules)
+
+    def term_counts(self, term: Term, planned: Mapping[tuple[int, str], int], rules: TopologyRules) -> dict[str, int]:
+        """``rules._zone_counts(term, planned)``, kept up to date by `add` (terms that select alike
+        share one dict): nothing is placed while a phase's parts are made, so only ``planned``
+        changes. The caller must not change the dict."""
+        key = id(term.matched)
         got = self._counts.get(key)
         if got is None:
-            got = self._counts[key] = (rule.term.matched, rules._zone_counts(rule.term, planned))
+            got = self._counts[key] = (term.matched, rules._zone_counts(term, planned))
         return got[1]
 
     def present(self, rule: ZoneRule, planned: Mapping[tuple[int, str], int], rules: TopologyRules) -> set[str]:
