@@ -102,6 +102,8 @@ class SolverBase:
         self._fit_bound = False
         # candidate lists per finished node (solver_candidates)
         self._cand_cache: dict[object, list[tuple[Slot, tuple[Offering, ...]]]] = {}
+        # (id of a `_compat_order` list, slot mask) -> the slots of the list the mask keeps
+        self._cand_by_mask: dict[tuple[int, int], list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}
         self._kmax_masks: dict[tuple[frozenset[int], int], int] = {}
         # (id of a kmax, tier) -> its candidates' min prices, kmax, bounds and slot indexes (see `_choose`)

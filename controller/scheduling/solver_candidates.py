@@ -267,8 +267,13 @@ class CandidateTypes(TopologyRules):
         if not pool.limit_names:
             # the pool's slots that take the node's requirements, cheapest first, once per
             # requirement set; the node's are those its mask keeps
+            # (nodes of other sizes and groups often keep the same slots: one list for them all,
+            # which `_candidate_info` then knows by identity)
             ordered = self._compat_order(pool, node.reqs)
-            result = [(s, offers) for bit, s, offers in ordered if mask & bit]
+            by_mask = (id(ordered), mask)
+            result = self._cand_by_mask.get(by_mask)
+            if result is None:
+                result = self._cand_by_mask[by_mask] = [(s, offers) for bit, s, offers in ordered if mask & bit]
             self._cand_cache[cache_key] = result
             return result
         slots = pool.slots
