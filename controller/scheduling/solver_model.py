@@ -18,7 +18,7 @@ from controller.scheduling.model import (
     OfferingKey,
     Pod,
 )
-from controller.scheduling.requirements import Requirement, Requirements
+from controller.scheduling.requirements import EVERYTHING, Requirement, Requirements
 from controller.scheduling.resources import ONE_POD, PODS, Resources, is_accelerator
 from controller.scheduling.solver_numeric import Vec
 from controller.scheduling.taints import Taint, Toleration
@@ -369,7 +369,7 @@ class Node:
         self.free: list[int] = []
         self.placed: dict[int, int] = {}
         self.content: list[list[int]] = []
-        self.reqs = Requirements()
+        self.reqs = EVERYTHING
         self.zone: str | None = None
         self.gang: str | None = None
         self.mult = 1
