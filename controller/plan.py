@@ -165,7 +165,7 @@ def _check_nesting(text: str, source: str) -> None:
     ``- ``, ``? ``), so short lines and few brackets bound the depth without parsing; only text
     that might be deep gets a pass over its events (libyaml's parser itself is iterative).
     """
-    longest = max((len(line) for line in text.splitlines()), default=0)
+    longest = max(map(len, text.splitlines()), default=0)
     if text.count("[") + text.count("{") + longest <= _CHEAP_DEPTH:
         return
     depth = 0
@@ -427,14 +427,23 @@ def _short_gangs(sc: Scenario) -> dict[str, str]:
 def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
     pending: list[Pod] = []
     bound: dict[str, list[Pod]] = {}
+    # every unbound pod of each gang (finished ones too), for its same-zone annotation
+    members: dict[str, list[Obj]] = {}
     for obj in sc.pods:
-        if is_terminal(obj):
-            continue
         node_name = (obj.get("spec") or {}).get("nodeName")
+        if is_terminal(obj):
+            if not node_name:
+                gid = _converted(sc.pod_where.get(_pod_key(obj), "scenario"), gang_of, obj)
+                if gid is not None:
+                    members.setdefault(gid, []).append(obj)
+            continue
         if node_name:
             bound.setdefault(str(node_name), []).append(_pod(obj, sc, detect_gang=False))
         else:
-            pending.append(_pod(obj, sc))
+            pod = _pod(obj, sc)
+            pending.append(pod)
+            if pod.gang is not None:
+                members.setdefault(pod.gang, []).append(obj)
     existing = [_converted(f"Node {_name(n)!r}", node_from_dict, n, pods=bound.pop(_name(n), [])) for n in sc.nodes]
     if bound:
         missing = ", ".join(sorted(bound))
@@ -452,11 +461,6 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
     daemons = [_converted(f"DaemonSet {_name(d)!r}", daemonset_from_dict, d) for d in sc.daemonsets]
     # as the controller does: a gang's nodes share one zone unless the gang's annotation or
     # every NodePool's spec.gang.sameZone says otherwise
-    members: dict[str, list[Obj]] = {}
-    for obj in sc.pods:
-        gid = gang_of(obj)
-        if gid is not None and not (obj.get("spec") or {}).get("nodeName"):
-            members.setdefault(gid, []).append(obj)
     pools_spread = bool(sc.nodepools) and all(
         ((np_obj.get("spec") or {}).get("gang") or {}).get("sameZone") is False for _, np_obj in sc.nodepools
     )
