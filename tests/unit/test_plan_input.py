@@ -90,6 +90,10 @@ def plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *ar
         ("a: &x [*x]\n", ("refers to itself",)),
         (pod(spec="{containers: [{name: c}], tolerations: [oops]}"), ("spec.tolerations[0]: must be an object",)),
         (pod(meta=", namespace: [a]"), ("metadata.namespace: must be a string",)),
+        (  # a finished pod is not planned, but its gang markers are read
+            pod(meta=", labels: {a: [1]}") + "status: {phase: Succeeded}\n",
+            ("document 2 (Pod 'p')", "metadata.labels.a: must be a string, got a list"),
+        ),
         ("apiVersion: v1\nkind: [Pod]\n", ("kind: unknown kind",)),
         (
             "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {template: {spec: x}}\n",
