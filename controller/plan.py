@@ -374,6 +374,8 @@ class Inputs:
     existing: tuple[ExistingNode, ...]
     daemons: tuple[Pod, ...]
     gangs: tuple[Gang, ...]
+    # every gang's unfinished members, bound or not, in scenario order (for its size)
+    members: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
 
 
 def _pod(obj: Obj, sc: Scenario, *, detect_gang: bool = True) -> Pod:
@@ -404,13 +406,8 @@ def _missing_nodeclasses(sc: Scenario) -> list[str]:
     return out
 
 
-def _short_gangs(sc: Scenario) -> dict[str, str]:
+def _short_gangs(sc: Scenario, members: Mapping[str, Sequence[Obj]]) -> dict[str, str]:
     """Gang -> why it waits: fewer members exist than its ``joiner.sh/gang-size`` (the controller waits too)."""
-    members: dict[str, list[Obj]] = {}
-    for obj in sc.pods:
-        gid = gang_of(obj)
-        if gid is not None and not is_terminal(obj):
-            members.setdefault(gid, []).append(obj)
     out = {}
     for gid, pods in members.items():
         options = gang_options([PodView.of(p) for p in pods])
@@ -427,23 +424,28 @@ def _short_gangs(sc: Scenario) -> dict[str, str]:
 def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
     pending: list[Pod] = []
     bound: dict[str, list[Pod]] = {}
-    # every unbound pod of each gang (finished ones too), for its same-zone annotation
+    # each gang's unbound pods (finished ones too), for its same-zone annotation, and its
+    # unfinished pods (bound ones too), for its size
     members: dict[str, list[Obj]] = {}
+    unfinished: dict[str, list[Obj]] = {}
     for obj in sc.pods:
         node_name = (obj.get("spec") or {}).get("nodeName")
-        if is_terminal(obj):
-            if not node_name:
-                gid = _converted(sc.pod_where.get(_pod_key(obj), "scenario"), gang_of, obj)
-                if gid is not None:
+        terminal = is_terminal(obj)
+        if terminal or node_name:
+            gid = _converted(sc.pod_where.get(_pod_key(obj), "scenario"), gang_of, obj)
+            if terminal:
+                if gid is not None and not node_name:
                     members.setdefault(gid, []).append(obj)
-            continue
-        if node_name:
+                continue
+            if gid is not None:
+                unfinished.setdefault(gid, []).append(obj)
             bound.setdefault(str(node_name), []).append(_pod(obj, sc, detect_gang=False))
         else:
             pod = _pod(obj, sc)
             pending.append(pod)
             if pod.gang is not None:
                 members.setdefault(pod.gang, []).append(obj)
+                unfinished.setdefault(pod.gang, []).append(obj)
     existing = [_converted(f"Node {_name(n)!r}", node_from_dict, n, pods=bound.pop(_name(n), [])) for n in sc.nodes]
     if bound:
         missing = ", ".join(sorted(bound))
@@ -468,7 +470,14 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
         Gang(g, same_zone=_same_zone(members.get(g, []), default=not pools_spread))
         for g in sorted({p.gang for p in pending if p.gang is not None})
     )
-    return Inputs(tuple(pending), tuple(pools), tuple(existing), tuple(daemons), gangs)
+    return Inputs(
+        tuple(pending),
+        tuple(pools),
+        tuple(existing),
+        tuple(daemons),
+        gangs,
+        {gid: tuple(objs) for gid, objs in unfinished.items()},
+    )
 
 
 def _same_zone(pods: list[Obj], *, default: bool) -> bool:
@@ -487,7 +496,7 @@ def plan_scenario(
     inputs = build_inputs(sc, catalog)
     if warnings is not None:
         warnings.extend(_missing_nodeclasses(sc))
-    waiting = _short_gangs(sc)
+    waiting = _short_gangs(sc, inputs.members)
     pods = tuple(p for p in inputs.pods if p.gang not in waiting)
     plan = solve(
         pods=pods,
