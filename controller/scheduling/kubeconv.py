@@ -72,14 +72,9 @@ class ConversionError(ValueError):
     """An object could not be converted; the message names the object and the field."""
 
 
-def _is_map(value: object) -> bool:
-    """``isinstance(value, Mapping)``, with the common case (a dict) decided without the ABC check."""
-    return type(value) is dict or isinstance(value, Mapping)
-
-
 def _meta(obj: Obj) -> Mapping[str, Any]:
     meta = obj.get("metadata") or {}
-    if not _is_map(meta):
+    if type(meta) is not dict and not isinstance(meta, Mapping):  # (a dict without the ABC check)
         raise ConversionError("metadata: must be an object")
     return meta
 
@@ -88,7 +83,7 @@ def _obj(value: Any, where: str) -> Mapping[str, Any]:
     """``value`` as an object (``None`` reads as empty); anything else is an error naming ``where``."""
     if value is None:
         return {}
-    if not _is_map(value):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ConversionError(f"{where}: must be an object, got {_kind_of(value)}")
     return value
 
@@ -159,7 +154,7 @@ def _expressions(value: Any, where: str) -> list[dict[str, Any]]:
 def _str_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
-    if not _is_map(value):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ConversionError(f"{where}: must be an object of string -> string, got {_kind_of(value)}")
     out: dict[str, str] = {}
     for k, v in value.items():
@@ -175,7 +170,7 @@ def _resources(value: Any, where: str) -> Resources:
     """A resource list; a negative quantity is an error (Kubernetes rejects it too)."""
     if value is None:
         return EMPTY
-    if not _is_map(value):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ConversionError(f"{where}: must be an object of resource -> quantity, got {_kind_of(value)}")
     if not value:
         return EMPTY
@@ -289,7 +284,7 @@ def _node_selector_term(term: Any, where: str) -> Requirements | None:
 def _selector(value: Any, where: str) -> Requirements | None:
     if value is None:
         return None
-    if not _is_map(value):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ConversionError(f"{where}: must be a label selector (an object), got {_kind_of(value)}")
     try:
         return label_selector(

@@ -106,8 +106,10 @@ class SolverBase:
         self._cand_by_mask: dict[tuple[int, int], list[tuple[Slot, tuple[Offering, ...]]]] = {}
         self._slot_indexes: dict[int, SlotIndex] = {}
         self._kmax_masks: dict[tuple[frozenset[int], int], int] = {}
-        # (id of a kmax, tier) -> its candidates' min prices, kmax, bounds and slot indexes (see `_choose`)
-        self._rank_columns: dict[tuple[int, int], tuple[list[float], list[int], list[float], list[int]]] = {}
+        # (id of a kmax, tier) -> its candidates' columns: min price, kmax, bound, slot, variant, position
+        self._rank_columns: dict[
+            tuple[int, int], tuple[list[float], list[int], list[float], list[int], list[int], range]
+        ] = {}
         self._compat_orders: dict[tuple[int, Requirements], list[tuple[int, Slot, tuple[Offering, ...]]]] = {}
         # per group, the running counts (State.agg_zone / agg_total) its placements add to
         self._group_aggs: list[list[int]] = []
