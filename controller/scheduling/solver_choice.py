@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from heapq import heapify, heappop
-from itertools import repeat
+from itertools import islice, repeat
 from operator import le, mul, truediv
 from typing import Final
 
@@ -344,7 +344,8 @@ class NodeChoice(Packer):
             slot_idx = slot.idx
             gang = g.gang
             placed = node.placed
-            for pos, (j, part) in enumerate(order[begin:] if begin else order, begin):
+            # (the tail holds every part of the phase still to place: skip to ``begin`` without a copy)
+            for pos, (j, part) in enumerate(islice(order, begin, None) if begin else order, begin):
                 if misses >= _MAX_FILL_MISSES:
                     break
                 if free[pods_i] <= 0 or (j < n_suffix and suffix is not None and not all(map(le, suffix[j], free))):
