@@ -516,13 +516,23 @@ def plan_scenario(
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The JSON form: ``nodeClaims``, ``existingNodes``, ``unschedulable``, ``totalPrice``."""
+    # nodes share their candidate tuples (up to one per catalog instance type): named once each,
+    # and each node gets its own list of the names
+    names: dict[int, tuple[tuple[Any, ...], list[str]]] = {}
+
+    def type_names(candidates: tuple[Any, ...]) -> list[str]:
+        got = names.get(id(candidates))
+        if got is None or got[0] is not candidates:
+            got = names[id(candidates)] = (candidates, [c.instance_type for c in candidates])
+        return list(got[1])
+
     return {
         "nodeClaims": [
             {
                 "name": n.name,
                 "nodePool": n.node_pool,
                 "instanceType": n.choice.instance_type,
-                "instanceTypes": [c.instance_type for c in n.candidates],
+                "instanceTypes": type_names(n.candidates),
                 "zone": n.choice.zone,
                 "capacityType": n.choice.capacity_type,
                 "price": round(n.choice.price, 6),

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Final, Literal
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
@@ -48,6 +49,17 @@ def _int_or_none(value: str) -> int | None:
         return int(value)
     except ValueError:
         return None
+
+
+@lru_cache(maxsize=4096)
+def _sorted_values(values: frozenset[str]) -> tuple[str, ...]:
+    return tuple(sorted(values))
+
+
+def _sorted(values: frozenset[str]) -> list[str]:
+    """``sorted(values)``; a large set (the instance types a node may be) is sorted once, not for
+    every node and every output."""
+    return list(_sorted_values(values)) if len(values) > 8 else sorted(values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +219,7 @@ class Requirement:
         extra: dict[str, Any] = {} if self.min_values is None else {"minValues": self.min_values}
         if not self.complement:
             if self.values:
-                out.append({"key": self.key, "operator": "In", "values": sorted(self.values), **extra})
+                out.append({"key": self.key, "operator": "In", "values": _sorted(self.values), **extra})
             elif self.allow_absent:
                 out.append({"key": self.key, "operator": "DoesNotExist", **extra})
             else:
@@ -215,7 +227,7 @@ class Requirement:
             return out
         if self.allow_absent:
             if self.values:
-                out.append({"key": self.key, "operator": "NotIn", "values": sorted(self.values), **extra})
+                out.append({"key": self.key, "operator": "NotIn", "values": _sorted(self.values), **extra})
             elif extra:
                 out.append({"key": self.key, "operator": "NotIn", "values": [], **extra})
             return out
@@ -224,7 +236,7 @@ class Requirement:
         if self.lt is not None:
             out.append({"key": self.key, "operator": "Lt", "values": [str(self.lt)], **extra})
         if self.values:
-            out.append({"key": self.key, "operator": "NotIn", "values": sorted(self.values)})
+            out.append({"key": self.key, "operator": "NotIn", "values": _sorted(self.values)})
         if not out:
             out.append({"key": self.key, "operator": "Exists", **extra})
         elif self.values and self.gt is None and self.lt is None:

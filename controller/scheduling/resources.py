@@ -35,6 +35,10 @@ def _order(name: str) -> tuple[int, str]:
     return (_STANDARD.index(name), name) if name in _STANDARD else (len(_STANDARD), name)
 
 
+def _item_order(item: tuple[str, int]) -> tuple[int, str]:
+    return _order(item[0])
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """An immutable resource list in milli-units (see :mod:`controller.scheduling.quantity`).
@@ -53,7 +57,7 @@ class Resources:
             if not isinstance(amount, int) or isinstance(amount, bool):
                 raise TypeError(f"resource {name!r}: amount must be an int of milli-units, got {amount!r}")
             merged[name] = merged.get(name, 0) + amount
-        ordered = tuple(sorted(((k, v) for k, v in merged.items() if v), key=lambda kv: _order(kv[0])))
+        ordered = tuple(sorted([kv for kv in merged.items() if kv[1]], key=_item_order))
         object.__setattr__(self, "items", ordered)
         object.__setattr__(self, "_map", dict(ordered))
 
@@ -150,6 +154,15 @@ class Resources:
     def restrict(self, names: Iterable[str]) -> Resources:
         keep = set(names)
         return Resources({name: amount for name, amount in self.items if name in keep})
+
+
+def weighted_sum(values: Iterable[tuple[Resources, int]]) -> Resources:
+    """``sum_resources(r.scale(k) for r, k in values)``, without the lists in between."""
+    total: dict[str, int] = {}
+    for resources, factor in values:
+        for name, amount in resources.items:
+            total[name] = total.get(name, 0) + amount * factor
+    return Resources(total)
 
 
 def sum_resources(values: Iterable[Resources]) -> Resources:

@@ -7,7 +7,7 @@ from controller.scheduling.model import (
     Plan,
 )
 from controller.scheduling.requirements import Requirements
-from controller.scheduling.resources import sum_resources
+from controller.scheduling.resources import weighted_sum
 from controller.scheduling.solver_gang import GangPlacer
 
 
@@ -87,7 +87,7 @@ class Solver(GangPlacer):
                 usage = self.state.usage[slot.pool.idx]
                 for name, old, new in zip(slot.pool.limit_names, slot.cap_limits, best_slot.cap_limits, strict=True):
                     usage[name] = usage.get(name, 0) + (new - old) * node.mult
-            requests_base = sum_resources(self.groups[gi].req_res.scale(k) for gi, k in node.content)
+            requests_base = weighted_sum((self.groups[gi].req_res, k) for gi, k in node.content)
             requests = requests_base + best_slot.overhead
             candidates, choice, extra = self._candidate_info(cands)
             reqs_key = (node.reqs, id(cands))
