@@ -105,7 +105,6 @@ class NodeChoice(Packer):
             # reads about 20 of the 400 candidates of a large catalog
             keys = map(truediv, prices, map(mul, map(min, counts, repeat(rem)), repeat(w)))
             ranked = _in_order(cands, list(zip(keys, bounds, ids, variants, positions, strict=True)))
-            pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(active, index)
             # the parts after the head that still have pods: the last tail, filtered, when it was
             # made for this phase at or before this index (parts only lose pods, but in rollouts)
             cached = self._tail_cache
@@ -114,6 +113,7 @@ class NodeChoice(Packer):
             else:
                 tail = [(j, active[j]) for j in range(index + 1, len(active)) if active[j].remaining > 0]
             self._tail_cache = (active, index, tail)
+            pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(head, tail)
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
             streak = 0
             max_streak = _MAX_STREAK_PILOT if pilot else _MAX_STREAK_ROLLOUT if self._in_rollout else _MAX_STREAK
@@ -188,10 +188,13 @@ class NodeChoice(Packer):
                     out.append(alt)
         return out
 
-    def _tail_small(self, active: list[Part], index: int) -> bool:
-        left = 0
-        for j in range(index, len(active)):
-            left += active[j].remaining
+    def _tail_small(self, head: Part, tail: list[tuple[int, Part]]) -> bool:
+        """Whether the head and the parts after it hold few enough pods to roll out."""
+        left = head.remaining
+        if left > _ROLLOUT_MAX_PODS:
+            return False
+        for _j, part in tail:
+            left += part.remaining
             if left > _ROLLOUT_MAX_PODS:
                 return False
         return True
