@@ -106,13 +106,17 @@ class NodeChoice(Packer):
             keys = map(truediv, prices, map(mul, map(min, counts, repeat(rem)), repeat(w)))
             ranked = _in_order(cands, list(zip(keys, bounds, ids, variants, positions, strict=True)))
             # the parts after the head that still have pods: the last tail, filtered, when it was
-            # made for this phase at or before this index (parts only lose pods, but in rollouts)
+            # made for this phase at or before this index (parts only lose pods, but in rollouts),
+            # or as it was, when it was made for this head and no part has been emptied since
             cached = self._tail_cache
             if cached is not None and cached[0] is active and cached[1] <= index:
-                tail = [t for t in cached[2] if t[0] > index and t[1].remaining > 0]
+                if cached[1] == index and cached[3] == self._emptied:
+                    tail = cached[2]
+                else:
+                    tail = [t for t in cached[2] if t[0] > index and t[1].remaining > 0]
             else:
                 tail = [(j, active[j]) for j in range(index + 1, len(active)) if active[j].remaining > 0]
-            self._tail_cache = (active, index, tail)
+            self._tail_cache = (active, index, tail, self._emptied)
             pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(head, tail)
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
             streak = 0

@@ -214,6 +214,8 @@ class Packer(Explanations):
         total = k * node.mult
         part.placed += total
         part.remaining -= total
+        if part.remaining <= 0:
+            self._emptied += 1
         self._count_placed(g, node.zone, total)
 
     def _touch(self, node: Node) -> None:
