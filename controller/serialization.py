@@ -101,28 +101,26 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]
     containers: list[yaml.Node] = []
     stack: list[yaml.Node] = [root]
     scalar_node = yaml.ScalarNode
+    mapping_node = yaml.MappingNode
     while stack:
         node = stack.pop()
         key = id(node)
         if key in built:
             continue
         tag = node.tag
-        if isinstance(node, yaml.MappingNode):
+        kind = type(node)
+        if kind is mapping_node:
             if tag != _MAP:
                 raise _Fallback
             built[key] = {}
             containers.append(node)
-            for k, v in node.value:
-                if k.tag == _MERGE or not isinstance(k, scalar_node):
-                    raise _Fallback  # merge keys, and keys that are collections (unhashable or odd)
-                if not isinstance(v, scalar_node):
-                    stack.append(v)
-        elif isinstance(node, yaml.SequenceNode):
+            stack.extend([v for _k, v in node.value if type(v) is not scalar_node])
+        elif kind is yaml.SequenceNode:
             if tag != _SEQ:
                 raise _Fallback
             built[key] = []
             containers.append(node)
-            stack.extend(v for v in node.value if not isinstance(v, scalar_node))
+            stack.extend([v for v in node.value if type(v) is not scalar_node])
         else:  # pragma: no cover - libyaml makes no other kind
             raise _Fallback
     # fill the containers children first, as PyYAML does; a container holding itself (an alias
@@ -131,10 +129,18 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]
     for node in reversed(containers):
         out = built[id(node)]
         height, size = 0, 1 + len(node.value)
-        if isinstance(node, yaml.MappingNode):
+        if type(node) is mapping_node:
             for k, v in node.value:
-                name = k.value if k.tag == _STR else _scalar(k, loader)
-                if isinstance(v, scalar_node):
+                if type(k) is not scalar_node:
+                    raise _Fallback  # a key that is a collection (unhashable or odd)
+                tag = k.tag
+                if tag == _STR:
+                    name = k.value
+                elif tag == _MERGE:
+                    raise _Fallback  # merge keys
+                else:
+                    name = _scalar(k, loader)
+                if type(v) is scalar_node:
                     value = v.value if v.tag == _STR else _scalar(v, loader)
                 else:
                     sub = shape.get(id(v))
@@ -150,7 +156,7 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]
                     raise _Fallback from None  # an unhashable key: PyYAML's error message
         else:
             for v in node.value:
-                if isinstance(v, scalar_node):
+                if type(v) is scalar_node:
                     out.append(v.value if v.tag == _STR else _scalar(v, loader))
                 else:
                     sub = shape.get(id(v))
