@@ -480,6 +480,10 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["plan"]:
+        # joiner's models use no pydantic plugins; looking for them reads the metadata of every
+        # installed distribution (about 15 ms of a short command). A value the user set is kept.
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     # importing the commands (the API models above all) makes many objects and frees none:
     # the cyclic collector would only re-scan them
     collecting = gc.isenabled()

@@ -57,7 +57,6 @@ from controller.scheduling.kubeconv import (
     pool_usage,
 )
 from controller.serialization import SafeLoader, dump_yaml, dumps_json_pretty, load_all_yaml
-from controller.state.views import PodView
 
 Obj = dict[str, Any]
 WORKLOAD_KINDS: Final = ("Deployment", "StatefulSet", "ReplicaSet", "Job")
@@ -408,6 +407,10 @@ def _missing_nodeclasses(sc: Scenario) -> list[str]:
 
 def _short_gangs(sc: Scenario, members: Mapping[str, Sequence[Obj]]) -> dict[str, str]:
     """Gang -> why it waits: fewer members exist than its ``joiner.sh/gang-size`` (the controller waits too)."""
+    if not members:
+        return {}
+    from controller.state.views import PodView  # (only a scenario with gangs needs the views)
+
     out = {}
     for gid, pods in members.items():
         options = gang_options([PodView.of(p) for p in pods])

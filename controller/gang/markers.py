@@ -16,11 +16,13 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from api.v1.labels import ANNOTATION_GANG_SIZE, LABEL_GANG, SCHEDULING_GATE_GANG
 from api.v1.types import parse_duration
-from controller.state.views import PodView
+
+if TYPE_CHECKING:
+    from controller.state.views import PodView
 
 GangSource = Literal["joiner", "coscheduling", "volcano"]
 
