@@ -65,6 +65,9 @@ class _RememberedTags:
 
 
 _Loader: type[yaml.SafeLoader] = type("_Loader", (_RememberedTags, SafeLoader), {})
+# the one-pass builder (`_load_plain`) reads libyaml's events; PyYAML's own Python parser would be
+# slower through it than through its node tree
+_EVENTS: Final = SafeLoader is not yaml.SafeLoader
 
 SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -171,13 +174,131 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]
     return built[id(root)], height, size
 
 
+_NO_KEY: Final = object()
+_EVENT_SCALAR: Final = yaml.ScalarEvent
+_EVENT_MAPPING: Final = yaml.MappingStartEvent
+_EVENT_SEQUENCE: Final = yaml.SequenceStartEvent
+_EVENT_END: Final = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+_EVENT_DOCUMENT_END: Final = yaml.DocumentEndEvent
+_EVENT_STREAM_END: Final = yaml.StreamEndEvent
+_EVENT_SKIPPED: Final = (yaml.StreamStartEvent, yaml.DocumentStartEvent)
+# implicit scalar tags whose values are immutable, so one value serves every equal scalar
+_PLAIN_TAGS: Final = frozenset("tag:yaml.org,2002:" + kind for kind in ("int", "float", "bool", "null", "timestamp"))
+
+
+class _NotPlain(Exception):
+    """The stream holds what only the node path builds: anchors, aliases, explicit tags, merge
+    keys, keys that are collections, scalars of other implicit tags, or an error to report."""
+
+
+def _load_plain(text: str, shapes: list[tuple[int, int] | None] | None) -> list[Any]:
+    """Every document of a stream of plain YAML (see :class:`_NotPlain`), built in one pass over
+    libyaml's events: no node tree, no second walk. Raises :class:`_NotPlain` for anything else."""
+    loader = _Loader(text)
+    try:
+        next_event: Callable[[], Any] = loader.get_event
+        tags: dict[str, Any] | None = getattr(loader, "_joiner_tags", None)
+        if tags is None:  # pragma: no cover - path resolvers are never set here
+            raise _NotPlain
+        values: dict[tuple[str, str], Any] = {}
+        constructors = yaml.SafeLoader.yaml_constructors
+        docs: list[Any] = []
+        # per open collection: [the collection, is a mapping, pending key, height, size]
+        stack: list[list[Any]] = []
+        root: Any = None
+        shape = (0, 0)
+        while True:
+            event = next_event()
+            kind = type(event)
+            if kind is _EVENT_SCALAR:
+                if event.tag is not None or event.anchor is not None:
+                    raise _NotPlain
+                value = event.value
+                if event.implicit[0]:
+                    tag = tags.get(value)
+                    if tag is None:
+                        tag = tags[value] = _resolve(loader, _SCALAR_NODE, value, event.implicit)
+                    if tag != _STR:
+                        if tag not in _PLAIN_TAGS:
+                            raise _NotPlain
+                        key = (tag, value)
+                        built = values.get(key, _NO_KEY)
+                        if built is _NO_KEY:
+                            built = values[key] = constructors[tag](loader, yaml.ScalarNode(tag, value))
+                        value = built
+                if not stack:
+                    root, shape = value, (0, 0)
+                    continue
+                frame = stack[-1]
+                if frame[1]:
+                    if frame[2] is _NO_KEY:
+                        frame[2] = value
+                        continue
+                    frame[0][frame[2]] = value
+                    frame[2] = _NO_KEY
+                else:
+                    frame[0].append(value)
+                frame[4] += 1
+            elif kind is _EVENT_MAPPING or kind is _EVENT_SEQUENCE:
+                if event.tag is not None or event.anchor is not None:
+                    raise _NotPlain
+                if stack and stack[-1][1] and stack[-1][2] is _NO_KEY:
+                    raise _NotPlain  # a collection as a key
+                mapping = kind is _EVENT_MAPPING
+                stack.append([{} if mapping else [], mapping, _NO_KEY, 0, 1])
+            elif kind in _EVENT_END:
+                done = stack.pop()
+                height, size = done[3] + 1, done[4]
+                if not stack:
+                    root, shape = done[0], (height, size)
+                    continue
+                frame = stack[-1]
+                if frame[1]:
+                    frame[0][frame[2]] = done[0]
+                    frame[2] = _NO_KEY
+                else:
+                    frame[0].append(done[0])
+                if height > frame[3]:
+                    frame[3] = height
+                frame[4] += 1 + size
+            elif kind is _EVENT_DOCUMENT_END:
+                docs.append(root)
+                if shapes is not None:
+                    shapes.append(shape)
+                root, shape = None, (0, 0)
+            elif kind is _EVENT_STREAM_END:
+                return docs
+            elif kind not in _EVENT_SKIPPED:
+                raise _NotPlain  # aliases
+    except _NotPlain:
+        raise
+    except Exception as err:  # errors are reported as the node path reports them
+        raise _NotPlain from err
+    finally:
+        loader.dispose()
+
+
 def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = None) -> list[Any]:
     """Every document of a YAML stream, as ``list(yaml.load_all(text, SafeLoader))`` gives them.
 
     ``shapes``, if given, receives one entry per document: (how deep its collections nest, how
     many values it holds with aliases expanded), or None where PyYAML's constructor built it.
     Raises ``yaml.YAMLError`` for text that is not YAML (and ``RecursionError`` where PyYAML's
-    constructor does, for documents it has to build itself)."""
+    constructor does, for documents it has to build itself).
+
+    A stream of plain YAML (no anchors, aliases or explicit tags: what Kubernetes objects are
+    written in) is built from libyaml's events in one pass; any other stream, or one with an
+    error, from its node tree (below), which gives PyYAML's objects and PyYAML's errors."""
+    if _EVENTS:
+        plain: list[tuple[int, int] | None] | None = [] if shapes is not None else None
+        try:
+            fast = _load_plain(text, plain)
+        except _NotPlain:
+            pass
+        else:
+            if shapes is not None and plain is not None:
+                shapes.extend(plain)
+            return fast
     loader = _Loader(text)
     try:
         docs: list[Any] = []

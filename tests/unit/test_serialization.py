@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from controller import serialization
 from controller.serialization import dump_yaml, dumps_json_pretty, load_all_yaml, load_yaml, loads_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,6 +36,12 @@ CASES = [
     "!!omap [a: 1]\n",
     "!!pairs [a: 1]\n",
     "plain\n",
+    # plain streams (built from libyaml's events in one pass)
+    "a: {b: [1, 2.5, '3', \"x\", true, ~, null, 2002-12-14]}\nc: []\nd: {}\n",
+    "- |\n  block\n  text\n- >\n  folded\n- ''\n- \n",
+    "---\n...\n---\nk: v\n---\n- 1\n",
+    "1: one\n1.5: x\ntrue: y\n~: z\n2001-12-14: date\n",
+    "k: [[[]], {a: {b: {}}}]\n",
 ]
 
 
@@ -57,6 +66,49 @@ def test_bad_yaml_raises_as_pyyaml_does(text: str) -> None:
     with pytest.raises(yaml.YAMLError) as theirs:
         list(yaml.load_all(text, Loader=REFERENCE))
     assert str(ours.value) == str(theirs.value)
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12)
+    | st.sampled_from(["yes", "off", "~", "0o17", "0x1f", "1_000", ".inf", "012", "1:20", "2002-12-14", "=", "<<"])
+)
+_DOCS = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(_SCALARS.filter(lambda k: k is not None), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(docs=st.lists(_DOCS, max_size=3), style=st.sampled_from([None, True, False]))
+def test_generated_streams_load_as_pyyaml_loads_them(docs: list[Any], style: bool | None) -> None:
+    # plain YAML as PyYAML writes it (block and flow style): the one-pass builder's ground
+    text = yaml.dump_all(docs, Dumper=yaml.SafeDumper, default_flow_style=style, allow_unicode=True)
+    shapes: list[tuple[int, int] | None] = []
+    assert _outcome(lambda t: load_all_yaml(t, shapes=shapes), text) == _outcome(
+        lambda t: list(yaml.load_all(t, Loader=REFERENCE)), text
+    )
+    for doc, shape in zip(load_all_yaml(text), shapes, strict=True):
+        if shape is not None:
+            assert shape == _shape(doc)
+
+
+def test_a_plain_stream_is_built_without_the_node_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: Any) -> Any:
+        raise AssertionError("the node tree was built")
+
+    text = (REPO / "hack" / "demo" / "workloads.yaml").read_text()  # the demo's Deployments and gang
+    expected = list(yaml.load_all(text, Loader=REFERENCE))
+    monkeypatch.setattr(serialization._Loader, "get_node", refuse)
+    assert load_all_yaml(text) == expected
+    with pytest.raises(AssertionError, match="node tree"):
+        load_all_yaml("a: &x 1\nb: *x\n")  # an alias: the node path
 
 
 def test_aliases_share_one_object() -> None:
