@@ -96,9 +96,9 @@ class SolverBase:
         self._journal: dict[int, tuple[Node, Node]] | None = None
         self._rollouts_left = _ROLLOUT_BUDGET
         self._in_rollout = False
-        # (phase's active parts, head index, tail) of the last `_choose` (see there)
-        self._tail_cache: tuple[list[Part], int, list[tuple[int, Part]], int] | None = None
-        self._emptied = 0  # parts whose last pod was placed (see `_choose`'s tail)
+        # (phase's active parts, head index, tail, parts emptied then, part -> index) of the last `_choose`
+        self._tail_cache: tuple[list[Part], int, list[tuple[int, Part]], int, dict[int, int]] | None = None
+        self._emptied: list[Part] = []  # parts whose last pod was placed, in order (see `_choose`'s tail)
         # set by `_can_add_new` when the room left on the node limited the count (see `_simulate`)
         self._fit_bound = False
         # candidate lists per finished node (solver_candidates)

@@ -215,7 +215,7 @@ class Packer(Explanations):
         part.placed += total
         part.remaining -= total
         if part.remaining <= 0:
-            self._emptied += 1
+            self._emptied.append(part)
         self._count_placed(g, node.zone, total)
 
     def _touch(self, node: Node) -> None:
