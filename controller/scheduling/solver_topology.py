@@ -534,7 +534,7 @@ class TopologyRules(SolverBase):
         if g.host_matchers and node.placed:
             # a hostname spread of pods already on the node counts this group's pods too
             for rule in g.host_matchers:
-                if not any(h in rule.owners for h in node.placed):
+                if rule.owners.isdisjoint(node.placed):
                     continue
                 limit = rule.bound - self._host_count(rule.term, node)
                 if limit <= 0:
