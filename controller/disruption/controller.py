@@ -97,7 +97,9 @@ def coalesced(
 ) -> bool:
     """Whether a status write can wait: it only moves lastPodEventTime (and a condition's message,
     its status and reason unchanged) and the recorded time is under POD_EVENT_RECORD_SECONDS old. Pure."""
-    if seen is None or recorded is None or (seen - recorded).total_seconds() >= POD_EVENT_RECORD_SECONDS:
+    if seen is None or recorded is None or seen.replace(microsecond=0) <= recorded:
+        return False  # no newer pod event to hold back: whatever changed is written at once
+    if (seen - recorded).total_seconds() >= POD_EVENT_RECORD_SECONDS:
         return False
     for update in updates:
         cond = claim.condition(update.type)

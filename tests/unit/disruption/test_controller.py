@@ -246,6 +246,7 @@ def test_only_a_moved_time_or_message_waits() -> None:
     assert not coalesced(claim, [ConditionUpdate("Drifted", "True", "Drifted", "x")], seen=later, recorded=now)
     assert not coalesced(claim, moved, seen=now + timedelta(seconds=POD_EVENT_RECORD_SECONDS), recorded=now)
     assert not coalesced(claim, moved, seen=later, recorded=None)  # never recorded: written at once
+    assert not coalesced(claim, moved, seen=now, recorded=now)  # no newer pod event: not ours to hold
 
 
 async def test_a_restart_mid_replace_protects_the_replacement_and_clears_the_stale_mark(world: World) -> None:
