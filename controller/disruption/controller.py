@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -81,6 +81,31 @@ LOG_EVENTS: Final = {
     REASON_DRIFTED: "disruption.drifted",
     REASON_EXPIRED: "disruption.expired",
 }
+
+
+# While pods land on a node (a burst binds them over minutes), each new pod moved lastPodEventTime
+# and the PodsChanged message, and each pass wrote them: 1-2 NodeClaim status writes per machine, a
+# few milliseconds of apiserver CPU each. Such a write, which changes no condition's status or reason,
+# is held while the recorded time is less than this old: the controller decides from its own memory
+# and from the pods' binding times, so what it holds back is only what a restart within the window
+# would forget of a pod that left (stability counted from up to this much earlier).
+POD_EVENT_RECORD_SECONDS: Final = 60.0
+
+
+def coalesced(
+    claim: NodeClaimView, updates: Sequence[ConditionUpdate], *, seen: datetime | None, recorded: datetime | None
+) -> bool:
+    """Whether a status write can wait: it only moves lastPodEventTime (and a condition's message,
+    its status and reason unchanged) and the recorded time is under POD_EVENT_RECORD_SECONDS old. Pure."""
+    if seen is None or recorded is None or seen.replace(microsecond=0) <= recorded:
+        return False  # no newer pod event to hold back: whatever changed is written at once
+    if (seen - recorded).total_seconds() >= POD_EVENT_RECORD_SECONDS:
+        return False
+    for update in updates:
+        cond = claim.condition(update.type)
+        if cond is None or (cond.status, cond.reason) != (update.status, update.reason):
+            return False
+    return True
 
 
 class DisruptionController:
@@ -312,7 +337,7 @@ class DisruptionController:
             # the field holds whole seconds: compare at that grain, or every pass rewrites it
             if seen is not None and (recorded is None or seen.replace(microsecond=0) > recorded):
                 extra["lastPodEventTime"] = format_time(seen)
-            if updates or extra:
+            if (updates or extra) and not coalesced(claim, updates, seen=seen, recorded=recorded):
                 await self._write_status(claim, updates, extra=extra)
 
     async def _write_status(

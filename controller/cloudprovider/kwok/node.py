@@ -32,6 +32,12 @@ LAUNCHED_BY_KWOK: Final = "kwok-provider"
 # Label keys a requirement must never copy onto a Node: they belong to the kubelet or to joiner.
 _NOT_FROM_REQUIREMENTS = frozenset({LABEL_HOSTNAME})
 
+# The kubelet registers its Node with the deprecated beta os/arch labels beside the stable ones
+# (kubeletapis.LabelOS/LabelArch). A Node without them gets them from kube-controller-manager's node
+# lifecycle controller, one GET and one PATCH per Node (1,200 of each in a 10,000-pod burst): the
+# kwok provider stands in for the kubelet, so it registers them as the kubelet does.
+BETA_LABELS: Final = {LABEL_OS: "beta.kubernetes.io/os", LABEL_ARCH: "beta.kubernetes.io/arch"}
+
 
 def provider_id_for(nodeclaim_name: str) -> str:
     return f"{PROVIDER_ID_PREFIX}{nodeclaim_name}"
@@ -59,7 +65,8 @@ def _taints(nodeclaim: NodeClaimView) -> list[Obj]:
 
 
 def node_labels(*, nodeclaim: NodeClaimView, instance_type: InstanceType, offering: CatalogOffering) -> dict[str, str]:
-    """NodeClaim labels, single-valued `In` requirements, then the machine's own labels (which win)."""
+    """NodeClaim labels, single-valued `In` requirements, then the machine's own labels (which win),
+    and the beta os/arch labels the kubelet registers beside the stable ones."""
     labels: dict[str, str] = {}
     for req in nodeclaim.requirements:
         key = normalize_label_key(str(req.get("key", "")))
@@ -69,6 +76,9 @@ def node_labels(*, nodeclaim: NodeClaimView, instance_type: InstanceType, offeri
     labels.update(nodeclaim.labels)
     labels.update(offering_labels(instance_type, offering))
     labels[LABEL_HOSTNAME] = nodeclaim.name
+    for stable, beta in BETA_LABELS.items():
+        if stable in labels:
+            labels[beta] = labels[stable]
     return labels
 
 

@@ -211,6 +211,9 @@ def test_the_node_carries_the_claims_identity_labels_taints_and_resources() -> N
     assert labels[LABEL_HOSTNAME] == "nc-1"
     assert labels["joiner.sh/gpu-name"] == "L4"
     assert labels["kubernetes.io/os"] == "linux"
+    # as the kubelet registers them: otherwise kube-controller-manager adds them, a GET and a PATCH a Node
+    assert labels["beta.kubernetes.io/os"] == labels["kubernetes.io/os"]
+    assert labels["beta.kubernetes.io/arch"] == labels["kubernetes.io/arch"]
     taints = {(t["key"], t["effect"]) for t in node["spec"]["taints"]}
     assert taints == {("gpu", "NoSchedule"), ("agent-not-ready", "NoSchedule"), (TAINT_UNREGISTERED, "NoSchedule")}
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"

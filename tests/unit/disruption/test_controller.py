@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from controller.clock import format_time
 from controller.cloudprovider.types import OfferingId
 from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.disruption import metrics
-from controller.disruption.controller import ANNOTATION_REPLACEMENT_FOR, DisruptionController
+from controller.disruption.controller import (
+    ANNOTATION_REPLACEMENT_FOR,
+    POD_EVENT_RECORD_SECONDS,
+    DisruptionController,
+    coalesced,
+)
 from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODEPOOLS, PODS
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.state.deletion import ANNOTATION_TERMINATION_REASON
+from controller.state.views import NodeClaimView
+from controller.state.writes import ConditionUpdate
 from tests.unit.disruption.world import World
 
 
@@ -190,6 +198,55 @@ async def test_a_quiet_cluster_gets_no_status_writes(world: World) -> None:
         await world.controller.reconcile()
         await world.settle()
     assert [c for c in world.kube.calls if c[0] != "get" and c[1] == "nodeclaims"] == []
+
+
+async def test_pods_landing_one_after_another_move_last_pod_event_time_at_most_once_a_minute(world: World) -> None:
+    """A burst binds pods to a node over minutes: each new pod is not a NodeClaim status write."""
+    await world.nodepool()
+    await world.node("n1")
+    await world.pod("web-1", "n1")
+    await world.controller.reconcile()
+    await world.settle()
+    first = (world.claim("n1") or {})["status"]["lastPodEventTime"]
+    writes = []
+    for i in range(2, 6):  # a pod every 10 s: the condition stays False/PodsChanged
+        await world.advance(10)
+        world.kube.calls.clear()
+        await world.pod(f"web-{i}", "n1")
+        await world.controller.reconcile()
+        await world.settle()
+        writes += [c for c in world.kube.calls if c[0] != "get" and c[1] == "nodeclaims"]
+    assert writes == []
+    assert (world.claim("n1") or {})["status"]["lastPodEventTime"] == first
+    await world.advance(25)  # the recorded time is a minute old: the next pod event is written
+    await world.pod("web-9", "n1")
+    await world.controller.reconcile()
+    await world.settle()
+    assert (world.claim("n1") or {})["status"]["lastPodEventTime"] > first
+    cond = world.condition("n1", "Consolidatable")
+    assert cond is not None
+    assert (cond["status"], cond["reason"]) == ("False", "PodsChanged")
+
+
+def test_only_a_moved_time_or_message_waits() -> None:
+    now = datetime(2026, 11, 26, tzinfo=UTC)
+    raw = {
+        "metadata": {"name": "n1"},
+        "status": {
+            "conditions": [{"type": "Consolidatable", "status": "False", "reason": "PodsChanged", "message": "a"}]
+        },
+    }
+    claim = NodeClaimView.of(raw)
+    later = now + timedelta(seconds=10)
+    moved = [ConditionUpdate("Consolidatable", "False", "PodsChanged", "b")]
+    flipped = [ConditionUpdate("Consolidatable", "True", "Consolidatable", "c")]
+    assert coalesced(claim, [], seen=later, recorded=now)
+    assert coalesced(claim, moved, seen=later, recorded=now)
+    assert not coalesced(claim, flipped, seen=later, recorded=now)
+    assert not coalesced(claim, [ConditionUpdate("Drifted", "True", "Drifted", "x")], seen=later, recorded=now)
+    assert not coalesced(claim, moved, seen=now + timedelta(seconds=POD_EVENT_RECORD_SECONDS), recorded=now)
+    assert not coalesced(claim, moved, seen=later, recorded=None)  # never recorded: written at once
+    assert not coalesced(claim, moved, seen=now, recorded=now)  # no newer pod event: not ours to hold
 
 
 async def test_a_restart_mid_replace_protects_the_replacement_and_clears_the_stale_mark(world: World) -> None:
