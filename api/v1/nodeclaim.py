@@ -75,7 +75,7 @@ class NodeClaimStatus(StatusModel):
     """Resources available to pods (capacity minus system overhead)."""
     last_pod_event_time: datetime | None = None
     """Last time a pod was bound to or removed from the node (consolidation waits
-    ``consolidateAfter`` from here)."""
+    ``consolidateAfter`` from here); moved at most once a minute while pods keep arriving."""
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
