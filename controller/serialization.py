@@ -92,6 +92,18 @@ def _scalar(node: yaml.Node, loader: yaml.SafeLoader) -> Any:
     raise _Fallback
 
 
+def _child(
+    node: yaml.Node, built: dict[int, Any], shape: dict[int, tuple[int, int]], loader: yaml.SafeLoader
+) -> tuple[Any, int, int]:
+    """A collection item's value, with its shape (0, 0 for a scalar; see `_construct`)."""
+    if type(node) is yaml.ScalarNode:
+        return (node.value if node.tag == _STR else _scalar(node, loader)), 0, 0
+    sub = shape.get(id(node))
+    if sub is None:  # a collection not filled yet: one holding itself
+        raise _Fallback
+    return built[id(node)], sub[0], sub[1]
+
+
 def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]:
     """The document for ``root``, built without recursion, with its shape: how deep its
     collections nest and how many values it holds once aliases are expanded (each collection
@@ -143,32 +155,21 @@ def _construct(root: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, int, int]
                     raise _Fallback  # merge keys
                 else:
                     name = _scalar(k, loader)
-                if type(v) is scalar_node:
-                    value = v.value if v.tag == _STR else _scalar(v, loader)
-                else:
-                    sub = shape.get(id(v))
-                    if sub is None:
-                        raise _Fallback
-                    if sub[0] > height:
-                        height = sub[0]
-                    size += sub[1]
-                    value = built[id(v)]
+                value, sub_height, sub_size = _child(v, built, shape, loader)
+                if sub_height > height:
+                    height = sub_height
+                size += sub_size
                 try:
                     out[name] = value
                 except TypeError:
                     raise _Fallback from None  # an unhashable key: PyYAML's error message
         else:
             for v in node.value:
-                if type(v) is scalar_node:
-                    out.append(v.value if v.tag == _STR else _scalar(v, loader))
-                else:
-                    sub = shape.get(id(v))
-                    if sub is None:
-                        raise _Fallback
-                    if sub[0] > height:
-                        height = sub[0]
-                    size += sub[1]
-                    out.append(built[id(v)])
+                value, sub_height, sub_size = _child(v, built, shape, loader)
+                if sub_height > height:
+                    height = sub_height
+                size += sub_size
+                out.append(value)
         shape[id(node)] = (height + 1, size)
     height, size = shape[id(root)]
     return built[id(root)], height, size

@@ -324,7 +324,7 @@ class TopologyRules(SolverBase):
             quotas = self._greedy_zones(g, total, zones=zones, planned=planned, tally=tally, caps=None)
             return self._zone_parts(g, quotas)
         term = g.zone_spread
-        domains = self._zone_domains(g, term, tally.term_counts(term, planned, self))
+        domains = self._zone_domains(g, term, tally.counts(term, planned, self))
         if zone is not None:
             domains = {z: c for z, c in domains.items() if z == zone} or {zone: 0}
         if not domains:
@@ -383,7 +383,7 @@ class TopologyRules(SolverBase):
         those, the lowest own count (a group with a zonal spread), then the lowest skew it makes
         for the spreads counting it, then the zone name."""
         rules = list(g.zone_matchers)
-        counts = [dict(tally.counts(r, planned, self)) for r in rules]
+        counts = [dict(tally.counts(r.term, planned, self)) for r in rules]
         # counts shared by several rules are one dict
         by_class: dict[int, dict[str, int]] = {}
         for i, r in enumerate(rules):
@@ -393,7 +393,7 @@ class TopologyRules(SolverBase):
         own_counts: dict[str, int] = {}
         own_low_zero = False
         if own is not None:
-            own_counts = dict(tally.term_counts(own, planned, self))
+            own_counts = dict(tally.counts(own, planned, self))
             own_low_zero = caps is not None
         out = dict.fromkeys(zones, 0)
         for _ in range(total):
@@ -581,10 +581,7 @@ class ZoneTally:
         self._counts: dict[int, tuple[frozenset[int], dict[str, int]]] = {}
         self._present: dict[int, tuple[ZoneRule, set[str]]] = {}
 
-    def counts(self, rule: ZoneRule, planned: Mapping[tuple[int, str], int], rules: TopologyRules) -> dict[str, int]:
-        return self.term_counts(rule.term, planned, rules)
-
-    def term_counts(self, term: Term, planned: Mapping[tuple[int, str], int], rules: TopologyRules) -> dict[str, int]:
+    def counts(self, term: Term, planned: Mapping[tuple[int, str], int], rules: TopologyRules) -> dict[str, int]:
         """``rules._zone_counts(term, planned)``, kept up to date by `add` (terms that select alike
         share one dict): nothing is placed while a phase's parts are made, so only ``planned``
         changes. The caller must not change the dict."""
