@@ -70,6 +70,7 @@ REPLACEMENT_FOR = "joiner.sh/disruption-replacement-for"
 FAST_DISRUPTION = {"disruption-poll-interval": "2", "disruption-validation-delay": "3"}
 SIGN_TIMEOUT = 30.0  # seconds to wait for a sign of a disruption command before killing anyway
 SETTLE_TIMEOUT = 180.0
+REPLACE_TIMEOUT = 90.0  # before the first judgement: a consolidation command started during the run ends
 SETTLE_QUIET = 12.0  # the NodeClaims unchanged this long (several disruption passes): consolidation is done
 
 
@@ -414,6 +415,13 @@ def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
                 break
             time.sleep(1.0)
         time.sleep(3.0)  # let the lifecycle and GC finish what the last restart left
+        # a run that waits long (a gang waiting out refused offerings) can see consolidation start a
+        # replace; its replacement and the node it replaces stand for one machine until the replace ends
+        settle = time.monotonic() + REPLACE_TIMEOUT
+        while time.monotonic() < settle and _disruption_under_way(
+            cluster.items("nodeclaims.joiner.sh"), deletions=False
+        ):
+            time.sleep(1.0)
         judge(cluster, run, ns=ns, setup=setup, work=work)
         if run.consolidation_kills and run.seconds is not None:
             run.consolidation = consolidate(cluster, joiner, run, ns=ns, setup=setup, work=work)
@@ -422,8 +430,9 @@ def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
     return run
 
 
-def _disruption_under_way(claims: list[Obj]) -> str | None:
-    """What a disruption command is doing right now, as far as the objects show, or None."""
+def _disruption_under_way(claims: list[Obj], *, deletions: bool = True) -> str | None:
+    """What a disruption command is doing right now, as far as the objects show, or None.
+    ``deletions=False``: a NodeClaim being deleted counts only when a command marked it."""
     for c in claims:
         name = c["metadata"]["name"]
         replaces = (c["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR)
@@ -432,7 +441,7 @@ def _disruption_under_way(claims: list[Obj]) -> str | None:
             return f"replacement {name} for {replaces} coming up"
         if (_condition(c, "DisruptionReason") or {}).get("status") == "True":
             return f"{name} marked for disruption ({(_condition(c, 'DisruptionReason') or {}).get('reason')})"
-        if c["metadata"].get("deletionTimestamp"):
+        if deletions and c["metadata"].get("deletionTimestamp"):
             return f"{name} being deleted"
     return None
 
