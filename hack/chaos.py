@@ -60,7 +60,10 @@ Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
 GANG_GATE = "joiner.sh/gang"
 GANG_SIZE = 4
-RUN_TIMEOUT = 240.0
+# long enough for a gang that lost every offering it fits to refusals to wait out the 3 min
+# they are avoided and launch (with the fault rates each member is refused by 30 % of offerings,
+# so three attempts of a 4-member gang in four lose a member: some runs exhaust every offering)
+RUN_TIMEOUT = 420.0
 GANG_BIND_SPREAD = 5.0  # seconds between the first and last member bound
 NODEPOOL_LABEL = "joiner.sh/nodepool"
 WEB = 24  # CPU web replicas in the workload
