@@ -41,7 +41,9 @@ class FailureInjection(SpecModel):
     hide_gpus: list[LabelValue] = Field(default_factory=list, max_length=MAX_FAILURE_ENTRIES, alias="hideGPUs")
     """Instance types whose Nodes never show ``nvidia.com/gpu`` in allocatable."""
     insufficient_capacity_rate: float | None = Field(default=None, ge=0.0, le=1.0)
-    """Share (0..1) of offerings that answer "no capacity" to a launch, drawn per NodeClaim and offering."""
+    """Share (0..1) of offerings that answer "no capacity", drawn per offering and minute: an offering
+    drawn out of capacity refuses every launch in that minute, as a cloud's capacity pool stays dry
+    for a while."""
     throttle_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     """Share (0..1) of launch calls that fail as throttled (the lifecycle retries them with backoff)."""
     launch_latency: Duration | None = None

@@ -8,10 +8,11 @@ Failure injection (``spec.failures``), for tests and demos:
 * ``neverRegister``: instance types whose Node is never created (registration times out).
 * ``neverReady``: instance types whose Node lacks the kwok annotation, so it never becomes Ready.
 * ``hideGPUs``: instance types whose Node never shows ``nvidia.com/gpu`` in allocatable.
-* Rates (0..1), drawn deterministically from ``seed`` and the NodeClaim's uid, so a chaos run
-  reproduces: ``insufficientCapacityRate`` (per offering), ``throttleRate`` (per launch call),
-  ``neverRegisterRate`` and ``neverReadyRate`` (per NodeClaim); ``launchLatency`` (each launch
-  waits up to it).
+* Rates (0..1), drawn deterministically from ``seed``: ``insufficientCapacityRate`` per offering
+  and minute (an offering out of capacity refuses every NodeClaim launched in that minute, as a
+  cloud's capacity pool stays dry for a while: a gang's members in one offering are all refused or
+  all launched), ``throttleRate`` per launch call, ``neverRegisterRate`` and ``neverReadyRate`` per
+  NodeClaim (its uid); ``launchLatency`` (each launch waits up to it).
 
 The three instance-type lists accept names, ``"*"`` for every type, or ``true``.
 Pure parsing: no I/O.
@@ -23,11 +24,19 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Final
 
 from api.v1.types import parse_duration
 from controller.cloudprovider.types import OfferingId
 from controller.state.views import Obj, condition_of
+
+CAPACITY_PERIOD_SECONDS: Final = 60  # how long an offering drawn out of capacity stays out
+
+
+def capacity_period(at: datetime) -> int:
+    """The period of ``insufficientCapacityRate`` draws that ``at`` falls in."""
+    return int(at.timestamp() // CAPACITY_PERIOD_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +85,11 @@ class Failures:
         text = "/".join(str(p) for p in (self.seed, *parts))
         return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16) / float(16**12)
 
-    def unlucky(self, uid: str, offering: OfferingId) -> bool:
-        """This offering has no capacity for this NodeClaim (``insufficientCapacityRate``)."""
+    def unlucky(self, offering: OfferingId, period: int) -> bool:
+        """This offering has no capacity in this period (``insufficientCapacityRate``): every launch
+        in it is refused until the next period draws again (see ``capacity_period``)."""
         key = (offering.instance_type, offering.zone, offering.capacity_type)
-        return self.insufficient_capacity_rate > 0 and self.draw(uid, "ice", *key) < self.insufficient_capacity_rate
+        return self.insufficient_capacity_rate > 0 and self.draw("ice", *key, period) < self.insufficient_capacity_rate
 
     def throttled(self, uid: str, attempt: int) -> bool:
         return self.throttle_rate > 0 and self.draw(uid, "throttle", attempt) < self.throttle_rate

@@ -136,9 +136,10 @@ def choose(
     candidates: Iterable[Candidate],
     unavailable: frozenset[OfferingId],
     failures: Failures,
-    uid: str = "",
+    period: int = 0,
 ) -> Choice:
-    """The cheapest available candidate (ties: the NodeClaim's order, then zone, then capacity type)."""
+    """The cheapest available candidate (ties: the NodeClaim's order, then zone, then capacity type);
+    ``period`` is the launch's ``capacity_period``, for the ``insufficientCapacityRate`` draws."""
     ordered = sorted(
         candidates,
         key=lambda c: (Decimal(str(c.offering.price)), c.rank, c.offering.zone, c.offering.capacity_type),
@@ -155,7 +156,7 @@ def choose(
         elif failures.insufficient(key):
             why = "insufficient capacity (injected by the KWOKNodeClass)"
             refused.append(key)
-        elif failures.unlucky(uid, key):
+        elif failures.unlucky(key, period):
             why = "insufficient capacity (injected at the KWOKNodeClass's insufficientCapacityRate)"
             refused.append(key)
         else:

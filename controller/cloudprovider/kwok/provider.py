@@ -28,7 +28,7 @@ from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
 from controller.clock import Clock
 from controller.cloudprovider.catalog import parse_catalog_text
 from controller.cloudprovider.kwok.node import build_node, is_kwok_provider_id, launched_here, provider_id_for
-from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec, parse_nodeclass
+from controller.cloudprovider.kwok.nodeclass import KWOKNodeClassSpec, capacity_period, parse_nodeclass
 from controller.cloudprovider.kwok.offerings import choose, compatible, offering_labels
 from controller.cloudprovider.types import (
     CreateError,
@@ -141,7 +141,8 @@ class KWOKCloudProvider:
                 reason="NoCompatibleInstanceType",
             )
         unavailable = self._unavailable.current() if self._unavailable is not None else frozenset()
-        choice = choose(candidates=candidates, unavailable=unavailable, failures=failures, uid=uid)
+        period = capacity_period(self._clock.now())
+        choice = choose(candidates=candidates, unavailable=unavailable, failures=failures, period=period)
         if choice.chosen is None:
             raise InsufficientCapacityError(
                 f"all {len(choice.exhausted)} candidate offerings are out of capacity: "
