@@ -62,9 +62,9 @@ Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
 GANG_GATE = "joiner.sh/gang"
 GANG_SIZE = 4
-# long enough for a gang that lost every offering it fits to refusals to wait out the 3 min
-# they are avoided and launch (with the fault rates each member is refused by 30 % of offerings,
-# so three attempts of a 4-member gang in four lose a member: some runs exhaust every offering)
+# long enough for a gang that lost every offering it fits to refusals (30 % of offerings are out
+# of capacity in any minute) to wait out the 3 min they are avoided and launch, or that drew four
+# or five machines in a row that never came up (20 s each, backoff 10, 20, 40, 80 s)
 RUN_TIMEOUT = 420.0
 GANG_BIND_SPREAD = 5.0  # seconds between the first and last member bound
 NODEPOOL_LABEL = "joiner.sh/nodepool"
@@ -417,7 +417,9 @@ def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
     joiner = Joiner(
         cluster=cluster,
         log_path=logs / f"joiner-{run.seed}.log",
-        flags={"registration-timeout": "20", "initialization-timeout": "20"},
+        # the lifecycle's timeouts and the gang's backoff shortened alike, so a run's minutes hold
+        # several failed machines in a row: each costs 20 s and a backoff of 10, 20, 40 s ...
+        flags={"registration-timeout": "20", "initialization-timeout": "20", "gang-backoff": "10"},
     ).start()
     ns = cluster.create_namespace(f"chaos-{run.seed}-{int(time.time()) % 100000}")
     work = workloads(ns)

@@ -1,9 +1,9 @@
 """A short run of the fault suite (`make chaos` runs the long one): the controller is killed with
 SIGKILL three times and kube-apiserver once (etcd compacted while it is down) while a mixed GPU
 workload with a gang is provisioned; the cheapest offerings are out of capacity, and on top of that
-the seeded launch fault rates (30 % of offerings refuse a NodeClaim, 10 % of launch calls throttled,
-2 s launch latency, 5 % of machines never register, 5 % never become Ready). Nothing may be lost,
-bought twice or half-started."""
+the seeded launch fault rates (30 % of offerings out of capacity in any minute, 10 % of launch calls
+throttled, 2 s launch latency, 5 % of machines never register, 5 % never become Ready). Nothing may be
+lost, bought twice or half-started."""
 
 from __future__ import annotations
 
