@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.cloudprovider.aws.fleet import client_token
 from controller.cloudprovider.aws.instancetypes import (
     Reservation,
     build_instance_type,
@@ -14,7 +15,7 @@ from controller.cloudprovider.aws.instancetypes import (
     max_pods,
     on_demand_prices,
 )
-from controller.cloudprovider.aws.provider import client_token, instance_id_of, provider_id_of
+from controller.cloudprovider.aws.provider import instance_id_of, provider_id_of
 
 
 def test_kube_reserved_cpu_shrinks_per_core() -> None:

@@ -20,10 +20,9 @@ Throttling and 5xx are retried inside :class:`AWSApi`.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,7 +32,6 @@ from api.v1.labels import (
     CAPACITY_TYPE_ON_DEMAND,
     CAPACITY_TYPE_RESERVED,
     CAPACITY_TYPE_SPOT,
-    LABEL_NODEPOOL,
     LABEL_REGION,
 )
 from controller.clock import Clock
@@ -46,6 +44,18 @@ from controller.cloudprovider.aws.bootstrap import (
     user_data_for,
 )
 from controller.cloudprovider.aws.cluster import ClusterInfoSource, ClusterSettings
+from controller.cloudprovider.aws.fleet import (
+    ICE_CODES,
+    MAX_OVERRIDES,
+    TAG_CLUSTER,
+    TAG_NODECLAIM,
+    TAG_NODECLAIM_UID,
+    TAG_NODECLASS,
+    fleet_request,
+    ice_offerings,
+    image_for,
+    template_data,
+)
 from controller.cloudprovider.aws.instancetypes import (
     DEFAULT_ROOT_VOLUME_GIB,
     Reservation,
@@ -54,7 +64,7 @@ from controller.cloudprovider.aws.instancetypes import (
     latest_spot_prices,
     on_demand_prices,
 )
-from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, resolved_view, variant_of
+from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, resolved_view
 from controller.cloudprovider.aws.pricing import OnDemandPrices
 from controller.cloudprovider.kwok.offerings import Candidate, compatible, offering_labels
 from controller.cloudprovider.types import (
@@ -73,25 +83,7 @@ Obj = dict[str, Any]
 
 
 PROVIDER_ID_PREFIX: Final = "aws:///"
-TAG_CLUSTER: Final = "joiner.sh/cluster"
-TAG_NODEPOOL: Final = "joiner.sh/nodepool"
-TAG_NODECLAIM: Final = "joiner.sh/nodeclaim"
-TAG_NODECLASS: Final = "joiner.sh/ec2nodeclass"
-TAG_NODECLAIM_UID: Final = "joiner.sh/nodeclaim-uid"
-ICE_CODES: Final = frozenset(
-    {
-        "InsufficientInstanceCapacity",
-        "InsufficientCapacity",
-        "InsufficientHostCapacity",
-        "InsufficientReservedInstanceCapacity",
-        "UnfulfillableCapacity",
-        "MaxSpotInstanceCountExceeded",
-        "ReservationCapacityExceeded",
-        "InsufficientCapacityOnHost",
-    }
-)
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
-MAX_OVERRIDES: Final = 150
 DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
 DRIFT_CACHE_SECONDS: Final = 30.0
 
@@ -106,15 +98,6 @@ def instance_id_of(provider_id: str | None) -> str | None:
         return None
     tail = provider_id.removeprefix(PROVIDER_ID_PREFIX).rsplit("/", 1)[-1]
     return tail if tail.startswith("i-") else None
-
-
-def client_token(uid: str, request: Obj | None = None) -> str:
-    """A CreateFleet ClientToken (at most 64 characters): the same for every try of the same request
-    for a NodeClaim, so EC2 launches it once; a different one when the request changed (other
-    overrides after a capacity error), which EC2 would otherwise refuse as a token reused with other
-    parameters."""
-    text = uid + "\n" + json.dumps(request or {}, sort_keys=True, default=str)
-    return "joiner-" + hashlib.sha256(text.encode()).hexdigest()[:48]
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +352,8 @@ class AWSCloudProvider:
         configs, tried = await self._launch_configs(
             nodeclaim=nodeclaim, nodeclass=nodeclass, candidates=chosen, cache=cache, reservation=reservation
         )
-        request = self._fleet_request(
+        request = fleet_request(
+            cluster_name=self.cluster_name,
             nodeclaim=nodeclaim,
             nodeclass=nodeclass,
             configs=configs,
@@ -386,7 +370,7 @@ class AWSCloudProvider:
             raise CreateError(f"CreateFleet failed: {err.code}: {err.message}", reason=err.code) from None
         launched = [i for i in answer.get("Instances") or [] if i.get("InstanceIds")]
         errors = answer.get("Errors") or []
-        ice = self._ice_offerings(errors, nodeclass=nodeclass, capacity_type=capacity_type)
+        ice = ice_offerings(errors, nodeclass=nodeclass, capacity_type=capacity_type)
         if self._unavailable is not None:
             for key in ice:
                 self._unavailable.mark(key)
@@ -412,7 +396,9 @@ class AWSCloudProvider:
         offering = next(
             (o for o in it.offerings if o.zone == zone and o.capacity_type == capacity_type), chosen[0].offering
         )
-        image = self._image_for(nodeclass, instance_type=it_name, cache=cache)
+        image = image_for(
+            nodeclass, instance_type=it_name, architectures=cache.architectures, gpu_makers=cache.gpu_makers
+        )
         labels = offering_labels(it, offering)
         labels[LABEL_REGION] = self.api.region
         log.info(
@@ -440,88 +426,6 @@ class AWSCloudProvider:
             labels=labels,
             state="pending",
         )
-
-    def _ice_offerings(
-        self, errors: Iterable[Obj], *, nodeclass: ResolvedNodeClass, capacity_type: str
-    ) -> list[OfferingId]:
-        """The offerings CreateFleet said have no capacity (an override names a type and a subnet)."""
-        zone_of = {str(s["id"]): str(s["zone"]) for s in nodeclass.subnets}
-        out: list[OfferingId] = []
-        for err in errors:
-            if err.get("ErrorCode") not in ICE_CODES:
-                continue
-            override = (err.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
-            zone = zone_of.get(str(override.get("SubnetId")))
-            if override.get("InstanceType") and zone:
-                offering = OfferingId(
-                    instance_type=str(override["InstanceType"]), zone=zone, capacity_type=capacity_type
-                )
-                if offering not in out:
-                    out.append(offering)
-        return out
-
-    def _image_for(self, nodeclass: ResolvedNodeClass, *, instance_type: str, cache: _TypesCache) -> str:
-        arch = cache.architectures.get(instance_type, "amd64")
-        maker = cache.gpu_makers.get(instance_type, "")
-        wanted = "nvidia" if maker == "nvidia" else "standard"
-        same_arch = [a for a in nodeclass.amis if a.get("architecture", "amd64") == arch]
-        for ami in same_arch:
-            if variant_of(str(ami.get("name") or "")) == wanted:
-                return str(ami["id"])
-        return str(same_arch[0]["id"]) if same_arch else ""
-
-    def _template_data(
-        self, nodeclass: ResolvedNodeClass, *, image: str, reservation: Reservation | None, user_data: str | None
-    ) -> Obj:
-        spec = nodeclass.model.spec
-        data: Obj = {
-            "ImageId": image,
-            "SecurityGroupIds": list(nodeclass.security_group_ids),
-            "MetadataOptions": {
-                "HttpEndpoint": spec.metadata_options.http_endpoint,
-                "HttpProtocolIpv6": spec.metadata_options.http_protocol_i_pv6,
-                "HttpPutResponseHopLimit": spec.metadata_options.http_put_response_hop_limit,
-                "HttpTokens": spec.metadata_options.http_tokens,
-            },
-            "Monitoring": {"Enabled": spec.detailed_monitoring},
-        }
-        if nodeclass.instance_profile:
-            data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
-        if user_data:
-            data["UserData"] = base64.b64encode(user_data.encode()).decode()
-        mappings = []
-        for m in spec.block_device_mappings:
-            entry: Obj = {"DeviceName": m.device_name}
-            if m.ebs is not None:
-                ebs: Obj = {}
-                if m.ebs.volume_size:
-                    size = int("".join(ch for ch in m.ebs.volume_size if ch.isdigit()))
-                    ebs["VolumeSize"] = size * 1024 if m.ebs.volume_size.endswith(("Ti", "T")) else size
-                for key, value in (
-                    ("VolumeType", m.ebs.volume_type or "gp3"),
-                    ("Iops", m.ebs.iops),
-                    ("Throughput", m.ebs.throughput),
-                    ("Encrypted", m.ebs.encrypted),
-                    ("KmsKeyId", m.ebs.kms_key_id),
-                    (
-                        "DeleteOnTermination",
-                        True if m.ebs.delete_on_termination is None else m.ebs.delete_on_termination,
-                    ),
-                    ("SnapshotId", m.ebs.snapshot_id),
-                ):
-                    if value is not None:
-                        ebs[key] = value
-                entry["Ebs"] = ebs
-            mappings.append(entry)
-        if mappings:
-            data["BlockDeviceMappings"] = mappings
-        if reservation is not None:
-            data["CapacityReservationSpecification"] = {
-                "CapacityReservationTarget": {"CapacityReservationId": reservation.id}
-            }
-            if reservation.capacity_block:
-                data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
-        return data
 
     async def _launch_template(self, nodeclass: ResolvedNodeClass, data: Obj) -> str:
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -594,7 +498,12 @@ class AWSCloudProvider:
             subnet = subnets_by_zone.get(c.offering.zone)
             if subnet is None:
                 continue
-            image = self._image_for(nodeclass, instance_type=c.instance_type.name, cache=cache)
+            image = image_for(
+                nodeclass,
+                instance_type=c.instance_type.name,
+                architectures=cache.architectures,
+                gpu_makers=cache.gpu_makers,
+            )
             if not image:
                 continue
             override: Obj = {"InstanceType": c.instance_type.name, "SubnetId": subnet}
@@ -614,7 +523,7 @@ class AWSCloudProvider:
         user_data = await self._user_data(nodeclaim, nodeclass)
         for image, overrides in overrides_by_image.items():
             template = await self._launch_template(
-                nodeclass, self._template_data(nodeclass, image=image, reservation=reservation, user_data=user_data)
+                nodeclass, template_data(nodeclass, image=image, reservation=reservation, user_data=user_data)
             )
             configs.append(
                 {
@@ -623,51 +532,6 @@ class AWSCloudProvider:
                 }
             )
         return configs, tried
-
-    def _fleet_request(
-        self,
-        *,
-        nodeclaim: Obj,
-        nodeclass: ResolvedNodeClass,
-        configs: list[Obj],
-        capacity_type: str,
-        reservation: Reservation | None,
-    ) -> Obj:
-        meta = nodeclaim["metadata"]
-        name = str(meta["name"])
-        tags = {**nodeclass.model.spec.tags}
-        tags.update(
-            {
-                TAG_CLUSTER: self.cluster_name,
-                TAG_NODEPOOL: (meta.get("labels") or {}).get(LABEL_NODEPOOL, ""),
-                TAG_NODECLAIM: name,
-                TAG_NODECLAIM_UID: str(meta.get("uid") or ""),
-                TAG_NODECLASS: nodeclass.name,
-                "Name": f"{self.cluster_name}/{name}",
-            }
-        )
-        tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
-        if capacity_type == CAPACITY_TYPE_SPOT:
-            default = "spot"
-        elif reservation is not None and reservation.capacity_block:
-            default = "capacity-block"
-        else:
-            default = "on-demand"
-        request: Obj = {
-            "Type": "instant",
-            "LaunchTemplateConfigs": configs,
-            "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": default},
-            "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": tag_list},
-                {"ResourceType": "volume", "Tags": tag_list},
-            ],
-        }
-        if default == "spot":
-            request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
-        else:
-            request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
-        request["ClientToken"] = client_token(str(meta.get("uid") or name), request)
-        return request
 
     # --- delete / get / list -----------------------------------------------------------------
 

@@ -1,0 +1,180 @@
+"""What one CreateFleet asks EC2 for, built from the EC2NodeClass and the NodeClaim: the image per
+instance type, the launch template's data, the request with its tags and ClientToken, and the
+offerings the answer's errors say have no capacity. Pure: the aws provider sends it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from api.v1.labels import CAPACITY_TYPE_SPOT, LABEL_NODEPOOL
+from controller.cloudprovider.aws.instancetypes import Reservation
+from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, variant_of
+from controller.cloudprovider.types import OfferingId
+
+Obj = dict[str, Any]
+
+TAG_CLUSTER: Final = "joiner.sh/cluster"
+TAG_NODEPOOL: Final = "joiner.sh/nodepool"
+TAG_NODECLAIM: Final = "joiner.sh/nodeclaim"
+TAG_NODECLASS: Final = "joiner.sh/ec2nodeclass"
+TAG_NODECLAIM_UID: Final = "joiner.sh/nodeclaim-uid"
+ICE_CODES: Final = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "UnfulfillableCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "ReservationCapacityExceeded",
+        "InsufficientCapacityOnHost",
+    }
+)
+MAX_OVERRIDES: Final = 150
+
+
+def client_token(uid: str, request: Obj | None = None) -> str:
+    """A CreateFleet ClientToken (at most 64 characters): the same for every try of the same request
+    for a NodeClaim, so EC2 launches it once; a different one when the request changed (other
+    overrides after a capacity error), which EC2 would otherwise refuse as a token reused with other
+    parameters."""
+    text = uid + "\n" + json.dumps(request or {}, sort_keys=True, default=str)
+    return "joiner-" + hashlib.sha256(text.encode()).hexdigest()[:48]
+
+
+def image_for(
+    nodeclass: ResolvedNodeClass, *, instance_type: str, architectures: Mapping[str, str], gpu_makers: Mapping[str, str]
+) -> str:
+    """The NodeClass's image for this type: its architecture, and the NVIDIA variant for an NVIDIA GPU type."""
+    arch = architectures.get(instance_type, "amd64")
+    maker = gpu_makers.get(instance_type, "")
+    wanted = "nvidia" if maker == "nvidia" else "standard"
+    same_arch = [a for a in nodeclass.amis if a.get("architecture", "amd64") == arch]
+    for ami in same_arch:
+        if variant_of(str(ami.get("name") or "")) == wanted:
+            return str(ami["id"])
+    return str(same_arch[0]["id"]) if same_arch else ""
+
+
+def template_data(
+    nodeclass: ResolvedNodeClass, *, image: str, reservation: Reservation | None, user_data: str | None
+) -> Obj:
+    """The launch template's data for the NodeClass, an image and a capacity reservation."""
+    spec = nodeclass.model.spec
+    data: Obj = {
+        "ImageId": image,
+        "SecurityGroupIds": list(nodeclass.security_group_ids),
+        "MetadataOptions": {
+            "HttpEndpoint": spec.metadata_options.http_endpoint,
+            "HttpProtocolIpv6": spec.metadata_options.http_protocol_i_pv6,
+            "HttpPutResponseHopLimit": spec.metadata_options.http_put_response_hop_limit,
+            "HttpTokens": spec.metadata_options.http_tokens,
+        },
+        "Monitoring": {"Enabled": spec.detailed_monitoring},
+    }
+    if nodeclass.instance_profile:
+        data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
+    if user_data:
+        data["UserData"] = base64.b64encode(user_data.encode()).decode()
+    mappings = []
+    for m in spec.block_device_mappings:
+        entry: Obj = {"DeviceName": m.device_name}
+        if m.ebs is not None:
+            ebs: Obj = {}
+            if m.ebs.volume_size:
+                size = int("".join(ch for ch in m.ebs.volume_size if ch.isdigit()))
+                ebs["VolumeSize"] = size * 1024 if m.ebs.volume_size.endswith(("Ti", "T")) else size
+            for key, value in (
+                ("VolumeType", m.ebs.volume_type or "gp3"),
+                ("Iops", m.ebs.iops),
+                ("Throughput", m.ebs.throughput),
+                ("Encrypted", m.ebs.encrypted),
+                ("KmsKeyId", m.ebs.kms_key_id),
+                (
+                    "DeleteOnTermination",
+                    True if m.ebs.delete_on_termination is None else m.ebs.delete_on_termination,
+                ),
+                ("SnapshotId", m.ebs.snapshot_id),
+            ):
+                if value is not None:
+                    ebs[key] = value
+            entry["Ebs"] = ebs
+        mappings.append(entry)
+    if mappings:
+        data["BlockDeviceMappings"] = mappings
+    if reservation is not None:
+        data["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": reservation.id}
+        }
+        if reservation.capacity_block:
+            data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+    return data
+
+
+def fleet_request(
+    *,
+    cluster_name: str,
+    nodeclaim: Obj,
+    nodeclass: ResolvedNodeClass,
+    configs: list[Obj],
+    capacity_type: str,
+    reservation: Reservation | None,
+) -> Obj:
+    """One instant CreateFleet for one machine of one capacity type, tagged for the cluster and
+    the NodeClaim, with a ClientToken that repeats with the request."""
+    meta = nodeclaim["metadata"]
+    name = str(meta["name"])
+    tags = {**nodeclass.model.spec.tags}
+    tags.update(
+        {
+            TAG_CLUSTER: cluster_name,
+            TAG_NODEPOOL: (meta.get("labels") or {}).get(LABEL_NODEPOOL, ""),
+            TAG_NODECLAIM: name,
+            TAG_NODECLAIM_UID: str(meta.get("uid") or ""),
+            TAG_NODECLASS: nodeclass.name,
+            "Name": f"{cluster_name}/{name}",
+        }
+    )
+    tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    if capacity_type == CAPACITY_TYPE_SPOT:
+        default = "spot"
+    elif reservation is not None and reservation.capacity_block:
+        default = "capacity-block"
+    else:
+        default = "on-demand"
+    request: Obj = {
+        "Type": "instant",
+        "LaunchTemplateConfigs": configs,
+        "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": default},
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": tag_list},
+            {"ResourceType": "volume", "Tags": tag_list},
+        ],
+    }
+    if default == "spot":
+        request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+    else:
+        request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+    request["ClientToken"] = client_token(str(meta.get("uid") or name), request)
+    return request
+
+
+def ice_offerings(errors: Iterable[Obj], *, nodeclass: ResolvedNodeClass, capacity_type: str) -> list[OfferingId]:
+    """The offerings CreateFleet said have no capacity (an override names a type and a subnet)."""
+    zone_of = {str(s["id"]): str(s["zone"]) for s in nodeclass.subnets}
+    out: list[OfferingId] = []
+    for err in errors:
+        if err.get("ErrorCode") not in ICE_CODES:
+            continue
+        override = (err.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        zone = zone_of.get(str(override.get("SubnetId")))
+        if override.get("InstanceType") and zone:
+            offering = OfferingId(instance_type=str(override["InstanceType"]), zone=zone, capacity_type=capacity_type)
+            if offering not in out:
+                out.append(offering)
+    return out
