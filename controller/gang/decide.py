@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Final, Literal
 
 from api.v1.labels import LABEL_GANG
-from api.v1.types import format_duration
+from controller.clock import format_seconds
 from controller.gang import claims as cl
 from controller.gang.markers import POLICY_RESTART_GANG, TAINT_GANG
 from controller.gang.record import PROVISIONING, ROLLED_BACK, Record, record_of
@@ -44,6 +44,8 @@ class Knobs:
     backoff_base_seconds: float = 30.0
     backoff_max_seconds: float = 600.0
     max_replans: int = 8  # capacity re-plans within one attempt before it is rolled back whole
+    gang_timeout_seconds: float = 900.0  # an attempt's deadline when neither the pods nor the NodePools set one
+    unavailable_ttl_seconds: float = 180.0  # how long an offering that refused capacity is avoided
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ class GangView:
     first_created: datetime | None = None
     member_loss_policy: str = POLICY_RESTART_GANG
     problems: tuple[str, ...] = ()
+    written_seq: int = 0  # the seq of the record this process last wrote, until the cache shows it
 
     @property
     def members(self) -> int:
@@ -213,15 +216,6 @@ GangStep = (
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def backoff_seconds(level: int, *, base: float, maximum: float) -> float:
-    """Exponential backoff at backoff level n: base, 2*base, 4*base, ... at most ``maximum`` (level 0: base)."""
-    return float(min(maximum, base * 2.0 ** min(max(level, 1) - 1, 62)))
-
-
-def fmt_seconds(seconds: float) -> str:
-    return format_duration(timedelta(seconds=max(0, round(seconds))))
 
 
 def _name(pod: PodView) -> str:
@@ -439,7 +433,7 @@ def _provisioning(
         )
         if missing:
             what += f"; {missing} member pod(s) missing"
-        took = fmt_seconds((pend.deadline - pend.started).total_seconds()) if pend.started else "its deadline"
+        took = format_seconds((pend.deadline - pend.started).total_seconds()) if pend.started else "its deadline"
         return Rollback(
             reason=REASON_DEADLINE,
             message=f"attempt {pend.attempt} did not finish within {took}: {what}",

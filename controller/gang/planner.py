@@ -6,6 +6,11 @@ labelled and tainted for the gang and the pods (pinned to that label, tolerating
 land on nothing else. NodePool limits are counted with every node and in-flight NodeClaim of the
 cluster, so two gangs competing for a limit never both get half.
 
+The members are solver pods (:class:`~controller.scheduling.model.Pod`), so they need not be real
+pods: :func:`convert_pods` takes a gang's gated members, :func:`template_pods` a list of pod
+templates and counts (what a Kueue ``ProvisioningRequest`` asks for); both pin them to the gang the
+same way, and :func:`plan_gang` and :func:`refused_by_bounds` serve either.
+
 When the gang does not fit, the same solve is repeated in an empty cluster with every offering
 available: if it fits there, the gang waits for capacity (``NoFit(permanent=False)``); if not, it
 can never fit as the NodePools stand (``NoFit(permanent=True)``) and the reason says what to change.
@@ -22,6 +27,7 @@ from api.v1.labels import LABEL_GANG, LABEL_ZONE
 from api.v1.types import parse_duration
 from controller.gang.markers import TAINT_GANG
 from controller.scheduling import kubeconv
+from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.model import ExistingNode, Gang, NodePoolTemplate, OfferingKey, Plan, Pod
 from controller.scheduling.quantity import format_human
 from controller.scheduling.resources import EMPTY, Resources, sum_resources
@@ -274,6 +280,43 @@ def convert_pods(pods: Sequence[PodView], gid: str, *, zone: str | None = None) 
     return out, problems
 
 
+def template_pods(
+    namespace: str,
+    name: str,
+    templates: Sequence[tuple[Obj, int]],
+    gid: str,
+    *,
+    zone: str | None = None,
+) -> tuple[list[Pod], list[str]]:
+    """Members that are not pods yet: ``count`` copies of each pod template (``metadata`` and
+    ``spec``, as a PodTemplate holds them), named ``<name>-<template>-<copy>`` in ``namespace`` and
+    pinned to the gang as :func:`convert_pods` pins real members. An unreadable template is
+    reported once, and none of its copies is returned."""
+    out: list[Pod] = []
+    problems: list[str] = []
+    for t, (template, count) in enumerate(templates):
+        meta = dict(template.get("metadata") or {})
+        copies: list[Pod] = []
+        try:
+            for i in range(count):
+                pod = {
+                    "metadata": {**meta, "name": f"{name}-{t}-{i}", "namespace": namespace},
+                    "spec": template.get("spec") or {},
+                }
+                copies.append(kubeconv.pod_from_dict(pinned_pod(pod, gid, zone=zone), gang=gid))
+        except ValueError as err:
+            problems.append(str(err))
+            continue
+        out.extend(copies)
+    return out, problems
+
+
+def refused_by_bounds(plan: Plan, bounds: Mapping[str, PoolBounds]) -> str | None:
+    """Why the NodePools' budgets and ``limits.nodes`` refuse the plan (whole or not at all), if they do."""
+    refused = apply_bounds(plan, bounds).refused
+    return next(iter(refused.values()))[1] if refused else None
+
+
 def describe_plan(plan: Plan) -> str:
     """``8x p5.48xlarge (on-demand, us-east-1a)``: what an attempt buys, for Events and logs."""
     counts: dict[tuple[str, str, str], int] = {}
@@ -297,4 +340,6 @@ __all__ = [
     "pinned_pod",
     "plan_gang",
     "pool_gang_defaults",
+    "refused_by_bounds",
+    "template_pods",
 ]

@@ -23,7 +23,7 @@ It is the only state a restarted controller needs (with the NodeClaims labelled 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -160,6 +160,11 @@ class Record:
         return asdict(self)
 
 
+def backoff_seconds(level: int, *, base: float, maximum: float) -> float:
+    """Exponential backoff at backoff level n: base, 2*base, 4*base, ... at most ``maximum`` (level 0: base)."""
+    return float(min(maximum, base * 2.0 ** min(max(level, 1) - 1, 62)))
+
+
 def record_of(pod: PodView) -> Record | None:
     text = pod.annotations.get(ANNOTATION_GANG_STATE)
     return Record.from_json(str(text)) if text else None
@@ -219,3 +224,131 @@ def offering_keys(values: Iterable[str]) -> frozenset[OfferingKey]:
         if len(parts) == 3:
             out.add((parts[0], parts[1], parts[2]))
     return frozenset(out)
+
+
+# --- the record's transitions: every record joiner writes is built here ---------------------------
+
+
+def next_attempt(pending: Record | None, admitted: Record | None) -> int:
+    """The number of the gang's next attempt: one more than any attempt recorded."""
+    return max((r.attempt for r in (pending, admitted) if r is not None), default=0) + 1
+
+
+def started(
+    pending: Record | None,
+    *,
+    seq: int,
+    attempt: int,
+    id: str,
+    nodeclaims: tuple[str, ...],
+    now: datetime,
+    timeout_seconds: float,
+    ttl_seconds: float,
+    members: int,
+) -> Record:
+    """Attempt ``attempt`` starts: its NodeClaims, its deadline, and what the rolled back attempts
+    carry over (rollbacks, backoff level, last failure, and the offerings still avoided)."""
+    return Record(
+        seq=seq,
+        attempt=attempt,
+        id=id,
+        phase=PROVISIONING,
+        nodeclaims=nodeclaims,
+        started=now,
+        deadline=now + timedelta(seconds=timeout_seconds),
+        rollbacks=pending.rollbacks if pending is not None else 0,
+        last_failure=pending.last_failure if pending is not None else "",
+        # what earlier attempts failed on stays avoided for the unavailable-offering TTL
+        avoid=tuple(refreshed(pending.avoid, now=now, last_attempt=pending.attempt, ttl_seconds=ttl_seconds))
+        if pending is not None
+        else (),
+        level=pending.level if pending is not None else 0,
+        members=members,
+    )
+
+
+def rolled_back(
+    pending: Record,
+    *,
+    seq: int,
+    now: datetime,
+    message: str,
+    failed_offerings: Iterable[str],
+    backoff: bool,
+    capacity_only: bool,
+    backoff_base_seconds: float,
+    backoff_max_seconds: float,
+    ttl_seconds: float,
+) -> tuple[Record, float]:
+    """The attempt failed: the record saying so, and the seconds until the retry.
+
+    A refusal of capacity cost no machine time, and every decider (the next attempt included) skips
+    the refused offerings for the unavailable-offering TTL: the retry goes elsewhere at once, and
+    waits for capacity when nothing else fits. Timeouts and deleted machines raise the backoff level
+    and wait. A refusal blinks; a machine that launched and never registered or got ready is a
+    broken offering, avoided much longer (else slow failures alternate forever)."""
+    rollbacks = pending.rollbacks + (1 if backoff else 0)
+    raises = backoff and not capacity_only
+    level = pending.level + (1 if raises else 0)
+    delay = backoff_seconds(level, base=backoff_base_seconds, maximum=backoff_max_seconds) if raises else 0.0
+    record = Record(
+        seq=seq,
+        attempt=pending.attempt,
+        id=pending.id,
+        phase=ROLLED_BACK,
+        nodeclaims=pending.nodeclaims,
+        started=pending.started,
+        deadline=pending.deadline,
+        rollbacks=rollbacks,
+        retry_at=now + timedelta(seconds=delay),
+        last_failure=message,
+        avoid=accumulate(
+            pending.avoid,
+            failed_offerings,
+            now=now,
+            ttl_seconds=ttl_seconds if capacity_only else max(ttl_seconds, BROKEN_OFFERING_AVOID_SECONDS),
+            attempt=pending.attempt,
+        ),
+        level=level,
+    )
+    return record, delay
+
+
+def replanned(
+    pending: Record, *, seq: int, nodeclaims: tuple[str, ...], last_failure: str, avoid: tuple[Avoided, ...]
+) -> Record:
+    """NodeClaims the cloud refused were bought again alone: the same attempt, its new NodeClaims."""
+    return replace(
+        pending,
+        seq=seq,
+        nodeclaims=nodeclaims,
+        last_failure=last_failure,
+        avoid=avoid,
+        replans=pending.replans + 1,
+    )
+
+
+def admitted_record(
+    pending: Record, admitted: Record | None, *, seq: int, now: datetime, live: Container[str]
+) -> Record:
+    """The gates go: the attempt's NodeClaims, plus those of a running gang it tops up (while they exist)."""
+    union = list(pending.nodeclaims)
+    if admitted is not None:
+        union += [n for n in admitted.nodeclaims if n not in union and n in live]
+    return Record(
+        seq=seq,
+        attempt=pending.attempt,
+        id=pending.id,
+        phase=ADMITTED,
+        nodeclaims=tuple(union),
+        started=pending.started,
+        rollbacks=pending.rollbacks,
+        last_failure=pending.last_failure,
+        admitted_at=now,
+        replans=pending.replans,
+    )
+
+
+def without(admitted: Record, lost: Container[str], *, seq: int) -> Record:
+    """A running gang goes on without the NodeClaims it lost (replace-member)."""
+    return replace(admitted, seq=seq, nodeclaims=tuple(n for n in admitted.nodeclaims if n not in lost))

@@ -23,11 +23,10 @@ from controller.gang.decide import (
     SizeUnknown,
     Wait,
     WaitForMembers,
-    backoff_seconds,
     completed_at,
     decide,
 )
-from controller.gang.record import ROLLED_BACK
+from controller.gang.record import ROLLED_BACK, backoff_seconds
 from controller.state.views import PodView
 from tests.unit.gang.builders import T0, admitted, claim, member, node, provisioning, view
 
