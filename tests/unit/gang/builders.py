@@ -9,6 +9,7 @@ from controller.clock import format_time
 from controller.gang.decide import GangView
 from controller.gang.planner import gang_toleration
 from controller.gang.record import ADMITTED, PROVISIONING, Record
+from controller.scheduling.instancetypes import parse_catalog
 from controller.state.views import NodeClaimView, NodeView, PodView
 
 Obj = dict[str, Any]
@@ -135,6 +136,7 @@ def view(
     seen: set[str] | None = None,
     policy: str = "restart-gang",
     strays: list[Obj] | None = None,
+    written_seq: int = 0,
 ) -> GangView:
     return GangView(
         key=KEY,
@@ -149,6 +151,7 @@ def view(
         first_created=T0,
         member_loss_policy=policy,
         strays={n["metadata"]["name"]: NodeView.of(n) for n in strays or []},
+        written_seq=written_seq,
     )
 
 
@@ -160,3 +163,49 @@ def node(name: str, *, taints: list[Obj] | None = None, deleting: bool = False) 
         "metadata": meta,
         "spec": {"taints": [{"key": "joiner.sh/gang", "value": GID, "effect": "NoSchedule"}, *(taints or [])]},
     }
+
+
+CATALOG = parse_catalog(
+    {
+        "instanceTypes": [
+            {
+                "name": "gpu-8",
+                "capacity": {"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "8", "pods": "110"},
+                "labels": {"joiner.sh/gpu-name": "H100", "joiner.sh/gpu-count": "8"},
+                "offerings": [
+                    {"zone": "zone-a", "capacityType": "on-demand", "price": 98.0},
+                    {"zone": "zone-b", "capacityType": "on-demand", "price": 90.0},
+                ],
+            },
+            {
+                "name": "cpu-4",
+                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
+                "offerings": [
+                    {"zone": "zone-a", "capacityType": "on-demand", "price": 0.2},
+                    {"zone": "zone-b", "capacityType": "on-demand", "price": 0.1},
+                ],
+            },
+        ]
+    }
+)
+
+
+def pool(
+    name: str = "gpu", *, limits: dict[str, str] | None = None, gang: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}}
+    }
+    if limits:
+        spec["limits"] = limits
+    if gang is not None:
+        spec["gang"] = gang
+    return {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": name, "uid": "u"}, "spec": spec}
+
+
+def gpu_member(name: str, *, gpus: int = 8, **kw: Any) -> dict[str, Any]:
+    pod = member(name, **kw)
+    pod["spec"]["containers"] = [
+        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": str(gpus)}}}
+    ]
+    return pod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from controller.gang.planner import (
@@ -12,58 +13,15 @@ from controller.gang.planner import (
     convert_pods,
     plan_gang,
     pool_gang_defaults,
+    refused_by_bounds,
+    template_pods,
 )
 from controller.scheduling import kubeconv
-from controller.scheduling.instancetypes import parse_catalog
+from controller.scheduling.bounds import PoolBounds
 from controller.scheduling.model import ExistingNode, NodePoolTemplate
 from controller.scheduling.resources import Resources
 from controller.state.views import PodView
-from tests.unit.gang.builders import GID, KEY, member
-
-CATALOG = parse_catalog(
-    {
-        "instanceTypes": [
-            {
-                "name": "gpu-8",
-                "capacity": {"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "8", "pods": "110"},
-                "labels": {"joiner.sh/gpu-name": "H100", "joiner.sh/gpu-count": "8"},
-                "offerings": [
-                    {"zone": "zone-a", "capacityType": "on-demand", "price": 98.0},
-                    {"zone": "zone-b", "capacityType": "on-demand", "price": 90.0},
-                ],
-            },
-            {
-                "name": "cpu-4",
-                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
-                "offerings": [
-                    {"zone": "zone-a", "capacityType": "on-demand", "price": 0.2},
-                    {"zone": "zone-b", "capacityType": "on-demand", "price": 0.1},
-                ],
-            },
-        ]
-    }
-)
-
-
-def pool(
-    name: str = "gpu", *, limits: dict[str, str] | None = None, gang: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}}
-    }
-    if limits:
-        spec["limits"] = limits
-    if gang is not None:
-        spec["gang"] = gang
-    return {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": name, "uid": "u"}, "spec": spec}
-
-
-def gpu_member(name: str, *, gpus: int = 8, **kw: Any) -> dict[str, Any]:
-    pod = member(name, **kw)
-    pod["spec"]["containers"] = [
-        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": str(gpus)}}}
-    ]
-    return pod
+from tests.unit.gang.builders import CATALOG, GID, KEY, gpu_member, pool
 
 
 def request(
@@ -197,3 +155,39 @@ def test_an_explicit_annotation_beats_the_pool() -> None:
     result = plan_gang(request(members, same_zone=False))
     assert isinstance(result, GangPlan)
     assert not result.same_zone
+
+
+def test_members_can_be_pod_templates_times_counts() -> None:
+    template = {
+        "metadata": {"labels": {"app": "llm"}},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+    }
+    small = {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}
+    pods, problems = template_pods("ml", "req", [(template, 3), (small, 1)], GID)
+    assert problems == []
+    assert [p.key for p in pods] == ["ml/req-0-0", "ml/req-0-1", "ml/req-0-2", "ml/req-1-0"]
+    assert all(p.gang == GID for p in pods)
+    base = request([])
+    result = plan_gang(replace(base, pods=tuple(pods)))
+    assert isinstance(result, GangPlan)
+    assert sorted(n.choice.instance_type for n in result.plan.new_nodes) == ["gpu-8", "gpu-8", "gpu-8"]
+    assert all(any(t.key == "joiner.sh/gang" for t in n.taints) for n in result.plan.new_nodes)
+
+
+def test_an_unreadable_template_is_reported_once_and_none_of_its_copies_kept() -> None:
+    bad = {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "lots"}}}]}}
+    good = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    pods, problems = template_pods("ml", "req", [(bad, 4), (good, 2)], GID)
+    assert [p.key for p in pods] == ["ml/req-1-0", "ml/req-1-1"]
+    assert len(problems) == 1
+    assert "ml/req-0-0" in problems[0]
+
+
+def test_the_pools_node_limit_refuses_a_gang_whole() -> None:
+    result = plan_gang(request([gpu_member(f"w{i}") for i in range(3)]))
+    assert isinstance(result, GangPlan)
+    assert refused_by_bounds(result.plan, {}) is None
+    assert refused_by_bounds(result.plan, {"gpu": PoolBounds(max_nodes=3)}) is None
+    why = refused_by_bounds(result.plan, {"gpu": PoolBounds(max_nodes=4, nodes=2)})
+    assert why is not None
+    assert "gpu" in why
