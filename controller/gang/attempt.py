@@ -5,8 +5,9 @@ module works out everything they write, from the gang's view and the :class:`Cap
 controller read under the writer's lock:
 
 * plan an attempt: the members in one solve (``planner.py``), the zone of a running gang it tops
-  up, the NodePools' budgets and node limits; then the attempt's record and NodeClaims
-  (:class:`Provision`), or why not (:class:`~controller.gang.planner.NoFit`);
+  up, the NodePools' budgets and node limits (:class:`Solved`, or why not:
+  :class:`~controller.gang.planner.NoFit`); then the attempt's record and NodeClaims
+  (:class:`Provision`), started once the solve is done;
 * roll back: the backoff level and delay, which offerings are avoided and for how long, which
   NodeClaims go (:class:`RollBackAttempt`);
 * re-plan what the cloud refused: the refused members bought again beside the machines that
@@ -83,6 +84,15 @@ class Capacity:
 
 
 # --- the steps ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Solved:
+    """Every member placed in one solve, within the NodePools' budgets: an attempt can start."""
+
+    result: GangPlan
+    mark: tuple[Avoided, ...]  # offerings the launch skips too, as the plan did (for as long as the plan)
+    timeout_seconds: float | None  # the pods' joiner.sh/gang-timeout, if they set one
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +282,8 @@ def _names(claims: Iterable[Planned]) -> list[str]:
     return [str(manifest["metadata"]["name"]) for _, manifest in claims]
 
 
-def plan_attempt(v: GangView, capacity: Capacity, *, top_up: bool, now: datetime, knobs: Knobs) -> Provision | NoFit:
-    """Every gated member in one solve, then the attempt that buys the plan; or why it does not fit.
+def plan_attempt(v: GangView, capacity: Capacity, *, top_up: bool, now: datetime, knobs: Knobs) -> Solved | NoFit:
+    """Every gated member in one solve, within the NodePools' budgets; or why it does not fit.
 
     ``capacity.existing``: every machine of the cluster (only the running gang's may host members)."""
     options = gang_options([*v.gated, *v.released])
@@ -301,6 +311,17 @@ def plan_attempt(v: GangView, capacity: Capacity, *, top_up: bool, now: datetime
     why = refused_by_bounds(result.plan, capacity.bounds)
     if why is not None:
         return NoFit(permanent=False, reason=f"gang {v.key}: {why}")
+    return Solved(
+        result=result,
+        mark=tuple(avoiding) if result.avoided else (),
+        timeout_seconds=options.timeout_seconds,
+    )
+
+
+def provision(v: GangView, solved: Solved, capacity: Capacity, *, now: datetime, knobs: Knobs) -> Provision:
+    """The attempt that buys the plan: its number and id, its NodeClaims, its record (started ``now``)."""
+    pending = v.pending
+    result = solved.result
     attempt = next_attempt(pending, v.admitted)
     aid = attempt_id(v.gid, attempt, [p.uid or "" for p in v.gated])
     claims = _manifests(v, result, capacity.pools, tag=aid, attempt=aid)
@@ -309,7 +330,7 @@ def plan_attempt(v: GangView, capacity: Capacity, *, top_up: bool, now: datetime
         for node, placed in result.plan.existing_placements.items()
         if placed and (claim := capacity.claim_of_node.get(node)) is not None
     )
-    seconds = options.timeout_seconds or result.timeout_seconds or knobs.gang_timeout_seconds
+    seconds = solved.timeout_seconds or result.timeout_seconds or knobs.gang_timeout_seconds
     record = started(
         pending,
         seq=next_seq(v),
@@ -328,7 +349,7 @@ def plan_attempt(v: GangView, capacity: Capacity, *, top_up: bool, now: datetime
         result=result,
         reused=reused,
         timeout_seconds=seconds,
-        mark=tuple(avoiding) if result.avoided else (),
+        mark=solved.mark,
     )
 
 

@@ -31,6 +31,7 @@ from controller.gang.attempt import (
     lose_member,
     members_missing,
     plan_attempt,
+    provision,
     rebuy,
     refused_avoid,
     release,
@@ -279,7 +280,8 @@ class GangController:
             self.queue.add_after(view.key, d.recheck)
 
     async def _plan(self, view: GangView, d: PlanAttempt) -> None:
-        """Under the writer's lock: read the capacity, let ``plan_attempt`` decide, apply its step."""
+        """Under the writer's lock: read the capacity, solve (``plan_attempt``), and start the attempt
+        (``provision``) or say why not."""
         key = view.key
         ctx = self.ctx
         async with ctx.writer.lock:
@@ -295,12 +297,13 @@ class GangController:
             self._never.pop(key, None)
             capacity = await self.reader.capacity(view.gid)
             started = ctx.clock.monotonic()
-            step = plan_attempt(view, capacity, top_up=d.top_up, now=ctx.clock.now(), knobs=self.knobs)
+            solved = plan_attempt(view, capacity, top_up=d.top_up, now=ctx.clock.now(), knobs=self.knobs)
             solve_seconds = ctx.clock.monotonic() - started
-            if isinstance(step, NoFit):
-                await self._no_fit(view, step, fingerprint=fingerprint)
+            if isinstance(solved, NoFit):
+                await self._no_fit(view, solved, fingerprint=fingerprint)
                 return
             self._blocked.discard(key)
+            step = provision(view, solved, capacity, now=ctx.clock.now(), knobs=self.knobs)
             await self._provision(view, step, solve_seconds=solve_seconds)
 
     async def _no_fit(self, view: GangView, result: NoFit, *, fingerprint: tuple[Any, ...] = ()) -> None:

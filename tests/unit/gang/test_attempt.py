@@ -15,10 +15,12 @@ from controller.gang.attempt import (
     Rebuy,
     ReplaceMember,
     RestartGang,
+    Solved,
     lose_member,
     members_missing,
     next_seq,
     plan_attempt,
+    provision,
     rebuy,
     refused_avoid,
     release,
@@ -108,8 +110,14 @@ def in_flight(c: Obj) -> ExistingNode:
 # --- starting an attempt --------------------------------------------------------------------------
 
 
+def start(v: Any, cap: Capacity, *, top_up: bool = False, now: Any = T0) -> Provision | NoFit:
+    """Solve, then start the attempt at the same instant (as the controller does, the solve taking no time)."""
+    solved = plan_attempt(v, cap, top_up=top_up, now=now, knobs=KNOBS)
+    return solved if isinstance(solved, NoFit) else provision(v, solved, cap, now=now, knobs=KNOBS)
+
+
 def test_an_attempt_buys_the_whole_plan_and_records_it_for_every_member() -> None:
-    step = plan_attempt(view(members()), capacity(), top_up=False, now=T0, knobs=KNOBS)
+    step = start(view(members()), capacity())
     assert isinstance(step, Provision)
     names = [m["metadata"]["name"] for _, m in step.claims]
     assert len(names) == 3
@@ -126,11 +134,24 @@ def test_an_attempt_buys_the_whole_plan_and_records_it_for_every_member() -> Non
     )
 
 
+async def test_the_attempt_starts_and_its_deadline_runs_from_when_the_solve_is_done() -> None:
+    clock = FakeClock(T0)
+    v = view(members())
+    solved = plan_attempt(v, capacity(), top_up=False, now=clock.now(), knobs=KNOBS)
+    assert isinstance(solved, Solved)
+    assert solved.timeout_seconds is None
+    await clock.advance(2)  # the solve of a large gang takes a while
+    step = provision(v, solved, capacity(), now=clock.now(), knobs=KNOBS)
+    assert step.record.started == T0 + timedelta(seconds=2)
+    assert step.record.deadline == T0 + timedelta(seconds=2 + KNOBS.gang_timeout_seconds)
+    assert step.result is solved.result
+
+
 def test_the_pods_timeout_annotation_sets_the_deadline() -> None:
     pods = members()
     for pod in pods:
         pod["metadata"]["annotations"]["joiner.sh/gang-timeout"] = "20m"
-    step = plan_attempt(view(pods), capacity(), top_up=False, now=T0, knobs=KNOBS)
+    step = start(view(pods), capacity(), top_up=False, now=T0)
     assert isinstance(step, Provision)
     assert step.timeout_seconds == 1200.0
     assert step.record.deadline == T0 + timedelta(minutes=20)
@@ -141,7 +162,7 @@ async def test_the_retry_avoids_what_the_last_attempt_failed_on_and_so_does_the_
     failed = Avoided(ZONE_B_OD, T0 + timedelta(seconds=60), attempt=1)
     pending = rolled_back(avoid=(failed,))
     await clock.advance(30)
-    step = plan_attempt(view(members(), pending=pending), capacity(), top_up=False, now=clock.now(), knobs=KNOBS)
+    step = start(view(members(), pending=pending), capacity(), top_up=False, now=clock.now())
     assert isinstance(step, Provision)
     assert {n.choice.zone for n, _ in step.claims} == {"zone-a"}, "the cheaper zone failed"
     assert step.mark == (failed,), "the NodeClaims list zone-b too: the launch must skip it"
@@ -151,12 +172,11 @@ async def test_the_retry_avoids_what_the_last_attempt_failed_on_and_so_does_the_
     assert r.last_failure == pending.last_failure
     # the attempt after that one no longer avoids it once its TTL is over
     await clock.advance(600)
-    later = plan_attempt(
+    later = start(
         view(members(), pending=rolled_back(attempt=2, avoid=(failed,))),
         capacity(),
         top_up=False,
         now=clock.now(),
-        knobs=KNOBS,
     )
     assert isinstance(later, Provision)
     assert {n.choice.zone for n, _ in later.claims} == {"zone-b"}
@@ -168,9 +188,7 @@ async def test_what_the_last_attempt_failed_on_is_avoided_however_long_the_backo
     clock = FakeClock(T0)
     failed = Avoided(ZONE_B_OD, T0 + timedelta(seconds=60), attempt=1)
     await clock.advance(900)
-    step = plan_attempt(
-        view(members(), pending=rolled_back(avoid=(failed,))), capacity(), top_up=False, now=clock.now(), knobs=KNOBS
-    )
+    step = start(view(members(), pending=rolled_back(avoid=(failed,))), capacity(), top_up=False, now=clock.now())
     assert isinstance(step, Provision)
     assert {n.choice.zone for n, _ in step.claims} == {"zone-a"}
     renewed = Avoided(ZONE_B_OD, clock.now() + timedelta(seconds=KNOBS.unavailable_ttl_seconds), attempt=1)
@@ -181,7 +199,7 @@ async def test_what_the_last_attempt_failed_on_is_avoided_however_long_the_backo
 def test_an_unreadable_member_makes_the_gang_unschedulable() -> None:
     bad = gpu_member("w2")
     bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
-    step = plan_attempt(view([*members(2), bad]), capacity(), top_up=False, now=T0, knobs=KNOBS)
+    step = start(view([*members(2), bad]), capacity())
     assert isinstance(step, NoFit)
     assert step.permanent
     assert step.reason.startswith("gang ml/train: ")
@@ -190,7 +208,7 @@ def test_an_unreadable_member_makes_the_gang_unschedulable() -> None:
 
 def test_the_nodepools_node_limit_refuses_the_whole_attempt_for_now() -> None:
     bounds = {"gpu": PoolBounds(max_nodes=4, nodes=2)}
-    step = plan_attempt(view(members()), capacity(bounds=bounds), top_up=False, now=T0, knobs=KNOBS)
+    step = start(view(members()), capacity(bounds=bounds), top_up=False, now=T0)
     assert isinstance(step, NoFit)
     assert not step.permanent
     assert step.reason.startswith("gang ml/train: ")
@@ -206,7 +224,7 @@ def test_a_top_up_goes_to_the_running_gangs_zone() -> None:
         admitted=running,
     )
     assert running_zone(v) == "zone-a"
-    step = plan_attempt(v, capacity(), top_up=True, now=T0, knobs=KNOBS)
+    step = start(v, capacity(), top_up=True, now=T0)
     assert isinstance(step, Provision)
     assert [n.choice.zone for n, _ in step.claims] == ["zone-a"], "not the cheaper zone-b: beside the gang"
     assert (step.record.attempt, step.record.members) == (2, 1)
@@ -219,7 +237,7 @@ def test_a_top_up_uses_room_left_on_the_running_gangs_nodes() -> None:
     v = view([gpu_member("w1", gpus=4)], released=released, claims=[c0], admitted=running)
     other = replace(in_flight(zoned_claim("x9")), name="x9")
     cap = capacity(existing=(in_flight(c0), other), claim_of_node={"c0": "c0", "x9": "x9"})
-    step = plan_attempt(v, cap, top_up=True, now=T0, knobs=KNOBS)
+    step = start(v, cap, top_up=True, now=T0)
     assert isinstance(step, Provision)
     assert step.claims == ()
     assert step.reused == ("c0",), "only the gang's own running node may host its member"
