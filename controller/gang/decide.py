@@ -16,6 +16,7 @@ from some members only) maps to a step that finishes the gang or rolls it back.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
@@ -364,21 +365,35 @@ def _wait_for_members(v: GangView, *, now: datetime, knobs: Knobs, deadline: dat
     return WaitForMembers(present=v.members, size=v.size, waited=waited, warn=warn, recheck=recheck)
 
 
-def _provisioning(
-    v: GangView, pend: Record, live: Mapping[str, NodeClaimView], *, now: datetime, knobs: Knobs
-) -> GangStep:
+def failed_attempt(
+    pend: Record,
+    claims: Mapping[str, NodeClaimView],
+    *,
+    gone: Mapping[str, NodeClaimView],
+    seen: AbstractSet[str],
+    missing: int = 0,
+    now: datetime,
+    knobs: Knobs,
+) -> Rollback | Replan | None:
+    """How an attempt in progress failed, if it did: some of its NodeClaims failed (refused for
+    capacity while the others launched: ``Replan``), were never created, or the deadline passed.
+
+    It reads NodeClaims only, so it serves any attempt, whatever its members are (gated pods, or
+    placeholders for pod templates): ``claims`` are the attempt's NodeClaims that exist, ``gone``
+    the last state of those seen deleted, ``seen`` the names known to have existed (so a missing one
+    was deleted, not never created), ``missing`` how many members have not appeared."""
     names = pend.nodeclaims
-    running = set(v.admitted.nodeclaims) if v.admitted is not None else set()
+    live = {n: c for n, c in claims.items() if not c.deleting}
     failures: list[tuple[str, str, str]] = []  # (claim, reason, what happened)
     never_created: list[str] = []
     for name in names:
-        claim = v.claims.get(name)
+        claim = claims.get(name)
         if claim is None:
-            last = v.gone.get(name)
+            last = gone.get(name)
             if last is not None:
                 reason = cl.termination_reason(last)
                 failures.append((name, reason, f"{cl.describe(last)} failed: {reason}"))
-            elif name in v.seen or name in running:
+            elif name in seen:
                 failures.append((name, REASON_CLAIM_DELETED, f"nodeclaim/{name} was deleted"))
             else:
                 never_created.append(name)
@@ -388,7 +403,7 @@ def _provisioning(
     if failures:
         reason = failures[0][1]
         failed = tuple(f[0] for f in failures)
-        known = {**v.gone, **v.claims}
+        known = {**gone, **claims}
         avoid = tuple(sorted({o for n in failed if n in known and (o := cl.offering_of(known[n])) is not None}))
         detail = "; ".join(f[2] for f in failures[:5]) + ("; ..." if len(failures) > 5 else "")
         capacity_only = all(f[1] == REASON_NO_CAPACITY for f in failures)
@@ -424,7 +439,6 @@ def _provisioning(
         )
     not_ready = [n for n in names if not live[n].initialized]
     if pend.deadline is not None and now >= pend.deadline:
-        missing = max(0, (v.size or 0) - v.members)
         parts = [f"{cl.describe(live[n])} {cl.progress(live[n])}" for n in not_ready[:5]]
         if len(not_ready) > 5:
             parts.append("...")
@@ -441,6 +455,26 @@ def _provisioning(
             avoid=tuple(sorted({o for n in not_ready if (o := cl.offering_of(live[n])) is not None})),
             backoff=True,
         )
+    return None
+
+
+def _provisioning(
+    v: GangView, pend: Record, live: Mapping[str, NodeClaimView], *, now: datetime, knobs: Knobs
+) -> GangStep:
+    names = pend.nodeclaims
+    running = set(v.admitted.nodeclaims) if v.admitted is not None else set()
+    failed = failed_attempt(
+        pend,
+        v.claims,
+        gone=v.gone,
+        seen=v.seen | running,
+        missing=max(0, (v.size or 0) - v.members),
+        now=now,
+        knobs=knobs,
+    )
+    if failed is not None:
+        return failed
+    not_ready = [n for n in names if not live[n].initialized]
     # the members this attempt was planned for carry its record and are pinned; a member that
     # replaces a deleted one takes its place; members beyond the planned count wait for a top-up
     mine = [p for p in v.gated if is_pinned(p, v.gid) and _attempt_of_pod(p) == pend.id]

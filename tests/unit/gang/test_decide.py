@@ -366,3 +366,47 @@ def test_a_node_with_the_gangs_label_but_no_nodeclaim_never_hosts_a_member() -> 
     ready = [claim(n, initialized=True) for n in CLAIMS]
     gang = view(pinned("a", "b", "c"), pending=rec, claims=ready, strays=[going])
     assert isinstance(decide(gang, now=T0, knobs=KNOBS), Wait), "no admission while a stray Node could take a member"
+
+
+# --- an attempt's failure, read from its NodeClaims alone (members need not be pods) ----------------
+
+
+def test_how_an_attempt_failed_is_read_from_its_nodeclaims_alone() -> None:
+    from controller.gang.decide import failed_attempt
+    from controller.state.views import NodeClaimView
+
+    def claims(*objs: dict[str, object]) -> dict[str, NodeClaimView]:
+        views = [NodeClaimView.of(o) for o in objs]
+        return {c.name: c for c in views}
+
+    pend = provisioning("c0", "c1", "c2")
+    up = claims(claim("c0"), claim("c1"), claim("c2"))
+    assert failed_attempt(pend, up, gone={}, seen=frozenset(CLAIMS), now=T0, knobs=KNOBS) is None
+    refused = claims(claim("c2", reason="InsufficientCapacity"))
+    replan = failed_attempt(
+        pend, claims(claim("c0"), claim("c1")), gone=refused, seen=frozenset(CLAIMS), now=T0, knobs=KNOBS
+    )
+    assert isinstance(replan, Replan)
+    assert replan.kept == ("c0", "c1")
+    assert replan.rollback.capacity_only
+    deleted = failed_attempt(
+        pend, claims(claim("c0"), claim("c1")), gone={}, seen=frozenset(CLAIMS), now=T0, knobs=KNOBS
+    )
+    assert isinstance(deleted, Rollback)
+    assert (deleted.reason, deleted.failed, deleted.backoff) == ("NodeClaimDeleted", ("c2",), True)
+    never = failed_attempt(pend, claims(claim("c0"), claim("c1")), gone={}, seen=frozenset(), now=T0, knobs=KNOBS)
+    assert isinstance(never, Rollback)
+    assert (never.reason, never.failed, never.backoff) == ("Interrupted", ("c2",), False)
+    late = failed_attempt(
+        pend,
+        claims(claim("c0", initialized=True), claim("c1"), claim("c2")),
+        gone={},
+        seen=frozenset(CLAIMS),
+        missing=2,
+        now=T0 + timedelta(minutes=15),
+        knobs=KNOBS,
+    )
+    assert isinstance(late, Rollback)
+    assert (late.reason, late.failed) == ("DeadlineExceeded", ("c1", "c2"))
+    assert late.message.startswith("attempt 1 did not finish within 15m: 2 of 3 NodeClaims not Initialized")
+    assert late.message.endswith("; 2 member pod(s) missing")
