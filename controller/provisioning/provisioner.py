@@ -219,6 +219,7 @@ class Provisioner:
             if decision is not None:
                 await self.apply(decision)
             self.nominator.sync()  # the plan may have moved pods, released or made nominations
+            self.ctx.planned.publish(self._nominations if self.nominator.enabled else {})
             return decision.plan if decision is not None else None
 
     # --- decide ----------------------------------------------------------------------------

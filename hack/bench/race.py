@@ -221,9 +221,15 @@ class _Watch:
             await client.close()
 
     def stop(self) -> None:
-        self._task.cancel()
+        async def shutdown() -> None:
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
         with contextlib.suppress(Exception):
-            self._task.result(timeout=10)
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
