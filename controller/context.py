@@ -13,6 +13,7 @@ from controller.kube.events import EventRecorder
 from controller.settings import Settings
 from controller.state.buffers import BufferBook
 from controller.state.cluster import ClusterState
+from controller.state.planned import PlannedPods
 from controller.state.writer import NodeClaimWriter
 
 
@@ -30,3 +31,6 @@ class Context:
     writer: NodeClaimWriter
     # the warm buffers: published by the capacity controller, planned by the provisioner, kept by disruption
     buffers: BufferBook = field(default_factory=BufferBook)
+    # the pending pods the provisioner planned on each NodeClaim: the lifecycle keeps a new Node closed
+    # to kube-scheduler until they are nominated to it
+    planned: PlannedPods = field(default_factory=PlannedPods)

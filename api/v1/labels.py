@@ -123,6 +123,10 @@ ANNOTATION_KWOK_NODE: Final = "kwok.x-k8s.io/node"
 KWOK_NODE_FAKE: Final = "fake"
 ANNOTATION_PLANNED_INSTANCE_TYPE: Final = "joiner.sh/planned-instance-type"
 """On a NodeClaim, written when it is created: the instance type the plan chose for it."""
+ANNOTATION_PLANNED_ZONE: Final = "joiner.sh/planned-zone"
+"""On a NodeClaim, written when it is created: the zone the plan chose for it. The requirements still
+allow every zone of its candidates (a fallback when that zone has no capacity); among offerings of
+equal price a provider takes this zone first, so equal prices spread over the zones as planned."""
 ANNOTATION_PLANNED_PRICE: Final = "joiner.sh/planned-price"
 """On a NodeClaim, written when it is created: the planned price per hour (decimal string)."""
 ANNOTATION_REFUSED_OFFERINGS: Final = "joiner.sh/refused-offerings"

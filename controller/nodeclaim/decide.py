@@ -1,7 +1,14 @@
 """The NodeClaim lifecycle as a pure function: given a NodeClaim, its Node (if any) and the time,
 what is the next step? No I/O, no clock: the reconciler applies the step and asks again.
 
-    finalizer -> Launched -> (Node joins) Registered -> Initialized (+ Ready)
+    finalizer -> Launched -> (Node joins) Registered -> Initialized (+ Ready) -> open
+
+Open: the Node loses its `joiner.sh/unregistered` taint, and kube-scheduler may place pods there. A
+Node bought for pending pods opens only once those pods are nominated to it (their
+`status.nominatedNodeName`, which the provisioner's nominator writes as soon as the Node exists), or
+`OPEN_AFTER_SECONDS` after it registered at the latest: kube-scheduler then keeps the planned pods'
+room, where it would otherwise give the Node to whichever pending pod it tries first. Other
+NodeClaims open at registration.
 
 Timeouts end a step that takes too long:
 * launch: from the NodeClaim's creationTimestamp until Launched=True;
@@ -16,6 +23,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from api.v1.conditions import INITIALIZED, LAUNCHED, READY, REGISTERED
+from api.v1.labels import TAINT_UNREGISTERED
 from controller.clock import format_seconds as fmt_seconds
 from controller.nodeclaim.nodes import initialization_blockers, registration_patch
 from controller.settings import Settings
@@ -23,6 +31,14 @@ from controller.state.views import NodeClaimView, NodeView
 from controller.state.writes import ConditionUpdate, matches
 
 Step = Literal["Launch", "Registration", "Initialization"]
+
+# the longest a Node stays closed after it registered while the pods planned there are not all
+# nominated to it (kube-scheduler clears a nomination whenever it tries the pod and cannot place it,
+# so a few may be missing at any moment: waiting for all of them must not stall the burst; and a
+# burst of thousands needs as many status writes, at the apiserver's pace)
+OPEN_AFTER_SECONDS = 15.0
+# while a Node waits to open: how often to look again (nominations are pod events, not ours)
+OPEN_RECHECK_SECONDS = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +120,11 @@ def not_initialized_update(reason: str, message: str) -> list[ConditionUpdate]:
     ]
 
 
-def decide(*, claim: NodeClaimView, node: NodeView | None, now: datetime, settings: Settings) -> NextStep:
-    """The next lifecycle step for `claim`, whose Node (found by providerID) is `node`."""
+def decide(
+    *, claim: NodeClaimView, node: NodeView | None, now: datetime, settings: Settings, unnominated: int = 0
+) -> NextStep:
+    """The next lifecycle step for `claim`, whose Node (found by providerID) is `node`;
+    ``unnominated``: pending pods planned on it that are not nominated to that Node yet."""
     if claim.deleting:
         return Wait(None, "being deleted: the termination controller owns it now")
     if not claim.has_finalizer():
@@ -128,8 +147,15 @@ def decide(*, claim: NodeClaimView, node: NodeView | None, now: datetime, settin
 
     # --- registration ---------------------------------------------------------------------------
     registered = claim.registered
+    registered_at = claim.transition_time(REGISTERED)
+    closed = unnominated > 0 and (
+        not claim.registered
+        or (registered_at is not None and (now - registered_at).total_seconds() < OPEN_AFTER_SECONDS)
+    )
     if node is not None and not node.deleting:
-        patch = registration_patch(claim, node, registered=registered and claim.node_name == node.name)
+        patch = registration_patch(
+            claim, node, registered=registered and claim.node_name == node.name, keep_closed=closed
+        )
         if patch:
             return SyncNode(node.name, tuple(patch))
         if not registered or claim.node_name != node.name:
@@ -150,6 +176,14 @@ def decide(*, claim: NodeClaimView, node: NodeView | None, now: datetime, settin
 
     # --- initialization -------------------------------------------------------------------------
     assert node is not None
+    step = _initialization(claim=claim, node=node, now=now, settings=settings)
+    if closed and isinstance(step, Wait) and node.has_taint(TAINT_UNREGISTERED):
+        # nominations are pod events, not this NodeClaim's: look again soon
+        return Wait(OPEN_RECHECK_SECONDS, f"{step.why}; {unnominated} planned pods not nominated to it yet")
+    return step
+
+
+def _initialization(*, claim: NodeClaimView, node: NodeView, now: datetime, settings: Settings) -> NextStep:
     node_name = node.name
     if claim.initialized:
         if not claim.is_true(READY):

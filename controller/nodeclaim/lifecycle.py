@@ -15,7 +15,13 @@ from typing import Any
 import structlog
 
 from api.v1.conditions import INITIALIZED, LAUNCHED, READY, REGISTERED
-from api.v1.labels import ANNOTATION_REFUSED_OFFERINGS, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from api.v1.labels import (
+    ANNOTATION_REFUSED_OFFERINGS,
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_ZONE,
+    TAINT_UNREGISTERED,
+)
 from controller.clock import format_seconds as fmt_seconds
 from controller.clock import format_time, parse_time
 from controller.cloudprovider.types import (
@@ -213,6 +219,17 @@ class LifecycleController:
             self._latest_nodes.pop(name, None)
         return best
 
+    def _unnominated(self, claim: NodeClaimView, node: NodeView | None) -> int:
+        """Pending pods the provisioner planned on this NodeClaim that are not nominated to its Node yet."""
+        if node is None or not node.has_taint(TAINT_UNREGISTERED):
+            return 0
+        count = 0
+        for key in self.ctx.planned.on(claim.name):
+            pod = self.ctx.cluster.pod_view(key)
+            if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
+                count += pod.nominated_node_name != node.name
+        return count
+
     # --- reconcile ---------------------------------------------------------------------------
 
     async def reconcile(self, name: str) -> float | None:
@@ -233,7 +250,13 @@ class LifecycleController:
             if claim is None or claim.uid in self._deleted:
                 return None  # gone, or deleted by us a moment ago and the cache has not seen it yet
             node = self._node(claim)
-            decision = decide(claim=claim, node=node, now=self.ctx.clock.now(), settings=self.ctx.settings)
+            decision = decide(
+                claim=claim,
+                node=node,
+                now=self.ctx.clock.now(),
+                settings=self.ctx.settings,
+                unnominated=self._unnominated(claim, node),
+            )
             if isinstance(decision, Wait):
                 return decision.seconds
             if isinstance(decision, AddFinalizer):

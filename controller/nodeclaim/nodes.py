@@ -17,7 +17,9 @@ from controller.state.views import NodeClaimView, NodeView
 from controller.state.writes import Patch, finalizer_patch, label_patch, owner_patch, taint_patch
 
 
-def registration_patch(claim: NodeClaimView, node: NodeView, *, registered: bool = False) -> Patch:
+def registration_patch(
+    claim: NodeClaimView, node: NodeView, *, registered: bool = False, keep_closed: bool = False
+) -> Patch:
     """What registering a Node to its NodeClaim changes on the Node: the NodeClaim's labels, the
     termination finalizer, the owner reference, and no more `joiner.sh/unregistered` taint.
 
@@ -25,7 +27,10 @@ def registration_patch(claim: NodeClaimView, node: NodeView, *, registered: bool
     the kubelet did not register with them (a real machine's kubelet only has what its user data
     passed): a GPU node must not take pods that do not tolerate its taint in the moment between
     joining and being registered. After that they are left to whoever owns them (a startup taint is
-    removed by its agent and must not come back)."""
+    removed by its agent and must not come back).
+
+    ``keep_closed``: leave the unregistered taint on for now (the pods planned on this Node are not
+    nominated to it yet, see `controller.nodeclaim.decide`)."""
     missing = {k: v for k, v in claim.labels.items() if k not in node.labels}
     add = () if registered else (*claim.taints, *claim.startup_taints)
     return [
@@ -36,7 +41,9 @@ def registration_patch(claim: NodeClaimView, node: NodeView, *, registered: bool
         *taint_patch(
             node,
             add=add,
-            remove=[(TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT), (TAINT_UNREGISTERED, "NoExecute")],
+            remove=()
+            if keep_closed
+            else [(TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT), (TAINT_UNREGISTERED, "NoExecute")],
         ),
     ]
 

@@ -219,6 +219,7 @@ class Provisioner:
             if decision is not None:
                 await self.apply(decision)
             self.nominator.sync()  # the plan may have moved pods, released or made nominations
+            self.ctx.planned.publish(self._nominations if self.nominator.enabled else {})
             return decision.plan if decision is not None else None
 
     # --- decide ----------------------------------------------------------------------------
@@ -316,9 +317,10 @@ class Provisioner:
         for node in plan.new_nodes:
             claim_name = created.get(node.name)
             if claim_name:
-                for key in node.pods:
-                    if not is_virtual(key):  # a warm buffer's placeholder is no pod to nominate
-                        self._nominations[key] = claim_name
+                planned = [key for key in node.pods if not is_virtual(key)]  # a placeholder is no pod
+                for key in planned:
+                    self._nominations[key] = claim_name
+                log.debug("provisioner.planned", nodeclaim=claim_name, pods=planned)
         by_node_name = {
             c.node_name or c.name: c.name
             for c in [

@@ -45,6 +45,7 @@ def nodeclaim_manifest(node: NewNodeClaim, pool: Obj) -> Obj:
                 **(tmeta.get("annotations") or {}),
                 wk.ANNOTATION_NODEPOOL_HASH: nodepool_hash(pool),
                 wk.ANNOTATION_PLANNED_INSTANCE_TYPE: node.choice.instance_type,
+                wk.ANNOTATION_PLANNED_ZONE: node.choice.zone,
                 wk.ANNOTATION_PLANNED_PRICE: f"{node.choice.price:.4f}",
             },
             "ownerReferences": [

@@ -159,6 +159,39 @@ def test_a_mixed_gpu_burst_buys_the_plan_and_kube_scheduler_follows_it(cluster: 
     assert joiner.metric("joiner_provisioner_nominations_total", action="set") >= 8
 
 
+def test_a_burst_on_large_nodes_buys_the_plan_as_the_nodes_open_one_by_one(cluster: Cluster, start_joiner: Any) -> None:
+    """300 pods of three sizes on 96-CPU machines (five or six of them, tightly packed). The machines open
+    one after another; kube-scheduler must not hand the first one to whichever pending pods it tries
+    first, or the pods planned there no longer fit, a follow-up solve buys more, and a node planned for
+    others stays part empty. A Node opens only once its planned pods are nominated to it."""
+    ns = _ns(cluster)
+    large = [
+        req(INSTANCE_TYPE, "In", "m7i.24xlarge"),
+        req("joiner.sh/capacity-type", "In", "on-demand"),
+        req("topology.kubernetes.io/zone", "In", "us-east-1a", "us-east-1b", "us-east-1c"),
+    ]
+    setup = [nodeclass(), nodepool("large", requirements=large)]
+    workloads = [
+        deployment("web", ns, replicas=150, cpu="500m", memory="1Gi"),
+        deployment("batch", ns, replicas=120, cpu="2", memory="4Gi"),
+        deployment("big", ns, replicas=30, cpu="4", memory="16Gi"),
+    ]
+    cluster.apply(setup)
+    joiner = start_joiner()
+    cluster.apply(workloads)
+    pods = expect_pods_running(cluster, ns, 300, timeout=300)
+
+    planned = offline_plan(setup, workloads)
+    claims = nodeclaims(cluster)
+    assert len(claims) <= len(planned["nodeClaims"]), (
+        f"bought {len(claims)} NodeClaims, one plan buys {len(planned['nodeClaims'])}"
+    )
+    used = {p["spec"]["nodeName"] for p in pods}
+    empty = [c["status"]["nodeName"] for c in claims if c["status"]["nodeName"] not in used]
+    assert not empty, f"nodes left empty after the burst: {empty}"
+    assert "provisioner.nomination_released" not in joiner.logs()
+
+
 def test_node_selector_on_gpu_name_is_honoured(cluster: Cluster, start_joiner: Any) -> None:
     ns = _ns(cluster)
     cluster.apply([nodeclass(), nodepool("general")])

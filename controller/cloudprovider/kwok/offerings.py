@@ -137,12 +137,20 @@ def choose(
     unavailable: frozenset[OfferingId],
     failures: Failures,
     period: int = 0,
+    planned_zone: str | None = None,
 ) -> Choice:
-    """The cheapest available candidate (ties: the NodeClaim's order, then zone, then capacity type);
-    ``period`` is the launch's ``capacity_period``, for the ``insufficientCapacityRate`` draws."""
+    """The cheapest available candidate (ties: the NodeClaim's order, then the zone its plan chose,
+    then zone, then capacity type); ``period`` is the launch's ``capacity_period``, for the
+    ``insufficientCapacityRate`` draws."""
     ordered = sorted(
         candidates,
-        key=lambda c: (Decimal(str(c.offering.price)), c.rank, c.offering.zone, c.offering.capacity_type),
+        key=lambda c: (
+            Decimal(str(c.offering.price)),
+            c.rank,
+            c.offering.zone != planned_zone,
+            c.offering.zone,
+            c.offering.capacity_type,
+        ),
     )
     exhausted: list[OfferingId] = []
     reasons: list[str] = []

@@ -24,7 +24,7 @@ from datetime import datetime
 
 import structlog
 
-from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from api.v1.labels import ANNOTATION_PLANNED_ZONE, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
 from controller.clock import Clock
 from controller.cloudprovider.catalog import parse_catalog_text
 from controller.cloudprovider.kwok.node import build_node, is_kwok_provider_id, launched_here, provider_id_for
@@ -142,7 +142,13 @@ class KWOKCloudProvider:
             )
         unavailable = self._unavailable.current() if self._unavailable is not None else frozenset()
         period = capacity_period(self._clock.now())
-        choice = choose(candidates=candidates, unavailable=unavailable, failures=failures, period=period)
+        choice = choose(
+            candidates=candidates,
+            unavailable=unavailable,
+            failures=failures,
+            period=period,
+            planned_zone=claim.annotations.get(ANNOTATION_PLANNED_ZONE),
+        )
         if choice.chosen is None:
             raise InsufficientCapacityError(
                 f"all {len(choice.exhausted)} candidate offerings are out of capacity: "

@@ -142,6 +142,30 @@ def test_price_ties_follow_the_nodeclaims_candidate_order() -> None:
     assert choice.chosen.instance_type.name == "b-type"
 
 
+def test_price_ties_between_zones_go_to_the_planned_zone_and_fall_back_to_the_others() -> None:
+    zones: Obj = {
+        "instanceTypes": [
+            {
+                "name": "c-type",
+                "capacity": {"cpu": "2"},
+                "offerings": [{"zone": z, "capacityType": "spot", "price": 1.0} for z in ("z-a", "z-b", "z-c")],
+            }
+        ]
+    }
+    types: tuple[InstanceType, ...] = parse_catalog(zones)
+    cands: list[Candidate] = compatible(nodeclaim=claim(types=["c-type"]), catalog=types)
+    planned = choose(candidates=cands, unavailable=frozenset(), failures=Failures(), planned_zone="z-b")
+    assert planned.chosen is not None
+    assert planned.chosen.offering.zone == "z-b"
+    unplanned = choose(candidates=cands, unavailable=frozenset(), failures=Failures())
+    assert unplanned.chosen is not None
+    assert unplanned.chosen.offering.zone == "z-a"
+    full = frozenset({OfferingId("c-type", "z-b", "spot")})
+    fallback = choose(candidates=cands, unavailable=full, failures=Failures(), planned_zone="z-b")
+    assert fallback.chosen is not None
+    assert fallback.chosen.offering.zone == "z-a"
+
+
 def test_nodeclass_parsing_reads_delay_and_failures() -> None:
     spec = parse_nodeclass(
         {

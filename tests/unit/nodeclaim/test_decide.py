@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from api.v1.labels import FINALIZER_TERMINATION, LABEL_NODEPOOL, TAINT_UNREGISTERED
 from controller.clock import format_time
 from controller.nodeclaim.decide import (
+    OPEN_AFTER_SECONDS,
+    OPEN_RECHECK_SECONDS,
     AddFinalizer,
     Initialize,
     Launch,
@@ -31,10 +33,14 @@ from controller.state.views import NodeClaimView, NodeView
 Obj = dict[str, Any]
 
 
-def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings) -> NextStep:
+def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings, unnominated: int = 0) -> NextStep:
     """The cache hands the lifecycle views: make them from the test's dicts."""
     return decide_on_views(
-        claim=NodeClaimView.of(claim), node=NodeView.of(node) if node is not None else None, now=now, settings=settings
+        claim=NodeClaimView.of(claim),
+        node=NodeView.of(node) if node is not None else None,
+        now=now,
+        settings=settings,
+        unnominated=unnominated,
     )
 
 
@@ -229,6 +235,44 @@ def test_an_initialized_claim_rests() -> None:
         nodeName="nc",
     )
     assert decide(claim=claim, node=a_node(), now=at(5000), settings=SETTINGS) == Wait(None, "initialized")
+
+
+def test_a_node_opens_once_its_planned_pods_are_nominated_to_it_or_at_the_latest_after_a_few_seconds() -> None:
+    closed = [{"key": TAINT_UNREGISTERED, "effect": "NoSchedule"}]
+
+    def taint_ops(step: NextStep) -> list[Obj]:
+        assert isinstance(step, SyncNode)
+        return [op for op in step.patch if op["path"] == "/spec/taints"]
+
+    # joined: registered with the taint kept while 5 planned pods are not nominated to it
+    agent = {"key": "agent", "effect": "NoSchedule"}  # the claim's startup taint
+    joined = decide(
+        claim=launched(), node=a_node(taints=[*closed, agent]), now=at(30), settings=SETTINGS, unnominated=5
+    )
+    assert joined == Register("nc")
+    claim = registered(20)
+    assert decide(claim=claim, node=a_node(taints=closed), now=at(30), settings=SETTINGS, unnominated=5) == (
+        Initialize("nc")
+    )
+    initialized = a_claim(
+        cond("Launched", "True", 10),
+        cond("Registered", "True", 20),
+        cond("Initialized", "True", 30),
+        cond("Ready", "True", 30),
+        providerID="kwok://nc",
+        nodeName="nc",
+    )
+    node = a_node(taints=closed)
+    waiting = decide(claim=initialized, node=node, now=at(31), settings=SETTINGS, unnominated=5)
+    assert waiting == Wait(OPEN_RECHECK_SECONDS, "initialized; 5 planned pods not nominated to it yet")
+    # all nominated: the taint goes
+    opened = decide(claim=initialized, node=node, now=at(31), settings=SETTINGS, unnominated=0)
+    assert isinstance(opened, SyncNode)
+    assert taint_ops(opened)[-1]["value"] == []
+    # some never are (kube-scheduler cleared them): it opens anyway OPEN_AFTER_SECONDS after Initialized
+    late = decide(claim=initialized, node=node, now=at(30 + OPEN_AFTER_SECONDS), settings=SETTINGS, unnominated=2)
+    assert isinstance(late, SyncNode)
+    assert taint_ops(late)[-1]["value"] == []
 
 
 def test_condition_transition_time_moves_only_when_the_status_changes() -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
-from controller.scheduling import Gang, Plan, Pod, Requirement, Requirements, Taint, Toleration, solve
+from controller.scheduling import Gang, Offering, Plan, Pod, Requirement, Requirements, Taint, Toleration, solve
 from tests.unit.scheduling.builders import (
     GPU_TAINT,
     HOSTNAME,
@@ -102,6 +103,54 @@ def test_cheapest_offering_wins_across_capacity_types_and_zones() -> None:
     plan = solve(pods=[pod("a")], node_pools=pools)
     choice = plan.new_nodes[0].choice
     assert (choice.capacity_type, choice.zone, choice.price) == ("spot", "zone-b", 0.05)
+
+
+def test_equal_prices_spread_new_nodes_over_the_zones_in_turn() -> None:
+    t = itype("c.xlarge", cpu=4, mem_gi=8, price=0.16, spot=0.05)
+    pools = [pool("default", [t])]
+    pending = pods("w", 7, requests=res(cpu="3", memory="4Gi"))
+    plan = solve(pods=pending, node_pools=pools)
+    check_plan(plan, pending=pending, pools=pools)
+    assert [n.choice.zone for n in plan.new_nodes] == ["zone-a", "zone-b", "zone-c"] * 2 + ["zone-a"]
+    assert {n.choice.capacity_type for n in plan.new_nodes} == {"spot"}
+    # each NodeClaim may still launch in any zone: the chosen one comes first among equal prices
+    second = plan.new_nodes[1].candidates[0].offerings
+    spot_first = [("zone-b", "spot"), ("zone-a", "spot"), ("zone-c", "spot")]
+    assert [(o.zone, o.capacity_type) for o in second[:3]] == spot_first
+    assert {z for r in plan.new_nodes[1].requirements.items if r.key == ZONE for z in r.values} == {
+        "zone-a",
+        "zone-b",
+        "zone-c",
+    }
+    assert plan == solve(pods=pending, node_pools=pools)  # deterministic
+
+
+def test_equal_prices_go_first_to_the_zones_with_fewest_existing_nodes() -> None:
+    t = itype("c.xlarge", cpu=4, mem_gi=8, price=0.16)
+    pools = [pool("default", [t])]
+    full = res(cpu="0", memory="0", pods=110)
+    existing = [node("a1", zone="zone-a", allocatable=full), node("c1", zone="zone-c", allocatable=full)]
+    pending = pods("w", 3, requests=res(cpu="3", memory="4Gi"))
+    plan = solve(pods=pending, node_pools=pools, existing_nodes=existing)
+    assert [n.choice.zone for n in plan.new_nodes] == ["zone-b", "zone-a", "zone-b"]
+
+
+def test_a_cheaper_zone_still_wins_over_spreading() -> None:
+    cheap_b = itype("c.xlarge", cpu=4, mem_gi=8, price=0.16, zones=("zone-a", "zone-c"))
+    cheap_b = replace(cheap_b, offerings=(*cheap_b.offerings, Offering("zone-b", "on-demand", 0.15)))
+    pools = [pool("default", [cheap_b])]
+    plan = solve(pods=pods("w", 3, requests=res(cpu="3", memory="4Gi")), node_pools=pools)
+    assert [n.choice.zone for n in plan.new_nodes] == ["zone-b"] * 3
+
+
+def test_a_gang_keeps_to_one_zone_on_equal_prices() -> None:
+    t = itype("g.8gpu", cpu=96, mem_gi=768, gpu=8, price=7.2)
+    p = pool("gpu", [t], taints=[GPU_TAINT])
+    for same_zone in (True, False):
+        pending = [gpu_pod(f"w-{i}", gpus=8, gang="g") for i in range(3)]
+        plan = solve(pods=pending, node_pools=[p], gangs=[Gang("g", same_zone=same_zone)])
+        assert len(plan.new_nodes) == 3
+        assert len({n.choice.zone for n in plan.new_nodes}) == 1
 
 
 def test_unavailable_offerings_are_avoided() -> None:

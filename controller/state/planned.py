@@ -1,0 +1,33 @@
+"""The provisioner's plan, shared: which pending pods it planned on which NodeClaim.
+
+The provisioner publishes it after every decision; the NodeClaim lifecycle reads it to keep a new
+Node closed to kube-scheduler (its `joiner.sh/unregistered` taint on) until the pods planned there
+are nominated to it. Without that, kube-scheduler places whatever pod it tries next on the first
+Node that opens, before the nominations that keep its room for the planned pods arrive
+(docs/provisioning.md, "Telling kube-scheduler the plan").
+
+It lives in the shared layer so the two controllers stay independent of each other. In memory only:
+after a restart the provisioner decides again and publishes again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class PlannedPods:
+    """NodeClaim name -> the pod keys planned on it, as last published (empty while nominations are off)."""
+
+    def __init__(self) -> None:
+        self._by_claim: dict[str, tuple[str, ...]] = {}
+
+    def publish(self, nominations: Mapping[str, str]) -> None:
+        """``nominations``: pod key -> NodeClaim name, the provisioner's whole current plan."""
+        by_claim: dict[str, list[str]] = {}
+        for key, claim in nominations.items():
+            by_claim.setdefault(claim, []).append(key)
+        self._by_claim = {claim: tuple(keys) for claim, keys in by_claim.items()}
+
+    def on(self, claim: str) -> tuple[str, ...]:
+        """The pods planned on ``claim`` (none when it was not bought for pending pods)."""
+        return self._by_claim.get(claim, ())

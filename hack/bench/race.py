@@ -1,0 +1,591 @@
+"""The race: joiner and the real Karpenter (its KWOK provider) on one local KWOK cluster, same pods.
+
+    .venv/bin/python -m hack.bench.race [--pods 1000] [--runs 3] [--sides joiner,karpenter]
+                                        [--joiner-flag plan-untried-after=0] [--dump DIR]
+
+* **Karpenter**: ``sigs.k8s.io/karpenter@v1.15.0`` from the Go module proxy, copied out of the module
+  cache, its ``go`` line lowered to the local toolchain, its ``kwok`` main package built once (with
+  ``nice``) and cached under ``~/.cache/joiner/karpenter-kwok`` (or ``$JOINER_CACHE_DIR``). It runs
+  as a plain process against the cluster, with its CRDs, a ``KWOKNodeClass`` and one NodePool.
+* **joiner**: ``joiner run --provider kwok --catalog`` a catalog converted from Karpenter's
+  ``kwok/cloudprovider/instance_types.json`` (same 144 types, prices, zones and kube-reserved), so
+  both buy from the same list at the same prices; the default batch window (1 s idle, 10 s max).
+* Both NodePools: only ``capacity-type In [spot, on-demand]``, never expire, consolidation off.
+* Each run on a fresh cluster (``hack/cluster.sh down``/``up`` in ``$JOINER_CLUSTER_DIR``), the sides
+  alternating; the pods are three Deployments: 50 % 500m/1Gi, 40 % 2/4Gi, 10 % 4/16Gi.
+
+Per run: apply -> first NodeClaim, -> last NodeClaim, -> all Running (seen by a watch in this
+process); NodeClaims bought and the first solve's plan (joiner: ``provisioner.solved``; Karpenter:
+``computed new nodeclaim(s)``); nodes left without a pod of the burst; $/h of the Nodes at the
+catalog's prices; nodes per zone; the controller's CPU-seconds; apiserver requests (all clients);
+joiner's ``provisioner.nomination_released`` count and follow-up solves that bought.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from hack.bench.e2e_provisioning import _apiserver_requests, _cpu_seconds
+from hack.bench.karpenter_side_by_side import _go_env, _gomodcache, _local_go
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "sigs.k8s.io/karpenter"
+VERSION = "v1.15.0"
+ZONE = "topology.kubernetes.io/zone"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+# the three Deployments: name, share of the pods, cpu, memory
+MIX = (("web", 0.5, "500m", "1Gi"), ("batch", 0.4, "2", "4Gi"), ("big", 0.1, "4", "16Gi"))
+# what Karpenter's kwok provider keeps on every instance type (its kube-reserved)
+KWOK_RESERVED = {"cpu": "100m", "memory": "10Mi"}
+Obj = dict[str, Any]
+
+
+def _cache() -> Path:
+    root = os.environ.get("JOINER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "joiner"
+    )
+    return Path(root) / "karpenter-kwok" / VERSION
+
+
+def karpenter_source() -> Path:
+    """Karpenter's module, copied to a writable folder with its ``go`` line lowered (done once)."""
+    src = _cache() / "src"
+    if (src / "kwok" / "main.go").is_file():
+        return src
+    info = subprocess.run(
+        ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+        capture_output=True,
+        text=True,
+        env=_go_env(),
+        cwd=tempfile.gettempdir(),
+    )
+    module_dir = json.loads(info.stdout or "{}").get("Dir") or f"{_gomodcache()}/{MODULE}@{VERSION}"
+    if not Path(module_dir).is_dir():
+        raise SystemExit(f"could not download {MODULE}@{VERSION}: {info.stdout}{info.stderr}")
+    partial = src.with_name("src.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(module_dir, partial)
+    for path in partial.rglob("*"):
+        path.chmod(path.stat().st_mode | 0o200)
+    go_mod = partial / "go.mod"
+    go_mod.write_text(re.sub(r"(?m)^go \d+\.\d+(\.\d+)?$", f"go {_local_go()}", go_mod.read_text()))
+    partial.rename(src)
+    return src
+
+
+def build_karpenter_kwok() -> tuple[Path, Path]:
+    """(Karpenter's kwok controller binary, its source folder), built once and cached."""
+    src = karpenter_source()
+    binary = _cache() / f"kwok-go{_local_go()}"
+    if binary.is_file():
+        return binary, src
+    print(f"building Karpenter {VERSION}'s kwok provider in {src} (a few minutes) ...", flush=True)
+    started = time.monotonic()
+    subprocess.run(
+        ["nice", "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", f"{binary}.partial", "./kwok"],
+        check=True,
+        env={**_go_env(), "CGO_ENABLED": "0"},
+        cwd=src,
+    )
+    Path(f"{binary}.partial").rename(binary)
+    print(f"built {binary} in {time.monotonic() - started:.0f}s", flush=True)
+    return binary, src
+
+
+# --- the catalog ------------------------------------------------------------------------------
+
+
+def joiner_catalog(karpenter_types: list[Obj]) -> Obj:
+    """Karpenter's kwok instance types as a joiner catalog: same names, resources, zones, capacity
+    types and prices; its kube-reserved as the overhead (so allocatable is the same on both sides)."""
+    out: list[Obj] = []
+    for it in karpenter_types:
+        offerings = []
+        for offering in it["offerings"]:
+            reqs = {r["key"]: r["values"] for r in offering["Requirements"]}
+            for zone in reqs[ZONE]:
+                for capacity_type in reqs["karpenter.sh/capacity-type"]:
+                    offerings.append(
+                        {
+                            "zone": zone,
+                            "capacityType": capacity_type,
+                            "price": offering["Price"],
+                            "available": bool(offering.get("Available", True)),
+                        }
+                    )
+        oses = it.get("operatingSystems") or ["linux"]
+        labels = {INSTANCE_TYPE: it["name"], "kubernetes.io/arch": it["architecture"]}
+        if len(oses) == 1:
+            labels["kubernetes.io/os"] = oses[0]
+        out.append(
+            {
+                "name": it["name"],
+                "capacity": dict(it["resources"]),
+                "overhead": dict(KWOK_RESERVED),
+                "labels": labels,
+                "offerings": offerings,
+            }
+        )
+    return {"instanceTypes": out}
+
+
+def prices(catalog: Obj) -> dict[tuple[str, str, str], float]:
+    """(instance type, zone, capacity type) -> $/h."""
+    return {
+        (it["name"], o["zone"], o["capacityType"]): float(o["price"])
+        for it in catalog["instanceTypes"]
+        for o in it["offerings"]
+    }
+
+
+def workloads(namespace: str, pods: int) -> list[Obj]:
+    from tests.e2e.manifests import deployment
+
+    out = []
+    left = pods
+    for i, (name, share, cpu, memory) in enumerate(MIX):
+        replicas = left if i == len(MIX) - 1 else round(pods * share)
+        left -= replicas
+        out.append(deployment(name, namespace, replicas=replicas, cpu=cpu, memory=memory))
+    return out
+
+
+# --- watching the run --------------------------------------------------------------------------
+
+
+class _Watch:
+    """Informers (in a thread with its own loop) on pods and on one group's NodeClaims: when this
+    process first saw each NodeClaim and each pod Running."""
+
+    def __init__(self, kubeconfig: Path, claim_group: str) -> None:
+        self.claims: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self._kubeconfig = kubeconfig
+        self._group = claim_group
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._task = asyncio.run_coroutine_threadsafe(self._run(), self._loop)
+        if not self._ready.wait(timeout=60):
+            raise RuntimeError("the informers did not sync within 60 s")
+
+    async def _run(self) -> None:
+        from controller.clock import RealClock
+        from controller.kube.client import KubeClient
+        from controller.kube.resources import PODS, Resource
+        from controller.state.informer import Informer
+
+        client = await KubeClient.connect(str(self._kubeconfig))
+        claims = Resource(self._group, "v1", "nodeclaims", "NodeClaim", namespaced=False)
+
+        def on_pod(_t: str, pod: Obj, _old: Obj | None) -> None:
+            if (pod.get("status") or {}).get("phase") == "Running":
+                self.running.setdefault(pod["metadata"]["name"], time.time())
+
+        def on_claim(_t: str, claim: Obj, _old: Obj | None) -> None:
+            self.claims.setdefault(claim["metadata"]["name"], time.time())
+
+        informers = [
+            Informer(source=client, resource=PODS, clock=RealClock(), handler=on_pod),
+            Informer(source=client, resource=claims, clock=RealClock(), handler=on_claim),
+        ]
+        tasks = [asyncio.create_task(i.run()) for i in informers]
+        try:
+            await asyncio.gather(*(i.synced.wait() for i in informers))
+            self._ready.set()
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await client.close()
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+@dataclass
+class Run:
+    side: str
+    pods: int
+    first_claim: float = float("nan")
+    last_claim: float = float("nan")
+    all_running: float = float("nan")
+    claims: int = 0
+    first_plan: int = 0
+    empty_nodes: int = 0
+    price: float = 0.0
+    cpu: float = 0.0
+    requests: int = 0
+    released: int = 0  # joiner: pods whose nomination was released (provisioner.nomination_released)
+    follow_ups: int = 0  # solves after the first that bought NodeClaims
+    zones: dict[str, int] = field(default_factory=dict)
+
+    def row(self) -> str:
+        zones = " ".join(f"{z[-1]}{n}" for z, n in sorted(self.zones.items()))
+        return (
+            f"{self.side:<9} {self.pods:>6} {self.first_claim:7.1f} {self.last_claim:7.1f} {self.all_running:7.1f} "
+            f"{self.claims:>5} ({self.first_plan:>3}) {self.empty_nodes:>5} {self.price:8.2f} {self.cpu:6.1f} "
+            f"{self.requests:>7} {self.released:>5} {self.follow_ups:>3}  {zones}"
+        )
+
+
+HEADER = (
+    f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'Running':>7} {'NCs':>5} {'(plan)':>5} "
+    f"{'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3}  zones"
+)
+
+
+def _fresh_cluster() -> Any:
+    from tests.e2e.harness import CLUSTER_DIR, Cluster
+
+    subprocess.run(["bash", str(ROOT / "hack" / "cluster.sh"), "down"], check=False, capture_output=True)
+    subprocess.run(["bash", str(ROOT / "hack" / "cluster.sh"), "up"], check=True, capture_output=True)
+    return Cluster(kubeconfig=CLUSTER_DIR / "kubeconfig", bin_dir=Path((CLUSTER_DIR / "bindir").read_text().strip()))
+
+
+def _first_plan_karpenter(log: str) -> tuple[int, int]:
+    """(NodeClaims of the first solve that bought, solves after it that bought) from Karpenter's log."""
+    counts = []
+    for line in log.splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if str(event.get("message", "")).startswith("computed new nodeclaim"):
+                counts.append(int(event.get("nodeclaims", 0)))
+    return (counts[0] if counts else 0), max(0, len(counts) - 1)
+
+
+def _joiner_log(log: str) -> tuple[int, int, int]:
+    """(first plan's NodeClaims, follow-up solves that bought, pods released) from joiner's log."""
+    bought: list[int] = []
+    released = 0
+    for line in log.splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("event") == "provisioner.solved" and event.get("new_nodeclaims"):
+                bought.append(int(event["new_nodeclaims"]))
+            elif event.get("event") == "provisioner.nomination_released":
+                released += int(event.get("pods", 0))
+    return (bought[0] if bought else 0), max(0, len(bought) - 1), released
+
+
+def run_once(
+    side: str,
+    *,
+    pods: int,
+    karpenter: tuple[Path, Path],
+    catalog: Path,
+    flags: dict[str, str],
+    timeout: float,
+    dump: Path | None,
+) -> Run:
+    from tests.e2e.joiner import Joiner
+    from tests.e2e.manifests import nodeclass, nodepool, req
+
+    cluster = _fresh_cluster()
+    ns = cluster.create_namespace("race")
+    capacity = ["spot", "on-demand"]
+    tmp = Path(tempfile.mkdtemp(prefix=f"race-{side}-"))
+    log_path = tmp / f"{side}.log"
+    proc: subprocess.Popen[bytes] | None = None
+    joiner: Joiner | None = None
+    if side == "joiner":
+        cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
+        pool = nodepool("race", requirements=[req("joiner.sh/capacity-type", "In", *capacity)])
+        pool["spec"]["template"]["spec"]["expireAfter"] = "Never"
+        pool["spec"]["disruption"] = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
+        cluster.apply([nodeclass(registrationDelay="0s"), pool])
+        batching = {"batch-idle-duration": "1", "batch-max-duration": "10", "catalog": str(catalog)}
+        joiner = Joiner(cluster=cluster, log_path=log_path, flags={**batching, **flags}).start()
+        assert joiner.proc is not None
+        pid = joiner.proc.pid
+        group, capacity_label = "joiner.sh", "joiner.sh/capacity-type"
+    else:
+        binary, src = karpenter
+        for crds in (src / "kwok" / "charts" / "crds", src / "kwok" / "apis" / "crds"):
+            cluster.kubectl("apply", "--server-side", "-f", str(crds))
+        cluster.apply(
+            [
+                {
+                    "apiVersion": "karpenter.kwok.sh/v1alpha1",
+                    "kind": "KWOKNodeClass",
+                    "metadata": {"name": "default"},
+                    "spec": {},
+                },
+                {
+                    "apiVersion": "karpenter.sh/v1",
+                    "kind": "NodePool",
+                    "metadata": {"name": "race"},
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "nodeClassRef": {
+                                    "group": "karpenter.kwok.sh",
+                                    "kind": "KWOKNodeClass",
+                                    "name": "default",
+                                },
+                                "requirements": [req("karpenter.sh/capacity-type", "In", *capacity)],
+                                "expireAfter": "Never",
+                            }
+                        },
+                        "disruption": {"consolidateAfter": "Never"},
+                    },
+                },
+            ]
+        )
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "DISABLE_LEADER_ELECTION": "true",
+            "METRICS_PORT": str(_free_port()),
+            "HEALTH_PROBE_PORT": str(_free_port()),
+            "LOG_LEVEL": "info",
+        }
+        with log_path.open("wb") as out:
+            proc = subprocess.Popen([str(binary)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        pid = proc.pid
+        group, capacity_label = "karpenter.sh", "karpenter.sh/capacity-type"
+        time.sleep(5)  # its caches sync; its first solve must not meet half-synced state
+    result = Run(side=side, pods=pods)
+    watch = _Watch(cluster.kubeconfig, group)
+    try:
+        cpu0 = _cpu_seconds(pid)
+        requests0 = _apiserver_requests(cluster)
+        start = time.time()
+        cluster.apply(workloads(ns, pods))
+        while time.time() - start < timeout and len(watch.running) < pods:
+            time.sleep(0.5)
+        if len(watch.running) >= pods:
+            result.all_running = max(watch.running.values()) - start
+        time.sleep(3)  # anything bought late shows up
+        result.cpu = _cpu_seconds(pid) - cpu0
+        result.requests = sum((_apiserver_requests(cluster) - requests0).values())
+        if watch.claims:
+            result.first_claim = min(watch.claims.values()) - start
+            result.last_claim = max(watch.claims.values()) - start
+        result.claims = len(watch.claims)
+    finally:
+        watch.stop()
+        if joiner is not None:
+            joiner.stop()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    table = prices(json.loads(catalog.read_text()))
+    nodes = cluster.items("nodes")
+    used = {p["spec"].get("nodeName") for p in cluster.items("pods", namespace=ns)}
+    zones: Counter[str] = Counter()
+    for node in nodes:
+        labels = node["metadata"].get("labels") or {}
+        key = (labels.get(INSTANCE_TYPE, ""), labels.get(ZONE, ""), labels.get(capacity_label, ""))
+        result.price += table.get(key, 0.0)
+        zones[key[1]] += 1
+        result.empty_nodes += node["metadata"]["name"] not in used
+    result.zones = dict(zones)
+    text = log_path.read_text(errors="replace")
+    if side == "joiner":
+        result.first_plan, result.follow_ups, result.released = _joiner_log(text)
+    else:
+        result.first_plan, result.follow_ups = _first_plan_karpenter(text)
+    if dump is not None:
+        where = dump / f"{side}-{int(start)}"
+        where.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log_path, where / log_path.name)
+        objects = {"start": start, "pods": cluster.items("pods", namespace=ns), "nodes": nodes}
+        objects["events"] = cluster.items("events", namespace=ns)
+        objects["nodeclaims"] = cluster.items(f"nodeclaims.{group}")
+        (where / "objects.json").write_text(json.dumps(objects))
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run(["bash", str(ROOT / "hack" / "cluster.sh"), "down"], check=False, capture_output=True)
+    return result
+
+
+def _when(value: str | None) -> float | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+
+def _condition_time(obj: Obj, kind: str) -> float | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind and c.get("status") == "True":
+            return _when(c.get("lastTransitionTime"))
+    return None
+
+
+def explain(where: Path) -> None:
+    """Where joiner's plan and kube-scheduler parted, from one dumped joiner run (``--dump``, with
+    ``--joiner-flag log-level=debug``): per NodeClaim of the plan, when it became usable, when its pods
+    were nominated, and how many of the pods bound to it were planned there."""
+    objects = json.loads((where / "objects.json").read_text())
+    start = float(objects["start"])
+    planned: dict[str, str] = {}  # pod name -> NodeClaim the first decision put it on
+    solves = 0
+    nominated: dict[str, list[float]] = {}  # node -> times of nominations written to it
+    first_nomination: dict[str, float] = {}  # pod -> first nomination written
+    released = 0
+    for line in (where / "joiner.log").read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            at = (_when(event.get("timestamp")) or start) - start
+            name = event.get("event")
+            if name == "provisioner.solved" and event.get("new_nodeclaims"):
+                solves += 1
+            elif name == "provisioner.planned" and solves == 1:
+                for key in event["pods"]:
+                    planned.setdefault(key.split("/", 1)[1], event["nodeclaim"])
+            elif name == "provisioner.nominated" and event.get("node"):
+                nominated.setdefault(event["node"], []).append(at)
+                first_nomination.setdefault(event["pod"].split("/", 1)[1], at)
+            elif name == "provisioner.nomination_released":
+                released += int(event.get("pods", 0))
+    bound: dict[str, tuple[str, float | None]] = {}
+    for pod in objects["pods"]:
+        node = pod["spec"].get("nodeName")
+        if node:
+            bound[pod["metadata"]["name"]] = (node, _condition_time(pod, "PodScheduled"))
+    claims = {c["metadata"]["name"]: c for c in objects["nodeclaims"]}
+    nodes = {n["metadata"]["name"]: n for n in objects["nodes"]}
+    on_plan = sum(1 for pod, claim in planned.items() if bound.get(pod, ("", None))[0] == claim)
+    print(f"first plan: {len(set(planned.values()))} NodeClaims for {len(planned)} pods; {on_plan} bound where planned")
+    print(f"NodeClaims in the end: {len(claims)}; pods whose nomination was released: {released}")
+    foreign_unnominated = 0
+    foreign_nominated_after = 0
+
+    def rel(t: float | None) -> str:
+        return f"{t - start:6.1f}" if t else "     -"
+
+    print("nodeclaim                  planned  own  foreign  node created  ready  initialized  nominated first/last")
+    for claim_name in sorted(
+        set(planned.values()), key=lambda c: _condition_time(claims.get(c, {}), "Initialized") or 0
+    ):
+        claim = claims.get(claim_name, {})
+        node_name = (claim.get("status") or {}).get("nodeName") or claim_name
+        node = nodes.get(node_name, {})
+        mine = [p for p, c in planned.items() if c == claim_name]
+        here = [p for p, (n, _t) in bound.items() if n == node_name]
+        own = sum(1 for p in here if planned.get(p) == claim_name)
+        foreign = [p for p in here if planned.get(p) != claim_name]
+        for p in foreign:
+            t = first_nomination.get(p)
+            if t is None:
+                foreign_unnominated += 1
+            elif (bound[p][1] or 0) - start < t:
+                foreign_nominated_after += 1
+        times = nominated.get(node_name, [])
+        created = rel(_when(node.get("metadata", {}).get("creationTimestamp")))
+        print(
+            f"{claim_name:<26} {len(mine):>7} {own:>4} {len(foreign):>8}  "
+            f"{created}       {rel(_condition_time(node, 'Ready'))} "
+            f" {rel(_condition_time(claim, 'Initialized'))}       "
+            + (f"{min(times):6.1f} {max(times):6.1f} ({len(times)})" if times else "-")
+        )
+    print(
+        f"pods bound off their planned node: never nominated before binding {foreign_unnominated}, "
+        f"bound before their first nomination {foreign_nominated_after}"
+    )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _median(runs: list[Run], attr: str) -> float:
+    return float(statistics.median(float(getattr(r, attr)) for r in runs))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", default="1000", help="comma-separated burst sizes (default 1000)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per side and size (default 3)")
+    parser.add_argument("--sides", default="joiner,karpenter")
+    parser.add_argument("--joiner-flag", action="append", default=[], help="KEY=VALUE or KEY for `joiner run`")
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--dump", type=Path, help="keep each run's controller log and objects here")
+    parser.add_argument("--explain", type=Path, help="explain one dumped joiner run (see explain()) and exit")
+    args = parser.parse_args()
+    if args.explain:
+        explain(args.explain)
+        return 0
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    os.environ.setdefault("JOINER_CLUSTER_DIR", str(ROOT / ".kwok"))
+    sides = args.sides.split(",")
+    karpenter = build_karpenter_kwok() if "karpenter" in sides else (Path(), karpenter_source())
+    types = json.loads((karpenter[1] / "kwok" / "cloudprovider" / "instance_types.json").read_text())
+    catalog = _cache() / "joiner-catalog.json"
+    catalog.write_text(json.dumps(joiner_catalog(types)))
+    flags = dict(f.split("=", 1) if "=" in f else (f, "") for f in args.joiner_flag)
+    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; joiner flags {flags or '-'}")
+    print(HEADER, flush=True)
+    results: list[Run] = []
+    for pods in (int(p) for p in args.pods.split(",")):
+        for _ in range(args.runs):
+            for side in sides:
+                run = run_once(
+                    side,
+                    pods=pods,
+                    karpenter=karpenter,
+                    catalog=catalog,
+                    flags=flags,
+                    timeout=args.timeout,
+                    dump=args.dump,
+                )
+                results.append(run)
+                print(run.row(), flush=True)
+        print(f"medians at {pods} pods:")
+        for side in sides:
+            runs = [r for r in results if r.side == side and r.pods == pods]
+            med = Run(side=side, pods=pods)
+            for attr in (
+                "first_claim",
+                "last_claim",
+                "all_running",
+                "claims",
+                "first_plan",
+                "empty_nodes",
+                "price",
+                "cpu",
+                "requests",
+                "released",
+                "follow_ups",
+            ):
+                value = _median(runs, attr)
+                setattr(med, attr, value if isinstance(getattr(med, attr), float) else round(value))
+            print(med.row(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
