@@ -15,7 +15,8 @@ from controller.cloudprovider.aws.instancetypes import (
     max_pods,
     on_demand_prices,
 )
-from controller.cloudprovider.aws.provider import instance_id_of, provider_id_of
+from controller.cloudprovider.aws.provider import AWSCloudProvider, instance_id_of, provider_id_of
+from tests.aws.conftest import FaultProxy
 
 
 def test_kube_reserved_cpu_shrinks_per_core() -> None:
@@ -115,3 +116,16 @@ def test_price_table_and_ids() -> None:
     assert client_token("uid-1") == client_token("uid-1") != client_token("uid-2")
     assert client_token("uid-1", {"Overrides": ["a"]}) != client_token("uid-1", {"Overrides": ["b"]})
     assert len(client_token("u" * 300)) <= 64
+
+
+async def test_offerings_are_listed_without_an_instance_type_filter(
+    provider: AWSCloudProvider, proxy: FaultProxy
+) -> None:
+    pool = {"metadata": {"name": "gpu"}, "spec": {"template": {"spec": {"nodeClassRef": {"name": "gpu"}}}}}
+    names = {it.name for it in await provider.instance_types(pool)}
+    assert {"m5.large", "g6.xlarge", "p5.48xlarge"} <= names
+    asked = [p for a, p in proxy.requests if a == "DescribeInstanceTypeOfferings"]
+    assert asked
+    for params in asked:
+        filters = {v for k, v in params.items() if k.startswith("Filter.") and k.endswith(".Name")}
+        assert filters == {"location"}  # EC2 limits a filter's values; the priced types are hundreds

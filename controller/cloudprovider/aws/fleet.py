@@ -23,6 +23,11 @@ TAG_NODEPOOL: Final = "joiner.sh/nodepool"
 TAG_NODECLAIM: Final = "joiner.sh/nodeclaim"
 TAG_NODECLASS: Final = "joiner.sh/ec2nodeclass"
 TAG_NODECLAIM_UID: Final = "joiner.sh/nodeclaim-uid"
+# what EKS and the AWS cloud controller know a cluster's machines by (Karpenter tags it too)
+TAG_K8S_CLUSTER_PREFIX: Final = "kubernetes.io/cluster/"
+# CreateFleet tags these directly; the rest of what it creates is tagged through the launch template
+FLEET_TAGGED: Final = ("fleet", "instance", "volume")
+TEMPLATE_TAGGED: Final = ("network-interface", "spot-instances-request")
 ICE_CODES: Final = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -61,22 +66,62 @@ def image_for(
     return str(same_arch[0]["id"]) if same_arch else ""
 
 
+def resource_tags(*, cluster_name: str, nodeclass: ResolvedNodeClass, nodepool: str) -> dict[str, str]:
+    """The tags of everything a launch creates: ``spec.tags``, then joiner's own (which win), the
+    ``kubernetes.io/cluster/<name>: owned`` tag, and a Name."""
+    tags = {**nodeclass.model.spec.tags}
+    tags.update(
+        {
+            TAG_CLUSTER: cluster_name,
+            TAG_K8S_CLUSTER_PREFIX + cluster_name: "owned",
+            TAG_NODEPOOL: nodepool,
+            TAG_NODECLASS: nodeclass.name,
+        }
+    )
+    return tags
+
+
+def tag_specifications(resource_types: Iterable[str], tags: Mapping[str, str]) -> list[Obj]:
+    tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    return [{"ResourceType": rt, "Tags": tag_list} for rt in resource_types]
+
+
 def template_data(
-    nodeclass: ResolvedNodeClass, *, image: str, reservation: Reservation | None, user_data: str | None
+    nodeclass: ResolvedNodeClass,
+    *,
+    image: str,
+    reservation: Reservation | None,
+    user_data: str | None,
+    tags: Mapping[str, str] | None = None,
 ) -> Obj:
-    """The launch template's data for the NodeClass, an image and a capacity reservation."""
+    """The launch template's data for the NodeClass, an image and a capacity reservation. ``tags`` go
+    on the network interfaces and spot requests a launch from it creates (CreateFleet cannot tag those
+    itself)."""
     spec = nodeclass.model.spec
     data: Obj = {
         "ImageId": image,
-        "SecurityGroupIds": list(nodeclass.security_group_ids),
         "MetadataOptions": {
             "HttpEndpoint": spec.metadata_options.http_endpoint,
             "HttpProtocolIpv6": spec.metadata_options.http_protocol_i_pv6,
             "HttpPutResponseHopLimit": spec.metadata_options.http_put_response_hop_limit,
             "HttpTokens": spec.metadata_options.http_tokens,
+            # tags in the instance metadata refuse keys with "/", and every joiner tag has one
+            "InstanceMetadataTags": "disabled",
         },
         "Monitoring": {"Enabled": spec.detailed_monitoring},
     }
+    if spec.associate_public_ip_address is None:
+        data["SecurityGroupIds"] = list(nodeclass.security_group_ids)
+    else:  # EC2 takes the groups on the interface then, not beside it
+        data["NetworkInterfaces"] = [
+            {
+                "DeviceIndex": 0,
+                "AssociatePublicIpAddress": spec.associate_public_ip_address,
+                "Groups": list(nodeclass.security_group_ids),
+            }
+        ]
+    if tags:
+        data["TagSpecifications"] = tag_specifications(TEMPLATE_TAGGED, tags)
     if nodeclass.instance_profile:
         data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
     if user_data:
@@ -129,18 +174,10 @@ def fleet_request(
     the NodeClaim, with a ClientToken that repeats with the request."""
     meta = nodeclaim["metadata"]
     name = str(meta["name"])
-    tags = {**nodeclass.model.spec.tags}
-    tags.update(
-        {
-            TAG_CLUSTER: cluster_name,
-            TAG_NODEPOOL: (meta.get("labels") or {}).get(LABEL_NODEPOOL, ""),
-            TAG_NODECLAIM: name,
-            TAG_NODECLAIM_UID: str(meta.get("uid") or ""),
-            TAG_NODECLASS: nodeclass.name,
-            "Name": f"{cluster_name}/{name}",
-        }
+    tags = resource_tags(
+        cluster_name=cluster_name, nodeclass=nodeclass, nodepool=(meta.get("labels") or {}).get(LABEL_NODEPOOL, "")
     )
-    tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    tags.update({TAG_NODECLAIM: name, TAG_NODECLAIM_UID: str(meta.get("uid") or ""), "Name": f"{cluster_name}/{name}"})
     if capacity_type == CAPACITY_TYPE_SPOT:
         default = "spot"
     elif reservation is not None and reservation.capacity_block:
@@ -151,14 +188,11 @@ def fleet_request(
         "Type": "instant",
         "LaunchTemplateConfigs": configs,
         "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": default},
-        "TagSpecifications": [
-            {"ResourceType": "instance", "Tags": tag_list},
-            {"ResourceType": "volume", "Tags": tag_list},
-        ],
+        "TagSpecifications": tag_specifications(FLEET_TAGGED, tags),
     }
     if default == "spot":
         request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
-    else:
+    elif default == "on-demand":  # a capacity block takes no allocation strategy: EC2 refuses one
         request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
     request["ClientToken"] = client_token(str(meta.get("uid") or name), request)
     return request

@@ -32,6 +32,7 @@ from api.v1.labels import (
     CAPACITY_TYPE_ON_DEMAND,
     CAPACITY_TYPE_RESERVED,
     CAPACITY_TYPE_SPOT,
+    LABEL_NODEPOOL,
     LABEL_REGION,
 )
 from controller.clock import Clock
@@ -50,10 +51,11 @@ from controller.cloudprovider.aws.fleet import (
     TAG_CLUSTER,
     TAG_NODECLAIM,
     TAG_NODECLAIM_UID,
-    TAG_NODECLASS,
     fleet_request,
     ice_offerings,
     image_for,
+    resource_tags,
+    tag_specifications,
     template_data,
 )
 from controller.cloudprovider.aws.instancetypes import (
@@ -240,18 +242,22 @@ class AWSCloudProvider:
         if cached is not None and cached.key == key and now - cached.at < self._ttl:
             return cached
         zones = list(nodeclass.zones)
-        wanted = sorted(set(self._pricing.table) | {r.instance_type for r in reservations})
+        wanted = set(self._pricing.table) | {r.instance_type for r in reservations}
         try:
+            # every type offered in the zones, pages of 1000, filtered here: an EC2 filter takes a
+            # limited number of values, and the priced types are several hundred
             offered = await self.api.collect(
                 "ec2",
                 "describe_instance_type_offerings",
                 key="InstanceTypeOfferings",
                 LocationType="availability-zone",
-                Filters=[{"Name": "location", "Values": zones}, {"Name": "instance-type", "Values": wanted}],
+                Filters=[{"Name": "location", "Values": zones}],
+                MaxResults=1000,
             )
             zones_of: dict[str, set[str]] = {}
             for row in offered:
-                zones_of.setdefault(str(row["InstanceType"]), set()).add(str(row["Location"]))
+                if str(row["InstanceType"]) in wanted:
+                    zones_of.setdefault(str(row["InstanceType"]), set()).add(str(row["Location"]))
             names = sorted(zones_of)
             rows: list[Obj] = []
             spot_rows: list[Obj] = []
@@ -427,7 +433,7 @@ class AWSCloudProvider:
             state="pending",
         )
 
-    async def _launch_template(self, nodeclass: ResolvedNodeClass, data: Obj) -> str:
+    async def _launch_template(self, nodeclass: ResolvedNodeClass, data: Obj, *, tags: Mapping[str, str]) -> str:
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
         name = f"joiner-{self.cluster_name}-{nodeclass.name}-{digest}"[:128]
         if name in self._templates:
@@ -443,15 +449,7 @@ class AWSCloudProvider:
                     "create_launch_template",
                     LaunchTemplateName=name,
                     LaunchTemplateData=data,
-                    TagSpecifications=[
-                        {
-                            "ResourceType": "launch-template",
-                            "Tags": [
-                                {"Key": TAG_CLUSTER, "Value": self.cluster_name},
-                                {"Key": TAG_NODECLASS, "Value": nodeclass.name},
-                            ],
-                        }
-                    ],
+                    TagSpecifications=tag_specifications(("launch-template",), tags),
                 )
                 log.info("aws.launch_template_created", name=name, nodeclass=nodeclass.name, image=data["ImageId"])
             except AWSError as create_err:
@@ -521,10 +519,14 @@ class AWSCloudProvider:
             )
         configs = []
         user_data = await self._user_data(nodeclaim, nodeclass)
+        tags = resource_tags(
+            cluster_name=self.cluster_name,
+            nodeclass=nodeclass,
+            nodepool=str(((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")),
+        )
         for image, overrides in overrides_by_image.items():
-            template = await self._launch_template(
-                nodeclass, template_data(nodeclass, image=image, reservation=reservation, user_data=user_data)
-            )
+            data = template_data(nodeclass, image=image, reservation=reservation, user_data=user_data, tags=tags)
+            template = await self._launch_template(nodeclass, data, tags=tags)
             configs.append(
                 {
                     "LaunchTemplateSpecification": {"LaunchTemplateName": template, "Version": "$Latest"},
