@@ -157,15 +157,20 @@ def overrides_of(params: Params) -> list[tuple[str, str, str]]:
     return sorted(out)
 
 
-def ice_answer(failed: list[tuple[str, str, str]]) -> str:
+def ice_answer(
+    failed: list[tuple[str, str, str]],
+    *,
+    code: str = "InsufficientInstanceCapacity",
+    message: str = "We currently do not have sufficient capacity in the Availability Zone you requested.",
+    lifecycle: str = "on-demand",
+) -> str:
+    """A CreateFleet answer in which every override of ``failed`` failed with ``code``."""
     items = "".join(
         "<item><launchTemplateAndOverrides><launchTemplateSpecification>"
         f"<launchTemplateName>{t}</launchTemplateName><version>1</version></launchTemplateSpecification>"
         f"<overrides><instanceType>{it}</instanceType><subnetId>{subnet}</subnetId></overrides>"
-        "</launchTemplateAndOverrides><lifecycle>on-demand</lifecycle>"
-        "<errorCode>InsufficientInstanceCapacity</errorCode>"
-        "<errorMessage>We currently do not have sufficient capacity in the Availability Zone you requested."
-        "</errorMessage></item>"
+        f"</launchTemplateAndOverrides><lifecycle>{lifecycle}</lifecycle>"
+        f"<errorCode>{code}</errorCode><errorMessage>{message}</errorMessage></item>"
         for t, it, subnet in failed
     )
     return (

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from controller.clock import FakeClock
+from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.events import EventRecorder
 from controller.kube.resources import EC2NODECLASSES, NODEPOOLS
@@ -47,7 +48,7 @@ async def test_ec2nodeclass_refs_are_found_when_the_aws_provider_watches_them() 
         clock=clock,
         events=EventRecorder(client=kube, clock=clock),
         cloud=None,  # type: ignore[arg-type]  # the status controller never calls the cloud
-        unavailable=None,  # type: ignore[arg-type]
+        unavailable=UnavailableOfferings(clock=clock, ttl_seconds=180),
         settings=Settings(),
         writer=NodeClaimWriter(client=kube, cluster=cluster, clock=clock),
     )

@@ -8,7 +8,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from api.v1.labels import CAPACITY_TYPE_SPOT, LABEL_NODEPOOL
@@ -39,6 +40,26 @@ ICE_CODES: Final = frozenset(
         "ReservationCapacityExceeded",
         "InsufficientCapacityOnHost",
     }
+)
+# answers that mean "not here, try elsewhere": the offering is avoided for the unavailable-offering
+# TTL like one without capacity, and the NodeClaim is replaced by one that avoids it
+NOT_HERE_CODES: Final = frozenset(
+    {
+        "Unsupported",  # the type is not sold in that zone (or not with that option)
+        "InsufficientFreeAddressesInSubnet",
+    }
+)
+# account quotas: no other zone helps, so every offering the request tried under the quota is avoided
+QUOTA_CODES: Final = frozenset({"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded", "MaxFleetCountExceeded"})
+# spot is refused for the whole account until the Spot service-linked role exists
+SPOT_ROLE_CODES: Final = frozenset(
+    {"AuthFailure.ServiceLinkedRoleCreationNotPermitted", "ServiceLinkedRoleCreationNotPermitted"}
+)
+UNAVAILABLE_CODES: Final = ICE_CODES | NOT_HERE_CODES | QUOTA_CODES | SPOT_ROLE_CODES
+SPOT_ROLE_FIX: Final = (
+    "the account has no Spot service-linked role and joiner may not create it: run "
+    "`aws iam create-service-linked-role --aws-service-name spot.amazonaws.com` once; spot is avoided "
+    "and on-demand used meanwhile"
 )
 MAX_OVERRIDES: Final = 150
 
@@ -198,17 +219,75 @@ def fleet_request(
     return request
 
 
+def is_spot_role_error(code: str, message: str = "") -> bool:
+    """The account lacks the Spot service-linked role (AWSServiceRoleForEC2Spot) and the caller may
+    not create it."""
+    return code in SPOT_ROLE_CODES or (
+        code.startswith("AuthFailure") and "service-linked role" in message.lower() and "spot" in message.lower()
+    )
+
+
 def ice_offerings(errors: Iterable[Obj], *, nodeclass: ResolvedNodeClass, capacity_type: str) -> list[OfferingId]:
     """The offerings CreateFleet said have no capacity (an override names a type and a subnet)."""
+    return refused_offerings(errors, nodeclass=nodeclass, capacity_type=capacity_type, tried=()).offerings
+
+
+def quota_group(instance_type: str) -> str:
+    """The on-demand vCPU quota an instance type counts against: ``P``, ``G`` (G and VT), ``F``,
+    ``X``, ``Inf``, ``DL``, ``Trn`` or ``Standard``."""
+    family = instance_type.split(".", 1)[0].lower()
+    for prefix, group in (("inf", "Inf"), ("trn", "Trn"), ("dl", "DL"), ("vt", "G"), ("p", "P"), ("g", "G")):
+        if family.startswith(prefix):
+            return group
+    if family.startswith(("f", "x")):
+        return family[0].upper()
+    return "Standard"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What a CreateFleet's errors say is not to be had here: the offerings to avoid, whether spot
+    is refused for the whole account, and the quota that was hit (code and message), if any."""
+
+    offerings: list[OfferingId]
+    spot_refused: bool = False
+    quota: tuple[str, str] | None = None
+
+
+def refused_offerings(
+    errors: Iterable[Obj], *, nodeclass: ResolvedNodeClass, capacity_type: str, tried: Sequence[OfferingId]
+) -> Refusal:
+    """The offerings CreateFleet's per-override errors say are not to be had here.
+
+    Capacity, ``Unsupported`` and a subnet out of addresses name their override's offering. A quota
+    (``VcpuLimitExceeded``, ``MaxSpotInstanceCountExceeded``, ``MaxFleetCountExceeded``) is not per
+    zone: every tried offering under the same quota is refused (for vCPUs: the same quota group; for
+    the spot count and the fleet count: all tried). A missing Spot service-linked role refuses spot."""
     zone_of = {str(s["id"]): str(s["zone"]) for s in nodeclass.subnets}
     out: list[OfferingId] = []
+    spot_refused = False
+    quota: tuple[str, str] | None = None
+
+    def add(offering: OfferingId) -> None:
+        if offering not in out:
+            out.append(offering)
+
     for err in errors:
-        if err.get("ErrorCode") not in ICE_CODES:
+        code = str(err.get("ErrorCode") or "")
+        message = str(err.get("ErrorMessage") or "")
+        if is_spot_role_error(code, message):
+            spot_refused = True
+            continue
+        if code not in UNAVAILABLE_CODES:
             continue
         override = (err.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        name = str(override.get("InstanceType") or "")
         zone = zone_of.get(str(override.get("SubnetId")))
-        if override.get("InstanceType") and zone:
-            offering = OfferingId(instance_type=str(override["InstanceType"]), zone=zone, capacity_type=capacity_type)
-            if offering not in out:
-                out.append(offering)
-    return out
+        if code in QUOTA_CODES:
+            quota = quota or (code, message)
+            for t in tried:
+                if code != "VcpuLimitExceeded" or not name or quota_group(t.instance_type) == quota_group(name):
+                    add(t)
+        if name and zone:
+            add(OfferingId(instance_type=name, zone=zone, capacity_type=capacity_type))
+    return Refusal(offerings=out, spot_refused=spot_refused, quota=quota)

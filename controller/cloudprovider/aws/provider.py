@@ -48,12 +48,15 @@ from controller.cloudprovider.aws.cluster import ClusterInfoSource, ClusterSetti
 from controller.cloudprovider.aws.fleet import (
     ICE_CODES,
     MAX_OVERRIDES,
+    SPOT_ROLE_FIX,
     TAG_CLUSTER,
     TAG_NODECLAIM,
     TAG_NODECLAIM_UID,
+    UNAVAILABLE_CODES,
+    Refusal,
     fleet_request,
-    ice_offerings,
     image_for,
+    refused_offerings,
     resource_tags,
     tag_specifications,
     template_data,
@@ -371,12 +374,17 @@ class AWSCloudProvider:
         except AWSError as err:
             if err.code.startswith("InvalidLaunchTemplate"):
                 self._templates.clear()  # deleted behind our back: create it again next time
-            if err.code in ICE_CODES:
-                raise InsufficientCapacityError(f"{err.code}: {err.message}", offerings=tuple(tried)) from None
+            whole = [{"ErrorCode": err.code, "ErrorMessage": err.message}]
+            refusal = refused_offerings(whole, nodeclass=nodeclass, capacity_type=capacity_type, tried=tried)
+            if refusal.spot_refused or err.code in UNAVAILABLE_CODES:
+                raise self._unavailable_error(
+                    refusal, tried=tried, capacity_type=capacity_type, detail=f"{err.code}: {err.message}"
+                ) from None
             raise CreateError(f"CreateFleet failed: {err.code}: {err.message}", reason=err.code) from None
         launched = [i for i in answer.get("Instances") or [] if i.get("InstanceIds")]
         errors = answer.get("Errors") or []
-        ice = ice_offerings(errors, nodeclass=nodeclass, capacity_type=capacity_type)
+        refusal = refused_offerings(errors, nodeclass=nodeclass, capacity_type=capacity_type, tried=tried)
+        ice = refusal.offerings
         if self._unavailable is not None:
             for key in ice:
                 self._unavailable.mark(key)
@@ -385,11 +393,8 @@ class AWSCloudProvider:
             if any(code.startswith("InvalidLaunchTemplate") for code in codes):
                 self._templates.clear()
             detail = "; ".join(f"{e.get('ErrorCode')}: {e.get('ErrorMessage')}" for e in errors[:5])
-            if all(code in ICE_CODES for code in codes):
-                raise InsufficientCapacityError(
-                    f"no capacity for {len(ice or tried)} of {len(tried)} offerings tried: {detail}",
-                    offerings=tuple(ice or tried),
-                )
+            if errors and (refusal.spot_refused or all(code in UNAVAILABLE_CODES for code in codes)):
+                raise self._unavailable_error(refusal, tried=tried, capacity_type=capacity_type, detail=detail)
             raise CreateError(f"CreateFleet launched nothing: {detail or 'no instances'}", reason=codes[0])
         first = launched[0]
         instance_id = str(first["InstanceIds"][0])
@@ -431,6 +436,44 @@ class AWSCloudProvider:
             allocatable=it.allocatable.to_quantities(),
             labels=labels,
             state="pending",
+        )
+
+    def _unavailable_error(
+        self, refusal: Refusal, *, tried: Sequence[OfferingId], capacity_type: str, detail: str
+    ) -> InsufficientCapacityError:
+        """The error of a launch AWS refused as "not here": the offerings to avoid (all spot ones when
+        the Spot service-linked role is missing), with the quota named when one was hit."""
+        offerings = list(refusal.offerings or tried)
+        if refusal.spot_refused:
+            spot = {
+                OfferingId(instance_type=it.name, zone=o.zone, capacity_type=CAPACITY_TYPE_SPOT)
+                for cache in self._types.values()
+                for it in cache.types
+                for o in it.offerings
+                if o.capacity_type == CAPACITY_TYPE_SPOT
+            }
+            if self._unavailable is not None:
+                for key in spot:  # every spot offering, not only this claim's: the account refuses spot
+                    self._unavailable.mark(key)
+            offerings = [o for o in tried if o.capacity_type == CAPACITY_TYPE_SPOT] or offerings
+            log.warning("aws.spot_refused", reason="SpotServiceLinkedRoleMissing", fix=SPOT_ROLE_FIX)
+            return InsufficientCapacityError(
+                f"{SPOT_ROLE_FIX} ({detail})", offerings=tuple(offerings), reason="SpotServiceLinkedRoleMissing"
+            )
+        if refusal.quota is not None:
+            code, message = refusal.quota
+            return InsufficientCapacityError(
+                f"the account's {code} quota refused {capacity_type} capacity for {len(offerings)} offering(s): "
+                f"{message}; raise the quota in Service Quotas (`joiner aws check` shows them)",
+                offerings=tuple(offerings),
+                reason=code,
+                quota=True,
+            )
+        codes = sorted({d.split(":", 1)[0].strip() for d in detail.split("; ") if d})
+        return InsufficientCapacityError(
+            f"no capacity for {len(offerings)} of {len(tried)} offerings tried: {detail}",
+            offerings=tuple(offerings),
+            reason="InsufficientCapacity" if set(codes) <= ICE_CODES else codes[0],
         )
 
     async def _launch_template(self, nodeclass: ResolvedNodeClass, data: Obj, *, tags: Mapping[str, str]) -> str:
