@@ -41,6 +41,7 @@ from controller.cloudprovider.aws.bootstrap import (
     FAMILIES_WITH_BOOTSTRAP,
     BootTaint,
     ClusterInfo,
+    UserDataError,
     family_of,
     user_data_for,
 )
@@ -67,6 +68,7 @@ from controller.cloudprovider.aws.instancetypes import (
     build_instance_type,
     build_offerings,
     latest_spot_prices,
+    max_pods,
     on_demand_prices,
 )
 from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, resolved_view
@@ -112,6 +114,7 @@ class _TypesCache:
     types: tuple[InstanceType, ...]
     architectures: Mapping[str, str]
     gpu_makers: Mapping[str, str]
+    max_pods: Mapping[str, int]  # what the kubelet of each type is told: the pods its capacity says
 
 
 class AWSCloudProvider:
@@ -288,6 +291,7 @@ class AWSCloudProvider:
         types: list[InstanceType] = []
         arch: dict[str, str] = {}
         makers: dict[str, str] = {}
+        pods: dict[str, int] = {}
         for row in rows:
             name = str(row["InstanceType"])
             offerings = build_offerings(
@@ -304,7 +308,8 @@ class AWSCloudProvider:
             types.append(it)
             arch[name] = it.labels.get("kubernetes.io/arch", "amd64")
             makers[name] = it.labels.get("joiner.sh/gpu-manufacturer", "")
-        entry = _TypesCache(at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers)
+            pods[name] = max_pods(row)  # the same function the capacity's pods came from
+        entry = _TypesCache(at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers, max_pods=pods)
         self._types[nodeclass.name] = entry
         return entry
 
@@ -505,8 +510,9 @@ class AWSCloudProvider:
         """How kubelets reach the cluster (see :mod:`controller.cloudprovider.aws.cluster`)."""
         return await self._cluster.get()
 
-    async def _user_data(self, nodeclaim: Obj, nodeclass: ResolvedNodeClass) -> str | None:
-        """The EC2NodeClass's userData, with the bootstrap joiner writes for its image family."""
+    async def _user_data(self, nodeclaim: Obj, nodeclass: ResolvedNodeClass, *, pods: int | None) -> str | None:
+        """The EC2NodeClass's userData, with the bootstrap joiner writes for its image family
+        (``pods``: the kubelet's maxPods)."""
         spec = nodeclass.model.spec
         alias = next((t.alias for t in spec.ami_selector_terms if t.alias), None)
         family = family_of(alias=alias, ami_family=spec.ami_family)
@@ -519,7 +525,12 @@ class AWSCloudProvider:
             if isinstance(t, Mapping) and t.get("key") and t.get("effect")
         ]
         labels = {str(k): str(v) for k, v in ((nodeclaim.get("metadata") or {}).get("labels") or {}).items()}
-        return user_data_for(family, await self.cluster_info(), labels=labels, taints=taints, user_data=spec.user_data)
+        try:
+            return user_data_for(
+                family, await self.cluster_info(), labels=labels, taints=taints, user_data=spec.user_data, max_pods=pods
+            )
+        except UserDataError as err:
+            raise NodeClassNotReadyError(f"EC2NodeClass {nodeclass.name!r}: {err}") from None
 
     async def _launch_configs(
         self,
@@ -533,7 +544,8 @@ class AWSCloudProvider:
         subnets_by_zone: dict[str, str] = {}
         for s in nodeclass.subnets:
             subnets_by_zone.setdefault(str(s["zone"]), str(s["id"]))
-        overrides_by_image: dict[str, list[Obj]] = {}
+        # one launch template per image and kubelet maxPods: the user data tells the kubelet its pods
+        overrides_by_image: dict[tuple[str, int], list[Obj]] = {}
         tried: list[OfferingId] = []
         for c in candidates:
             subnet = subnets_by_zone.get(c.offering.zone)
@@ -550,7 +562,8 @@ class AWSCloudProvider:
             override: Obj = {"InstanceType": c.instance_type.name, "SubnetId": subnet}
             if c.offering.capacity_type == CAPACITY_TYPE_ON_DEMAND:
                 override["Priority"] = float(len(tried))
-            overrides_by_image.setdefault(image, []).append(override)
+            pods = cache.max_pods.get(c.instance_type.name, 0)
+            overrides_by_image.setdefault((image, pods), []).append(override)
             tried.append(c.key)
             if len(tried) >= MAX_OVERRIDES:
                 break
@@ -561,13 +574,13 @@ class AWSCloudProvider:
                 reason="NoCompatibleOffering",
             )
         configs = []
-        user_data = await self._user_data(nodeclaim, nodeclass)
         tags = resource_tags(
             cluster_name=self.cluster_name,
             nodeclass=nodeclass,
             nodepool=str(((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")),
         )
-        for image, overrides in overrides_by_image.items():
+        for (image, pods), overrides in overrides_by_image.items():
+            user_data = await self._user_data(nodeclaim, nodeclass, pods=pods or None)
             data = template_data(nodeclass, image=image, reservation=reservation, user_data=user_data, tags=tags)
             template = await self._launch_template(nodeclass, data, tags=tags)
             configs.append(
