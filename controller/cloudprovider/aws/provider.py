@@ -93,6 +93,8 @@ PROVIDER_ID_PREFIX: Final = "aws:///"
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
 DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
 DRIFT_CACHE_SECONDS: Final = 30.0
+SUBNET_CACHE_SECONDS: Final = 60.0
+UNKNOWN_FREE_IPS: Final = 1 << 20  # a subnet DescribeSubnets did not count is not taken for full
 
 
 def provider_id_of(*, zone: str, instance_id: str) -> str:
@@ -149,6 +151,9 @@ class AWSCloudProvider:
         self._described: tuple[float, dict[str, Obj]] | None = None
         self._pricing_refresh = pricing_refresh_seconds
         self._cluster = ClusterInfoSource(api, cluster_name, cluster_settings)
+        self._ips_free: dict[str, int] = {}  # subnet id -> AvailableIpAddressCount last read
+        self._ips_in_flight: dict[str, int] = {}  # subnet id -> addresses launched since then
+        self._ips_read_at: dict[str, float] = {}  # NodeClass -> when its subnets were counted
 
     async def run(self) -> None:
         """The provider's own loops: the EC2NodeClass status controller, when one was given, and the
@@ -408,6 +413,8 @@ class AWSCloudProvider:
         it_name = str(first.get("InstanceType"))
         if reservation is not None:
             self._reserved_used[reservation.id] = self._reserved_used.get(reservation.id, 0) + 1
+        if subnet:  # its addresses are taken before DescribeSubnets shows it: count them meanwhile
+            self._ips_in_flight[subnet] = self._ips_in_flight.get(subnet, 0) + cache.max_pods.get(it_name, 1) + 1
         it = next(c.instance_type for c in chosen if c.instance_type.name == it_name)
         offering = next(
             (o for o in it.offerings if o.zone == zone and o.capacity_type == capacity_type), chosen[0].offering
@@ -532,6 +539,35 @@ class AWSCloudProvider:
         except UserDataError as err:
             raise NodeClassNotReadyError(f"EC2NodeClass {nodeclass.name!r}: {err}") from None
 
+    async def _zonal_subnets(self, nodeclass: ResolvedNodeClass) -> dict[str, tuple[str, int]]:
+        """Per zone, the NodeClass's subnet with the most free addresses less those in flight (launched
+        since the count was read: the instance's own and its pods'), and how many that leaves.
+        DescribeSubnets is asked at most every SUBNET_CACHE_SECONDS; a fresh count replaces the
+        in-flight guess. If it fails, the counts last read (or none) are used."""
+        ids = sorted(str(s["id"]) for s in nodeclass.subnets)
+        now = self._clock.monotonic()
+        if any(i not in self._ips_free for i in ids) or now - self._ips_read_at.get(nodeclass.name, -1e18) >= (
+            SUBNET_CACHE_SECONDS
+        ):
+            try:
+                rows = await self.api.collect("ec2", "describe_subnets", key="Subnets", SubnetIds=ids)
+            except AWSError as err:
+                log.warning("aws.subnets_not_counted", nodeclass=nodeclass.name, error=str(err))
+            else:
+                self._ips_read_at[nodeclass.name] = now
+                for row in rows:
+                    sid, free = str(row["SubnetId"]), int(row.get("AvailableIpAddressCount") or 0)
+                    if self._ips_free.get(sid) != free:
+                        self._ips_free[sid] = free
+                        self._ips_in_flight[sid] = 0
+        best: dict[str, tuple[str, int]] = {}
+        for sub in sorted(nodeclass.subnets, key=lambda x: str(x["id"])):
+            sid, zone = str(sub["id"]), str(sub["zone"])
+            left = self._ips_free.get(sid, UNKNOWN_FREE_IPS) - self._ips_in_flight.get(sid, 0)
+            if zone not in best or left > best[zone][1]:
+                best[zone] = (sid, left)
+        return best
+
     async def _launch_configs(
         self,
         *,
@@ -541,9 +577,10 @@ class AWSCloudProvider:
         cache: _TypesCache,
         reservation: Reservation | None,
     ) -> tuple[list[Obj], list[OfferingId]]:
-        subnets_by_zone: dict[str, str] = {}
-        for s in nodeclass.subnets:
-            subnets_by_zone.setdefault(str(s["zone"]), str(s["id"]))
+        zonal = await self._zonal_subnets(nodeclass)
+        subnets_by_zone = {zone: subnet for zone, (subnet, _) in zonal.items()}
+        exhausted = {zone for zone, (_, left) in zonal.items() if left <= 0}
+        candidates = sorted(candidates, key=lambda c: c.offering.zone in exhausted)  # stable: price order kept
         # one launch template per image and kubelet maxPods: the user data tells the kubelet its pods
         overrides_by_image: dict[tuple[str, int], list[Obj]] = {}
         tried: list[OfferingId] = []
