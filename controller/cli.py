@@ -66,6 +66,12 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="aws: the cluster's service CIDR, for the kubelet's DNS (default: from EKS DescribeCluster)",
     )
     p.add_argument(
+        "--cluster-version",
+        metavar="VERSION",
+        help="aws: the cluster's Kubernetes version (1.31), whose images the al2023 and bottlerocket "
+        "aliases select (default: from EKS DescribeCluster)",
+    )
+    p.add_argument(
         "--aws-pricing-refresh",
         type=float,
         default=43200.0,
@@ -359,6 +365,7 @@ def _run(args: argparse.Namespace) -> int:
                 cluster_endpoint=args.cluster_endpoint,
                 cluster_ca_bundle=args.cluster_ca_bundle,
                 cluster_cidr=args.cluster_cidr,
+                cluster_version=args.cluster_version,
                 interruption_queue=args.interruption_queue,
             )
             if args.provider == "aws"

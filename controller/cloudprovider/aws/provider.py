@@ -135,6 +135,7 @@ class AWSCloudProvider:
         loop: Any = None,
         pricing_refresh_seconds: float = 0.0,
         cluster_settings: ClusterSettings | None = None,
+        cluster_source: ClusterInfoSource | None = None,
     ) -> None:
         self.api = api
         self.cluster_name = cluster_name
@@ -150,7 +151,7 @@ class AWSCloudProvider:
         self._loop = loop
         self._described: tuple[float, dict[str, Obj]] | None = None
         self._pricing_refresh = pricing_refresh_seconds
-        self._cluster = ClusterInfoSource(api, cluster_name, cluster_settings)
+        self._cluster = cluster_source or ClusterInfoSource(api, cluster_name, cluster_settings)
         self._ips_free: dict[str, int] = {}  # subnet id -> AvailableIpAddressCount last read
         self._ips_in_flight: dict[str, int] = {}  # subnet id -> addresses launched since then
         self._ips_read_at: dict[str, float] = {}  # NodeClass -> when its subnets were counted

@@ -14,6 +14,7 @@ import structlog
 from api.v1.ec2nodeclass import EC2NodeClass
 from controller.clock import Clock, format_time
 from controller.cloudprovider.aws.api import AWSApi
+from controller.cloudprovider.aws.cluster import ClusterInfoSource
 from controller.cloudprovider.aws.nodeclass import Resolution, resolve
 from controller.kube.client import ApiError, KubeClient, NotFoundError
 from controller.kube.resources import EC2NODECLASSES
@@ -54,6 +55,7 @@ class EC2NodeClassStatusController:
         clock: Clock,
         cluster_name: str,
         refresh_seconds: float = REFRESH_SECONDS,
+        cluster_source: ClusterInfoSource | None = None,
     ) -> None:
         self.api = api
         self.client = client
@@ -61,6 +63,7 @@ class EC2NodeClassStatusController:
         self.clock = clock
         self.cluster_name = cluster_name
         self.refresh_seconds = refresh_seconds
+        self.cluster_source = cluster_source or ClusterInfoSource(api, cluster_name)
         self.queue = WorkQueue(name="ec2nodeclass-status", clock=clock)
 
     def _on_change(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
@@ -88,7 +91,8 @@ class EC2NodeClassStatusController:
         except ValueError as err:
             resolution = Resolution(ready=False, reason="InvalidSpec", message=f"the spec is invalid: {err}")
         else:
-            resolution = await resolve(self.api, model, cluster=self.cluster_name)
+            version = await self.cluster_source.version()
+            resolution = await resolve(self.api, model, cluster=self.cluster_name, kubernetes_version=version)
         status = desired_status(obj, resolution, now=format_time(self.clock.now()))
         if _same(obj.get("status") or {}, status):
             return self.refresh_seconds
