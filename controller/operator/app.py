@@ -94,6 +94,7 @@ def build_cloud_provider(
             loop=status,
             pricing_refresh_seconds=aws.pricing_refresh_seconds,
             cluster_source=source,
+            gc_seconds=600.0,  # launch templates and instance profiles nothing needs any more
         )
     if provider == "kwok":
         from controller.cloudprovider.catalog import load_catalog

@@ -318,7 +318,10 @@ async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -
             "iam",
             "create_instance_profile",
             InstanceProfileName=name,
-            Tags=[{"Key": "joiner.sh/cluster", "Value": cluster}],
+            Tags=[
+                {"Key": "joiner.sh/cluster", "Value": cluster},
+                {"Key": "joiner.sh/ec2nodeclass", "Value": model.name},
+            ],
         )
         roles = []
     if role.rsplit("/", 1)[-1] not in roles:

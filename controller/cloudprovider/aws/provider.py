@@ -53,6 +53,7 @@ from controller.cloudprovider.aws.fleet import (
     TAG_CLUSTER,
     TAG_NODECLAIM,
     TAG_NODECLAIM_UID,
+    TAG_NODECLASS,
     UNAVAILABLE_CODES,
     Refusal,
     fleet_request,
@@ -62,6 +63,8 @@ from controller.cloudprovider.aws.fleet import (
     tag_specifications,
     template_data,
 )
+from controller.cloudprovider.aws.gc import Collected
+from controller.cloudprovider.aws.gc import collect as collect_garbage
 from controller.cloudprovider.aws.instancetypes import (
     DEFAULT_ROOT_VOLUME_GIB,
     Reservation,
@@ -71,7 +74,7 @@ from controller.cloudprovider.aws.instancetypes import (
     max_pods,
     on_demand_prices,
 )
-from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, resolved_view
+from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, instance_profile_name, resolved_view
 from controller.cloudprovider.aws.pricing import OnDemandPrices
 from controller.cloudprovider.kwok.offerings import Candidate, compatible, offering_labels
 from controller.cloudprovider.types import (
@@ -136,6 +139,7 @@ class AWSCloudProvider:
         pricing_refresh_seconds: float = 0.0,
         cluster_settings: ClusterSettings | None = None,
         cluster_source: ClusterInfoSource | None = None,
+        gc_seconds: float = 0.0,
     ) -> None:
         self.api = api
         self.cluster_name = cluster_name
@@ -152,6 +156,9 @@ class AWSCloudProvider:
         self._described: tuple[float, dict[str, Obj]] | None = None
         self._pricing_refresh = pricing_refresh_seconds
         self._cluster = cluster_source or ClusterInfoSource(api, cluster_name, cluster_settings)
+        self._gc_seconds = gc_seconds
+        self._template_used: dict[str, float] = {}  # launch template -> when this process last used it
+        self._started = clock.monotonic()
         self._ips_free: dict[str, int] = {}  # subnet id -> AvailableIpAddressCount last read
         self._ips_in_flight: dict[str, int] = {}  # subnet id -> addresses launched since then
         self._ips_read_at: dict[str, float] = {}  # NodeClass -> when its subnets were counted
@@ -164,6 +171,8 @@ class AWSCloudProvider:
             loops.append(self._loop.run())
         if self._pricing_refresh > 0:
             loops.append(self._refresh_prices_forever())
+        if self._gc_seconds > 0:
+            loops.append(self._collect_forever())
         if not loops:
             loops.append(asyncio.Event().wait())
         await asyncio.gather(*loops)
@@ -174,6 +183,48 @@ class AWSCloudProvider:
         if changed:
             self._types.clear()  # the next instance_types() builds offerings at the new prices
         return changed is not None
+
+    async def collect_garbage(self) -> Collected:
+        """Delete the launch templates and instance profiles no EC2NodeClass needs (see aws/gc.py)."""
+        classes = self._nodeclasses()
+        needed: set[str] = set()
+        for name, obj in classes.items():
+            role = ((obj.get("spec") or {}).get("role")) or ""
+            if role:
+                needed.add(instance_profile_name(cluster=self.cluster_name, nodeclass=name, role=str(role)))
+        in_use: set[str] = set()
+        classes_in_use: set[str] = set()
+        for raw in await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}]):
+            arn = str((raw.get("IamInstanceProfile") or {}).get("Arn") or "")
+            if arn:
+                in_use.add(arn.rsplit("/", 1)[-1])
+            tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+            if tags.get(TAG_NODECLASS):
+                classes_in_use.add(str(tags[TAG_NODECLASS]))
+        now = self._clock.monotonic()
+        found = await collect_garbage(
+            self.api,
+            cluster=self.cluster_name,
+            nodeclasses=classes,
+            needed_profiles=needed,
+            profiles_in_use=in_use,
+            classes_in_use=classes_in_use,
+            used_templates={name: now - at for name, at in self._template_used.items()},
+            now=self._clock.now(),
+            uptime_seconds=now - self._started,
+        )
+        for name in found.launch_templates:
+            self._templates.pop(name, None)
+            self._template_used.pop(name, None)
+        return found
+
+    async def _collect_forever(self) -> None:
+        while True:
+            await self._clock.sleep(self._gc_seconds)
+            try:
+                await self.collect_garbage()
+            except AWSError as err:
+                log.warning("aws.gc_failed", code=err.code, error=err.message)
 
     async def _refresh_prices_forever(self) -> None:
         while True:
@@ -492,6 +543,7 @@ class AWSCloudProvider:
     async def _launch_template(self, nodeclass: ResolvedNodeClass, data: Obj, *, tags: Mapping[str, str]) -> str:
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
         name = f"joiner-{self.cluster_name}-{nodeclass.name}-{digest}"[:128]
+        self._template_used[name] = self._clock.monotonic()
         if name in self._templates:
             return name
         try:
