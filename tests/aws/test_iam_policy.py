@@ -10,73 +10,11 @@ interfaces and spot requests).
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
 from typing import Any
 
 from controller.cloudprovider.aws.provider import AWSCloudProvider
-from tests.aws.conftest import FaultProxy, Params, World, nodeclaim
-
-POLICY_DOC = Path(__file__).resolve().parents[2] / "docs" / "aws.md"
-# what each launch call creates (spot requests only for spot capacity)
-CREATES = {
-    "CreateFleet": ("fleet", "instance", "volume", "network-interface"),
-    "RunInstances": ("instance", "volume", "network-interface"),
-    "CreateLaunchTemplate": ("launch-template",),
-}
-
-
-def controller_policy(cluster: str) -> list[dict[str, Any]]:
-    text = POLICY_DOC.read_text()
-    section = text.split("## IAM policy of the controller", 1)[1]
-    block = re.search(r"```json\n(.*?)```", section, re.S)
-    assert block is not None, "docs/aws.md has no JSON policy under 'IAM policy of the controller'"
-    body = block.group(1).replace("CLUSTER", cluster)
-    statements: list[dict[str, Any]] = json.loads(body)["Statement"]
-    return statements
-
-
-def tags_by_resource(params: Params, prefix: str = "") -> dict[str, dict[str, str]]:
-    """``{resource type: tags}`` of the ``TagSpecification.N`` entries under ``prefix``."""
-    out: dict[str, dict[str, str]] = {}
-    pattern = re.compile(re.escape(prefix) + r"TagSpecification\.(\d+)\.ResourceType$")
-    for key, rtype in params.items():
-        m = pattern.match(key)
-        if m is None:
-            continue
-        base = f"{prefix}TagSpecification.{m.group(1)}.Tag."
-        tags = out.setdefault(rtype, {})
-        for k, v in params.items():
-            if k.startswith(base) and k.endswith(".Key"):
-                tags[v] = params.get(k.removesuffix(".Key") + ".Value", "")
-    return out
-
-
-def _as_list(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)
-
-
-def refusals(statements: list[dict[str, Any]], action: str, rtype: str, tags: dict[str, str]) -> str | None:
-    """None when a statement allows ``action`` to create ``rtype`` with ``tags``; else why not."""
-    why = []
-    for st in statements:
-        if f"ec2:{action}" not in _as_list(st["Action"]):
-            continue
-        if not any(r.endswith(f":{rtype}/*") for r in _as_list(st["Resource"])):
-            continue
-        conditions = st.get("Condition") or {}
-        missing = [
-            f"{key.removeprefix('aws:RequestTag/')}={want}"
-            for op, pairs in conditions.items()
-            for key, want in pairs.items()
-            if op == "StringEquals" and key.startswith("aws:RequestTag/") and tags.get(key.split("/", 1)[1]) != want
-        ]
-        other = [op for op in conditions if op != "StringEquals"]
-        if not missing and not other:
-            return None
-        why.append(f"statement {st.get('Sid')} needs the request tag(s) {missing}")
-    return "; ".join(why) or "no statement allows it"
+from tests.aws.conftest import FaultProxy, World, nodeclaim
+from tests.aws.iampolicy import CREATES, controller_policy, created_with_tags, refusals
 
 
 def check(statements: list[dict[str, Any]], proxy: FaultProxy) -> list[str]:
@@ -87,21 +25,10 @@ def check(statements: list[dict[str, Any]], proxy: FaultProxy) -> list[str]:
         if action not in CREATES:
             continue
         seen.add(action)
-        own = tags_by_resource(params)
-        via_template: dict[str, dict[str, str]] = {}
         if action == "CreateFleet":
             names = {v for k, v in params.items() if k.endswith("LaunchTemplateSpecification.LaunchTemplateName")}
-            for name in names:
-                assert name in templates, f"CreateFleet uses launch template {name} that joiner never created"
-                for rtype, tags in tags_by_resource(templates[name], "LaunchTemplateData.").items():
-                    via_template.setdefault(rtype, {}).update(tags)
-        spot = "spot" in (
-            params.get("TargetCapacitySpecification.DefaultTargetCapacityType"),
-            params.get("InstanceMarketOptions.MarketType"),
-        )
-        created = (*CREATES[action], *(("spot-instances-request",) if spot else ()))
-        for rtype in created:
-            tags = {**via_template.get(rtype, {}), **own.get(rtype, {})}
+            assert names <= set(templates), f"CreateFleet uses launch templates {names} joiner never created"
+        for rtype, tags in created_with_tags(action, params, templates).items():
             why = refusals(statements, action, rtype, tags)
             if why is not None:
                 problems.append(f"{action} creating a {rtype}: {why}")
