@@ -55,6 +55,8 @@ def moto_url() -> Iterator[str]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ["AWS_DEFAULT_REGION"] = REGION
+    # AWS's managed policies (AmazonEKSWorkerNodePolicy, ...) exist, as the getting-started guide needs
+    os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

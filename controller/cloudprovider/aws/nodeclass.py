@@ -289,8 +289,11 @@ def instance_profile_name(*, cluster: str, nodeclass: str, role: str) -> str:
     return f"joiner-{cluster}-{digest}"[:128]
 
 
-async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -> tuple[str | None, str, str]:
-    """(profile, reason, message): the profile to use, or None with why not."""
+async def _instance_profile(
+    api: AWSApi, model: EC2NodeClass, *, cluster: str, create: bool = True
+) -> tuple[str | None, str, str]:
+    """(profile, reason, message): the profile to use, or None with why not. Without ``create``
+    the profile a role needs is only named, not made."""
     spec = model.spec
     if spec.instance_profile:
         try:
@@ -308,6 +311,8 @@ async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -
             return None, "RoleNotFound", f"IAM role {role!r} (spec.role) does not exist"
         raise
     name = instance_profile_name(cluster=cluster, nodeclass=model.name, role=role)
+    if not create:
+        return name, "", ""
     try:
         answer = await api.call("iam", "get_instance_profile", InstanceProfileName=name)
         roles = [r.get("RoleName") for r in (answer.get("InstanceProfile") or {}).get("Roles") or []]
@@ -334,7 +339,12 @@ async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -
 
 
 async def resolve(
-    api: AWSApi, model: EC2NodeClass, *, cluster: str, kubernetes_version: str | None = None
+    api: AWSApi,
+    model: EC2NodeClass,
+    *,
+    cluster: str,
+    kubernetes_version: str | None = None,
+    create_profile: bool = True,
 ) -> Resolution:
     """Ask AWS what the selectors match; never raises for an AWS error (ResolutionFailed instead).
     ``kubernetes_version`` (``1.31``) picks the images of an alias."""
@@ -353,7 +363,7 @@ async def resolve(
             if spec.capacity_reservation_selector_terms
             else []
         )
-        profile, why, message = await _instance_profile(api, model, cluster=cluster)
+        profile, why, message = await _instance_profile(api, model, cluster=cluster, create=create_profile)
     except AWSError as err:
         return Resolution(ready=False, reason="ResolutionFailed", message=f"AWS refused a lookup: {err}")
     found = Resolution(
