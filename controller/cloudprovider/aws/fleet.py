@@ -24,6 +24,22 @@ TAG_NODEPOOL: Final = "joiner.sh/nodepool"
 TAG_NODECLAIM: Final = "joiner.sh/nodeclaim"
 TAG_NODECLASS: Final = "joiner.sh/ec2nodeclass"
 TAG_NODECLAIM_UID: Final = "joiner.sh/nodeclaim-uid"
+TAG_NODECLASS_HASH: Final = "joiner.sh/ec2nodeclass-hash"
+TAG_RESERVATION: Final = "joiner.sh/capacity-reservation"  # the reservation an instance was launched into
+# the parts of an EC2NodeClass's spec a running instance was launched with and cannot change: a
+# different value is drift (the selectors drift by what they resolve to: image, subnet, groups)
+HASHED_FIELDS: Final = (
+    "amiFamily",
+    "userData",
+    "blockDeviceMappings",
+    "metadataOptions",
+    "role",
+    "instanceProfile",
+    "tags",
+    "detailedMonitoring",
+    "associatePublicIPAddress",
+    "instanceStorePolicy",
+)
 # what EKS and the AWS cloud controller know a cluster's machines by (Karpenter tags it too)
 TAG_K8S_CLUSTER_PREFIX: Final = "kubernetes.io/cluster/"
 # CreateFleet tags these directly; the rest of what it creates is tagged through the launch template
@@ -85,6 +101,13 @@ def image_for(
         if variant_of(str(ami.get("name") or "")) == wanted:
             return str(ami["id"])
     return str(same_arch[0]["id"]) if same_arch else ""
+
+
+def nodeclass_hash(nodeclass: ResolvedNodeClass) -> str:
+    """A digest of the spec fields a launched instance keeps (``HASHED_FIELDS``)."""
+    spec = nodeclass.model.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    kept = {k: spec.get(k) for k in HASHED_FIELDS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def resource_tags(*, cluster_name: str, nodeclass: ResolvedNodeClass, nodepool: str) -> dict[str, str]:
@@ -198,7 +221,16 @@ def fleet_request(
     tags = resource_tags(
         cluster_name=cluster_name, nodeclass=nodeclass, nodepool=(meta.get("labels") or {}).get(LABEL_NODEPOOL, "")
     )
-    tags.update({TAG_NODECLAIM: name, TAG_NODECLAIM_UID: str(meta.get("uid") or ""), "Name": f"{cluster_name}/{name}"})
+    tags.update(
+        {
+            TAG_NODECLAIM: name,
+            TAG_NODECLAIM_UID: str(meta.get("uid") or ""),
+            TAG_NODECLASS_HASH: nodeclass_hash(nodeclass),
+            "Name": f"{cluster_name}/{name}",
+        }
+    )
+    if reservation is not None:
+        tags[TAG_RESERVATION] = reservation.id
     if capacity_type == CAPACITY_TYPE_SPOT:
         default = "spot"
     elif reservation is not None and reservation.capacity_block:

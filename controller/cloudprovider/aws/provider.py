@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import structlog
@@ -54,10 +55,13 @@ from controller.cloudprovider.aws.fleet import (
     TAG_NODECLAIM,
     TAG_NODECLAIM_UID,
     TAG_NODECLASS,
+    TAG_NODECLASS_HASH,
+    TAG_RESERVATION,
     UNAVAILABLE_CODES,
     Refusal,
     fleet_request,
     image_for,
+    nodeclass_hash,
     refused_offerings,
     resource_tags,
     tag_specifications,
@@ -97,6 +101,7 @@ LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-dow
 DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
 DRIFT_CACHE_SECONDS: Final = 30.0
 SUBNET_CACHE_SECONDS: Final = 60.0
+CAPACITY_BLOCK_DRAIN_SECONDS: Final = 40 * 60.0
 UNKNOWN_FREE_IPS: Final = 1 << 20  # a subnet DescribeSubnets did not count is not taken for full
 
 
@@ -804,6 +809,15 @@ class AWSCloudProvider:
         raw = (await self._all_instances()).get(instance_id)
         if raw is None:
             return None
+        launched_with = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}.get(TAG_NODECLASS_HASH)
+        if launched_with and launched_with != nodeclass_hash(nodeclass):
+            return (
+                f"NodeClassDrift: EC2NodeClass {nodeclass.name} changed since the instance launched (user data, "
+                f"volumes, metadata options, role, tags or the like)"
+            )
+        expiring = self._capacity_block_ending(nodeclass, raw)
+        if expiring is not None:
+            return expiring
         amis = {str(a["id"]) for a in nodeclass.amis}
         if amis and raw.get("ImageId") not in amis:
             return f"AMIDrift: image {raw.get('ImageId')} is no longer selected by EC2NodeClass {nodeclass.name}"
@@ -821,6 +835,36 @@ class AWSCloudProvider:
                 f"{sorted(nodeclass.security_group_ids)} of EC2NodeClass {nodeclass.name}"
             )
         return None
+
+    def _capacity_block_ending(self, nodeclass: ResolvedNodeClass, raw: Obj) -> str | None:
+        """Why an instance in a Capacity Block must be replaced now: the block ends within
+        CAPACITY_BLOCK_DRAIN_SECONDS (EC2 reclaims the instances at the end; Karpenter starts 40
+        minutes before). Replaced as drift is: the new node first, under the pool's budgets."""
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+        rid = raw.get("CapacityReservationId") or tags.get(TAG_RESERVATION)
+        block = next(
+            (
+                r
+                for r in nodeclass.capacity_reservations
+                if r.get("id") == rid and r.get("reservationType") == "capacity-block" and r.get("endTime")
+            ),
+            None,
+        )
+        if block is None:
+            return None
+        try:
+            end = datetime.fromisoformat(str(block["endTime"]).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if end.tzinfo is None:
+            end = end.replace(tzinfo=UTC)
+        left = (end - self._clock.now()).total_seconds()
+        if left > CAPACITY_BLOCK_DRAIN_SECONDS:
+            return None
+        return (
+            f"CapacityBlockExpiring: Capacity Block {rid} ends at {end.isoformat()} ({max(0, int(left // 60))} min): "
+            f"replaced before EC2 reclaims the instance"
+        )
 
 
 def _alive(raw: Obj) -> bool:
