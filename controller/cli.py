@@ -66,6 +66,12 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="aws: the cluster's service CIDR, for the kubelet's DNS (default: from EKS DescribeCluster)",
     )
     p.add_argument(
+        "--cluster-version",
+        metavar="VERSION",
+        help="aws: the cluster's Kubernetes version (1.31), whose images the al2023 and bottlerocket "
+        "aliases select (default: from EKS DescribeCluster)",
+    )
+    p.add_argument(
         "--aws-pricing-refresh",
         type=float,
         default=43200.0,
@@ -359,6 +365,7 @@ def _run(args: argparse.Namespace) -> int:
                 cluster_endpoint=args.cluster_endpoint,
                 cluster_ca_bundle=args.cluster_ca_bundle,
                 cluster_cidr=args.cluster_cidr,
+                cluster_version=args.cluster_version,
                 interruption_queue=args.interruption_queue,
             )
             if args.provider == "aws"
@@ -458,6 +465,101 @@ async def _forecast_from_cluster(args: argparse.Namespace, now: object) -> tuple
         await client.close()
 
 
+def _add_aws(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    aws = subparsers.add_parser("aws", help="AWS helpers: `joiner aws check`", description="AWS helpers.")
+    commands = aws.add_subparsers(title="commands", metavar="COMMAND")
+    p = commands.add_parser(
+        "check",
+        help="check that an EC2NodeClass can launch: credentials, cluster, images, network, IAM, quotas",
+        description="One line per check, ✔ or ✘ with the fix: credentials, region, EKS DescribeCluster, the "
+        "images per Kubernetes version, subnets and security groups, the user data rendered and parsed, "
+        "CreateLaunchTemplate/CreateFleet/RunInstances with DryRun, the Spot service-linked role and the "
+        "G/P/Spot vCPU quotas. Creates nothing. Exit code 1 when any check fails.",
+    )
+    p.add_argument("--nodeclass", required=True, help="the EC2NodeClass (read from the cluster, or from --file)")
+    p.add_argument("-f", "--file", help="read the EC2NodeClass from this manifest (YAML/JSON) instead of the cluster")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument(
+        "--cluster-name", default=os.environ.get("CLUSTER_NAME"), help="the cluster's name (default: $CLUSTER_NAME)"
+    )
+    p.add_argument("--region", default=os.environ.get("AWS_REGION"), help="the region (default: the AWS config)")
+    p.add_argument("--aws-endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"), help=argparse.SUPPRESS)
+    for flag in ("--cluster-endpoint", "--cluster-ca-bundle", "--cluster-cidr", "--cluster-version"):
+        p.add_argument(flag, default=os.environ.get(flag.strip("-").replace("-", "_").upper()), help="as for run")
+    p.set_defaults(handler=_aws_check)
+
+
+def _read_nodeclass(args: argparse.Namespace) -> dict[str, Any]:
+    import asyncio
+
+    import yaml
+
+    if args.file:
+        with open(args.file, encoding="utf-8") as f:
+            for doc in yaml.safe_load_all(f):
+                kind, meta = (doc.get("kind"), doc.get("metadata") or {}) if isinstance(doc, dict) else (None, {})
+                if kind == "EC2NodeClass" and meta.get("name") == args.nodeclass:
+                    return dict(doc)
+        raise ValueError(f"{args.file} has no EC2NodeClass {args.nodeclass!r}")
+
+    async def from_cluster() -> dict[str, Any]:
+        from controller.kube.client import KubeClient, NotFoundError
+        from controller.kube.resources import EC2NODECLASSES
+
+        client = await KubeClient.connect(args.kubeconfig)
+        try:
+            found: dict[str, Any] = await client.get(EC2NODECLASSES, args.nodeclass)
+            return found
+        except NotFoundError as err:
+            raise ValueError(f"EC2NodeClass {args.nodeclass} not found") from err
+        finally:
+            await client.close()
+
+    return asyncio.run(from_cluster())
+
+
+def _aws_check(args: argparse.Namespace) -> int:
+    import asyncio
+
+    if not args.cluster_name:
+        print("joiner aws check: give --cluster-name (or CLUSTER_NAME)", file=sys.stderr)
+        return 2
+    try:
+        nodeclass = _read_nodeclass(args)
+    except (OSError, ValueError) as err:
+        print(f"joiner aws check: {err}", file=sys.stderr)
+        return 2
+
+    async def check() -> int:
+        from controller.clock import RealClock
+        from controller.cloudprovider.aws.api import AWSApi, RetryPolicy
+        from controller.cloudprovider.aws.check import run_checks
+        from controller.cloudprovider.aws.cluster import ClusterInfoSource, ClusterSettings
+
+        api = AWSApi(region=args.region, endpoint_url=args.aws_endpoint_url, retry=RetryPolicy(attempts=3))
+        settings = ClusterSettings(
+            endpoint=args.cluster_endpoint,
+            ca_bundle=args.cluster_ca_bundle,
+            service_cidr=args.cluster_cidr,
+            version=args.cluster_version,
+        )
+        try:
+            lines = await run_checks(
+                api,
+                cluster_name=args.cluster_name,
+                nodeclass=nodeclass,
+                source=ClusterInfoSource(api, args.cluster_name, settings),
+                now=RealClock().now,
+            )
+        finally:
+            await api.close()
+        for line in lines:
+            print(line.render())
+        return 0 if all(line.ok for line in lines) else 1
+
+    return asyncio.run(check())
+
+
 def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
     """The ``joiner`` parser; ``only="plan"`` registers the plan command alone (``joiner plan``
     parses the same way and starts sooner)."""
@@ -475,6 +577,7 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
     plan.add_parser(subparsers)
     if only != "plan":
         _add_forecast(subparsers)
+        _add_aws(subparsers)
     return parser
 
 

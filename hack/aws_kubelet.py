@@ -11,7 +11,8 @@ kubelet and the cloud's node lifecycle controller do, and nothing more:
   ``spec.providerID`` ``aws:///<zone>/<instance id>``; the well-known labels a kubelet and the cloud
   provider set (hostname, arch, os, instance type, zone, region); capacity from
   DescribeInstanceTypes (vCPUs, memory, ``nvidia.com/gpu`` from ``GpuInfo`` -- what the device plugin
-  would register -- and pods from the network interfaces); allocatable minus EKS-style
+  would register -- and pods as the user data's ``maxPods``/``max-pods`` says, else counted from the
+  default network card's interfaces as the EKS images do); allocatable minus EKS-style
   kube-reserved and the eviction threshold. The taints and extra labels are the
   ``--register-with-taints`` and ``--node-labels`` kubelet flags found in the instance's user
   data (base64, any format: a shell script, a nodeadm NodeConfig, MIME parts), exactly
@@ -81,16 +82,32 @@ def reserved_cpu_millis(vcpus: int) -> int:
     return int(millis)
 
 
-def max_pods(enis: int, ips_per_eni: int) -> int:
-    return min(110, enis * (ips_per_eni - 1) + 2) if enis and ips_per_eni else 110
+def eni_pods(network: Obj) -> int:
+    """What the EKS images' max-pods calculator gives for a DescribeInstanceTypes ``NetworkInfo``:
+    the interfaces of the default network card (pod addresses live there; other cards carry EFA
+    and bandwidth), each with its addresses less its own, plus the two host-network pods."""
+    index = network.get("DefaultNetworkCardIndex", 0)
+    cards = [c for c in network.get("NetworkCards") or [] if c.get("NetworkCardIndex", 0) == index]
+    interfaces = cards[0]["MaximumNetworkInterfaces"] if cards else network.get("MaximumNetworkInterfaces", 0)
+    addresses = network.get("Ipv4AddressesPerInterface", 0)
+    if not interfaces or addresses < 2:
+        return 110
+    return int(interfaces) * (int(addresses) - 1) + 2
 
 
-def node_resources(itype: Obj) -> tuple[dict[str, str], dict[str, str]]:
-    """(capacity, allocatable) of a DescribeInstanceTypes entry, as a kubelet would report them."""
+def configured_max_pods(user_data: str) -> int | None:
+    """The maxPods a kubelet is started with by its user data: nodeadm's ``kubelet.config.maxPods``
+    or Bottlerocket's ``settings.kubernetes.max-pods`` (the last one given wins, as nodeadm merges)."""
+    found = re.findall(r"^\s*(?:maxPods:|max-pods\s*=)\s*(\d+)\s*$", user_data, flags=re.M)
+    return int(found[-1]) if found else None
+
+
+def node_resources(itype: Obj, *, user_data: str = "") -> tuple[dict[str, str], dict[str, str]]:
+    """(capacity, allocatable) of a DescribeInstanceTypes entry, as a kubelet would report them: pods
+    as its user data configures, else as the EKS image computes them."""
     vcpus = int(itype["VCpuInfo"]["DefaultVCpus"])
     mem_mib = int(itype["MemoryInfo"]["SizeInMiB"])
-    net = itype.get("NetworkInfo") or {}
-    pods = max_pods(int(net.get("MaximumNetworkInterfaces") or 0), int(net.get("Ipv4AddressesPerInterface") or 0))
+    pods = configured_max_pods(user_data) or eni_pods(itype.get("NetworkInfo") or {})
     gpus = sum(int(g.get("Count") or 0) for g in (itype.get("GpuInfo") or {}).get("Gpus") or [])
     # the kernel and firmware keep a little of the nominal memory
     seen_mib = int(mem_mib * 0.96)
@@ -175,7 +192,7 @@ class StandIn:
     def node_manifest(self, instance: Obj) -> Obj:
         zone = instance["Placement"]["AvailabilityZone"]
         itype = self.instance_type(instance["InstanceType"])
-        capacity, allocatable = node_resources(itype)
+        capacity, allocatable = node_resources(itype, user_data=self.user_data(instance))
         taints, extra = kubelet_flags(self.user_data(instance))
         name = instance.get("PrivateDnsName") or instance["InstanceId"]
         labels = {

@@ -292,8 +292,10 @@ class EC2NodeClassStatus(StatusModel):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """``Ready``: every selector matched and a role or profile is set; otherwise the message says
-    what is missing."""
+    """``Ready``: every selector matched, a role or profile is set and the preflight passed;
+    otherwise the message says what is missing. ``ValidationSucceeded``: the launch requests sent
+    with DryRun were allowed; when refused, the reason is the AWS error code and the message names
+    the call and the permission or tag the controller's role lacks."""
 
 
 class EC2NodeClass(SpecModel):

@@ -50,11 +50,23 @@ class CloudProviderError(Exception):
 
 
 class InsufficientCapacityError(CloudProviderError):
-    """None of the offerings tried had capacity; they are marked unavailable for a while."""
+    """None of the offerings tried had capacity; they are marked unavailable for a while.
 
-    def __init__(self, message: str, offerings: tuple[OfferingId, ...] = ()) -> None:
+    ``reason`` is the cloud's word for it (``InsufficientCapacity`` by default); ``quota`` says it
+    was an account quota (the user must raise it), which the NodePool's status and Events show."""
+
+    def __init__(
+        self,
+        message: str,
+        offerings: tuple[OfferingId, ...] = (),
+        *,
+        reason: str = "InsufficientCapacity",
+        quota: bool = False,
+    ) -> None:
         super().__init__(message)
         self.offerings = offerings
+        self.reason = reason
+        self.quota = quota
 
 
 class NodeClaimNotFoundError(CloudProviderError):

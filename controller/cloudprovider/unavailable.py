@@ -11,6 +11,23 @@ class UnavailableOfferings:
         self._clock = clock
         self._ttl = ttl_seconds
         self._until: dict[OfferingId, float] = {}
+        self._quota: dict[str, tuple[str, str, float]] = {}  # nodepool -> (reason, message, until)
+
+    def note_quota(self, nodepool: str, *, reason: str, message: str) -> None:
+        """A launch for ``nodepool`` hit an account quota: said in its status for as long as the
+        offerings it refused are avoided."""
+        self._quota[nodepool] = (reason, message, self._clock.monotonic() + self._ttl)
+
+    def quota(self, nodepool: str) -> tuple[str, str, float] | None:
+        """(reason, message, seconds left) of the pool's last quota refusal, while it lasts."""
+        found = self._quota.get(nodepool)
+        if found is None:
+            return None
+        left = found[2] - self._clock.monotonic()
+        if left <= 0:
+            del self._quota[nodepool]
+            return None
+        return found[0], found[1], left
 
     def mark(self, offering: OfferingId, *, ttl_seconds: float | None = None) -> None:
         self._until[offering] = self._clock.monotonic() + (self._ttl if ttl_seconds is None else ttl_seconds)

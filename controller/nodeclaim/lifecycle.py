@@ -317,20 +317,26 @@ class LifecycleController:
         except InsufficientCapacityError as err:
             for offering in err.offerings:
                 self.ctx.unavailable.mark(offering)
-            metrics.LAUNCH_FAILURES.labels(nodepool, "InsufficientCapacity").inc()
+            metrics.LAUNCH_FAILURES.labels(nodepool, err.reason).inc()
             ttl = fmt_seconds(self.ctx.settings.unavailable_offering_ttl_seconds)
+            what = "Insufficient capacity" if err.reason == "InsufficientCapacity" else err.reason
             message = (
-                f"Insufficient capacity: {err}. Marked {len(err.offerings)} offering(s) unavailable for "
+                f"{what}: {err}. Marked {len(err.offerings)} offering(s) unavailable for "
                 f"{ttl}; deleting the NodeClaim so its pods are provisioned again elsewhere"
             )
             log.warning(
                 "nodeclaim.launch_failed",
                 nodeclaim=name,
                 nodepool=nodepool,
-                reason="InsufficientCapacity",
+                reason=err.reason,
                 offerings=[f"{o.instance_type}/{o.zone}/{o.capacity_type}" for o in err.offerings],
             )
-            await delete_nodeclaim(self.ctx, claim, reason="InsufficientCapacity", message=message)
+            if err.quota and nodepool:  # the user must raise a quota: say so where they look, the NodePool
+                self.ctx.unavailable.note_quota(nodepool, reason=err.reason, message=str(err))
+                pool = self.ctx.cluster.nodepools().get(nodepool)
+                if pool is not None:
+                    await self.ctx.events.emit(pool, reason=err.reason, message=str(err), type="Warning")
+            await delete_nodeclaim(self.ctx, claim, reason=err.reason, message=message)
             self._deleted.add(str(claim.uid))  # the cache may lag: no second attempt
             return 0
         except NodeClassNotReadyError as err:

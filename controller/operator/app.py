@@ -45,6 +45,7 @@ class AWSOptions:
     cluster_endpoint: str | None = None
     cluster_ca_bundle: str | None = None
     cluster_cidr: str | None = None
+    cluster_version: str | None = None
 
 
 @runtime_checkable
@@ -64,15 +65,25 @@ def build_cloud_provider(
 ) -> CloudProvider:
     if provider == "aws":
         from controller.cloudprovider.aws.api import AWSApi
-        from controller.cloudprovider.aws.cluster import ClusterSettings
+        from controller.cloudprovider.aws.cluster import ClusterInfoSource, ClusterSettings
         from controller.cloudprovider.aws.provider import AWSCloudProvider
         from controller.cloudprovider.aws.status import EC2NodeClassStatusController
 
         if aws is None or not aws.cluster_name:
             raise ValueError("the aws provider needs --cluster-name")
         api = AWSApi(region=aws.region, endpoint_url=aws.endpoint_url, sleep=clock.sleep)
+        source = ClusterInfoSource(
+            api,
+            aws.cluster_name,
+            ClusterSettings(
+                endpoint=aws.cluster_endpoint,
+                ca_bundle=aws.cluster_ca_bundle,
+                service_cidr=aws.cluster_cidr,
+                version=aws.cluster_version,
+            ),
+        )
         status = EC2NodeClassStatusController(
-            api=api, client=client, cluster=cluster, clock=clock, cluster_name=aws.cluster_name
+            api=api, client=client, cluster=cluster, clock=clock, cluster_name=aws.cluster_name, cluster_source=source
         )
         return AWSCloudProvider(
             api=api,
@@ -82,9 +93,8 @@ def build_cloud_provider(
             unavailable=unavailable,
             loop=status,
             pricing_refresh_seconds=aws.pricing_refresh_seconds,
-            cluster_settings=ClusterSettings(
-                endpoint=aws.cluster_endpoint, ca_bundle=aws.cluster_ca_bundle, service_cidr=aws.cluster_cidr
-            ),
+            cluster_source=source,
+            gc_seconds=600.0,  # launch templates and instance profiles nothing needs any more
         )
     if provider == "kwok":
         from controller.cloudprovider.catalog import load_catalog

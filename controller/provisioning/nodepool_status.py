@@ -1,11 +1,13 @@
 """NodePool status: what the pool holds (resources, nodes) and whether it can launch (conditions).
 
 Conditions: `ValidationSucceeded` (the spec passes the same rules as the CRD), `NodeClassReady`
-(the referenced NodeClass exists), `LimitsReached` (a resource in spec.limits, or `limits.nodes`,
-is used up: the pool launches nothing more), `BufferLimited` (only for pools with a warm buffer:
-the buffer stopped short of what it wants, and why), `TierMix` (only with spec.capacity.tierMix:
-whether the pool's capacity by capacity type is within 10 points of its target shares;
-``SpotShort`` when spot could not be had), and `Ready` (validation and NodeClass are fine).
+(the referenced NodeClass exists and does not say Ready=False), `LimitsReached` (a resource in
+spec.limits, or `limits.nodes`, is used up: the pool launches nothing more), `BufferLimited` (only
+for pools with a warm buffer: the buffer stopped short of what it wants, and why), `QuotaExceeded`
+(only while a launch of the pool hit an account quota, for as long as the refused offerings are
+avoided), `TierMix` (only with spec.capacity.tierMix: whether the pool's capacity by capacity type
+is within 10 points of its target shares; ``SpotShort`` when spot could not be had), and `Ready`
+(validation and NodeClass are fine).
 `status.buffer` (wanted / ready) comes from the capacity controller's report.
 """
 
@@ -136,6 +138,8 @@ def desired_status(
     nodeclass_exists: bool,
     buffer: BufferReport | None = None,
     buffer_limited: str | None = None,
+    quota: tuple[str, str] | None = None,
+    nodeclass_problem: str | None = None,
 ) -> tuple[Obj, str | None]:
     """The status a NodePool should have, and the validation error if its spec is invalid. Pure.
 
@@ -171,9 +175,17 @@ def desired_status(
         ),
         _condition(
             "NodeClassReady",
-            nodeclass_exists,
-            "Found" if nodeclass_exists else "NodeClassNotFound",
-            "" if nodeclass_exists else f"{ref.get('kind', 'NodeClass')} {ref.get('name', '')!r} does not exist",
+            nodeclass_exists and not nodeclass_problem,
+            "Found"
+            if nodeclass_exists and not nodeclass_problem
+            else ("NodeClassNotReady" if nodeclass_exists else "NodeClassNotFound"),
+            ""
+            if nodeclass_exists and not nodeclass_problem
+            else (
+                f"{ref.get('kind', 'NodeClass')} {ref.get('name', '')!r} is not Ready: {nodeclass_problem}"
+                if nodeclass_exists
+                else f"{ref.get('kind', 'NodeClass')} {ref.get('name', '')!r} does not exist"
+            ),
         ),
         _condition(
             "LimitsReached",
@@ -187,7 +199,9 @@ def desired_status(
         conditions.append(tier_mix_condition(mix, tier_weights(mine)))
     if _has_buffer(pool):
         conditions.append(_buffer_condition(buffer, buffer_limited))
-    ready = error is None and nodeclass_exists
+    if quota is not None:  # only while the refused offerings are avoided
+        conditions.append(_condition("QuotaExceeded", True, quota[0], quota[1]))
+    ready = error is None and nodeclass_exists and not nodeclass_problem
     conditions.append(
         _condition(
             "Ready",
@@ -280,8 +294,15 @@ class NodePoolStatusController:
         kind = ref.get("kind")
         watched = kind in ("KWOKNodeClass", "EC2NodeClass") and kind in cluster.informers  # EC2: aws provider only
         nodeclass_exists = watched and ref.get("name") in cluster.store(str(kind))
+        nodeclass_problem = None
+        if nodeclass_exists:  # a NodeClass that says it is not Ready (an EC2NodeClass the preflight refused)
+            conds = ((cluster.store(str(kind))[ref["name"]].get("status") or {}).get("conditions")) or []
+            said = next((c for c in conds if c.get("type") == "Ready"), None)
+            if said is not None and said.get("status") == "False":
+                nodeclass_problem = str(said.get("message") or said.get("reason") or "Ready=False")
         claims = [c.raw for c in cluster.claim_views().values()]
         registered = {c.name for c in cluster.claim_views().values() if cluster.node_view_for_claim(c) is not None}
+        quota = self.ctx.unavailable.quota(name)
         status, error = desired_status(
             pool=pool,
             claims=claims,
@@ -289,7 +310,10 @@ class NodePoolStatusController:
             nodeclass_exists=nodeclass_exists,
             buffer=self.ctx.buffers.report(name),
             buffer_limited=self.ctx.buffers.limited(name),
+            quota=quota[:2] if quota is not None else None,
+            nodeclass_problem=nodeclass_problem,
         )
+        again = quota[2] + 0.5 if quota is not None else None  # to take the condition off when it ends
         current = pool.get("status") or {}
         self._tier_metrics(pool, claims)
         if error and self._reported.get(name) != error:
@@ -304,7 +328,7 @@ class NodePoolStatusController:
             and current.get("buffer") == status.get("buffer")
             and _same_conditions(current.get("conditions") or [], status["conditions"])
         ):
-            return None
+            return again
         now = format_time(self.ctx.clock.now())
         old_by_type = {c.get("type"): c for c in current.get("conditions") or []}
         for cond in status["conditions"]:
@@ -324,4 +348,4 @@ class NodePoolStatusController:
         except ApiError as err:
             log.warning("nodepool.status_update_failed", nodepool=name, error=str(err))
             return 5.0
-        return None
+        return again

@@ -13,6 +13,7 @@ which moto brings along; only the provider under test uses aioboto3.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import threading
@@ -54,6 +55,8 @@ def moto_url() -> Iterator[str]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ["AWS_DEFAULT_REGION"] = REGION
+    # AWS's managed policies (AmazonEKSWorkerNodePolicy, ...) exist, as the getting-started guide needs
+    os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -157,15 +160,20 @@ def overrides_of(params: Params) -> list[tuple[str, str, str]]:
     return sorted(out)
 
 
-def ice_answer(failed: list[tuple[str, str, str]]) -> str:
+def ice_answer(
+    failed: list[tuple[str, str, str]],
+    *,
+    code: str = "InsufficientInstanceCapacity",
+    message: str = "We currently do not have sufficient capacity in the Availability Zone you requested.",
+    lifecycle: str = "on-demand",
+) -> str:
+    """A CreateFleet answer in which every override of ``failed`` failed with ``code``."""
     items = "".join(
         "<item><launchTemplateAndOverrides><launchTemplateSpecification>"
         f"<launchTemplateName>{t}</launchTemplateName><version>1</version></launchTemplateSpecification>"
         f"<overrides><instanceType>{it}</instanceType><subnetId>{subnet}</subnetId></overrides>"
-        "</launchTemplateAndOverrides><lifecycle>on-demand</lifecycle>"
-        "<errorCode>InsufficientInstanceCapacity</errorCode>"
-        "<errorMessage>We currently do not have sufficient capacity in the Availability Zone you requested."
-        "</errorMessage></item>"
+        f"</launchTemplateAndOverrides><lifecycle>{lifecycle}</lifecycle>"
+        f"<errorCode>{code}</errorCode><errorMessage>{message}</errorMessage></item>"
         for t, it, subnet in failed
     )
     return (
@@ -300,9 +308,42 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-async def resolve_into(world: World, obj: Obj, *, api: AWSApi, clock: FakeClock) -> Obj:
+def serve_ssm_parameters(proxy: FaultProxy, parameters: dict[str, str]) -> list[list[str]]:
+    """Answer SSM GetParameters like AWS does for its public parameters (moto has none of EKS's and
+    refuses to store names under /aws/): the known ones, the rest as InvalidParameters. Returns the
+    names asked, per request."""
+    asked: list[list[str]] = []
+
+    def rule(action: str, params: Params) -> tuple[int, str] | None:
+        if action != "AmazonSSM.GetParameters":
+            return None
+        names = list(json.loads(params["Body"]).get("Names") or [])
+        asked.append(names)
+        found = [
+            {"Name": n, "Type": "String", "Value": parameters[n], "Version": 1, "DataType": "aws:ec2:image"}
+            for n in names
+            if n in parameters
+        ]
+        return 200, json.dumps({"Parameters": found, "InvalidParameters": [n for n in names if n not in parameters]})
+
+    proxy.rules.append(rule)
+    return asked
+
+
+def named_image(world: World, name: str, *, arch: str = "x86_64") -> str:
+    """An image in the moto account with an EKS-style name (a copy of one moto ships)."""
+    found = world.ec2.describe_images(ImageIds=[world.images[0 if arch == "x86_64" else 1]])["Images"][0]
+    copy = world.ec2.copy_image(SourceImageId=found["ImageId"], SourceRegion=REGION, Name=name)
+    return str(copy["ImageId"])
+
+
+async def resolve_into(
+    world: World, obj: Obj, *, api: AWSApi, clock: FakeClock, kubernetes_version: str | None = None
+) -> Obj:
     """Resolve an EC2NodeClass the way the status controller does and keep it with its status."""
-    resolution = await resolve(api, EC2NodeClass.model_validate(obj), cluster=world.cluster)
+    resolution = await resolve(
+        api, EC2NodeClass.model_validate(obj), cluster=world.cluster, kubernetes_version=kubernetes_version
+    )
     obj = {**obj, "status": desired_status(obj, resolution, now=format_time(clock.now()))}
     world.classes[obj["metadata"]["name"]] = obj
     return obj

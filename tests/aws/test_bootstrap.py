@@ -12,7 +12,15 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.cloudprovider.aws.bootstrap import BootTaint, ClusterInfo, family_of, kubelet_labels, user_data_for
+from controller.cloudprovider.aws import toml
+from controller.cloudprovider.aws.bootstrap import (
+    BootTaint,
+    ClusterInfo,
+    UserDataError,
+    family_of,
+    kubelet_labels,
+    user_data_for,
+)
 from controller.cloudprovider.aws.provider import AWSCloudProvider
 from controller.cloudprovider.types import CreateError
 from tests.aws.conftest import World, nodeclaim, resolve_into
@@ -104,6 +112,62 @@ def test_bottlerocket_gets_kubernetes_settings_after_the_users_toml() -> None:
         "nvidia.com/gpu": ["true:NoSchedule"],
         "example.com/agent": [":NoSchedule"],
     }
+
+
+def test_bottlerocket_merges_the_users_kubernetes_settings_into_one_valid_document() -> None:
+    theirs = (
+        "[settings.kubernetes]\n"
+        'cluster-name = "someone-elses"\n'
+        "max-pods = 7\n"
+        'eviction-hard = {"memory.available" = "5%"}\n'
+        "[settings.kubernetes.node-labels]\n"
+        'team = "infra"\n'
+        '"example.com/owner" = "me"\n'
+        "[settings.kubernetes.node-taints]\n"
+        '"example.com/agent" = ["x:NoExecute"]\n'
+    )
+    out = user_data_for("bottlerocket", CLUSTER, labels=LABELS, taints=TAINTS, user_data=theirs, max_pods=58)
+    assert out is not None
+    k8s = tomllib.loads(out)["settings"]["kubernetes"]  # before: "Cannot declare ('settings', 'kubernetes') twice"
+    # joiner's: how the node reaches the cluster, and the pods the solver packed against
+    assert (k8s["cluster-name"], k8s["api-server"], k8s["max-pods"]) == ("prod", CLUSTER.endpoint, 58)
+    # the user's: everything else, and their labels and taints beside joiner's (joiner's keys win)
+    assert k8s["eviction-hard"] == {"memory.available": "5%"}
+    assert k8s["node-labels"]["example.com/owner"] == "me"
+    assert k8s["node-labels"]["team"] == "ml"
+    assert k8s["node-taints"]["example.com/agent"] == [":NoSchedule"]
+    assert k8s["node-taints"]["joiner.sh/unregistered"] == ["true:NoSchedule"]
+
+
+def test_bottlerocket_user_data_that_is_not_toml_is_refused_with_the_parse_error() -> None:
+    with pytest.raises(UserDataError, match="not valid TOML"):
+        user_data_for("bottlerocket", CLUSTER, labels={}, taints=[], user_data="[settings\n")
+
+
+def test_al2023_tells_the_kubelet_its_max_pods() -> None:
+    out = user_data_for("al2023", CLUSTER, labels={}, taints=[], user_data=None, max_pods=58)
+    assert out is not None
+    assert node_config(out)["spec"]["kubelet"]["config"] == {"maxPods": 58}
+
+
+toml_chars = st.characters(codec="utf-8")  # no lone surrogates: TOML text is UTF-8
+toml_keys = st.text(toml_chars, max_size=8)
+toml_scalars = st.one_of(
+    st.text(toml_chars, max_size=12),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.booleans(),
+    st.floats(allow_nan=False),
+)
+toml_values = st.recursive(
+    toml_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(toml_keys, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(toml_keys, toml_values, max_size=5))
+def test_toml_written_reads_back_the_same(document: dict[str, Any]) -> None:
+    assert tomllib.loads(toml.dumps(document)) == document
 
 
 def test_families_without_a_bootstrap_keep_the_user_data_as_written() -> None:

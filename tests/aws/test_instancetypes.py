@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import email
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
+
+from controller.clock import FakeClock
+from controller.cloudprovider.aws.api import AWSApi
 from controller.cloudprovider.aws.fleet import client_token
 from controller.cloudprovider.aws.instancetypes import (
     Reservation,
@@ -15,7 +21,10 @@ from controller.cloudprovider.aws.instancetypes import (
     max_pods,
     on_demand_prices,
 )
-from controller.cloudprovider.aws.provider import instance_id_of, provider_id_of
+from controller.cloudprovider.aws.provider import AWSCloudProvider, instance_id_of, provider_id_of
+from tests.aws.conftest import FaultProxy, World, nodeclaim, resolve_into
+
+POOL = {"metadata": {"name": "gpu"}, "spec": {"template": {"spec": {"nodeClassRef": {"name": "gpu"}}}}}
 
 
 def test_kube_reserved_cpu_shrinks_per_core() -> None:
@@ -26,10 +35,52 @@ def test_kube_reserved_cpu_shrinks_per_core() -> None:
     assert kube_reserved_millicores(192) == 80 + round(188 * 2.5)
 
 
-def test_max_pods_is_eni_limited_and_capped() -> None:
+def test_max_pods_is_eni_limited_on_the_default_network_card() -> None:
     assert max_pods({"NetworkInfo": {"MaximumNetworkInterfaces": 3, "Ipv4AddressesPerInterface": 10}}) == 29
-    assert max_pods({"NetworkInfo": {"MaximumNetworkInterfaces": 64, "Ipv4AddressesPerInterface": 50}}) == 110
+    # p5.48xlarge: 64 interfaces over 32 cards, 2 on the default card -> 2 x 49 + 2 (the EKS images' 100)
+    cards = [{"NetworkCardIndex": i, "MaximumNetworkInterfaces": 2} for i in range(32)]
+    p5 = {
+        "MaximumNetworkInterfaces": 64,
+        "Ipv4AddressesPerInterface": 50,
+        "DefaultNetworkCardIndex": 0,
+        "NetworkCards": cards,
+    }
+    assert max_pods({"NetworkInfo": p5}) == 100
+    # m5.24xlarge: 15 x 49 + 2, no cap at 110 (the EKS images say 737 too)
+    assert max_pods({"NetworkInfo": {"MaximumNetworkInterfaces": 15, "Ipv4AddressesPerInterface": 50}}) == 737
     assert max_pods({}) == 110
+
+
+async def test_the_kubelet_is_told_the_pods_the_capacity_says(
+    provider: AWSCloudProvider, proxy: FaultProxy, world: World, api: AWSApi, clock: FakeClock, moto_url: str
+) -> None:
+    import boto3
+
+    eks = boto3.client("eks", region_name="us-east-1", endpoint_url=moto_url)
+    eks.create_cluster(
+        name=world.cluster, roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": []}
+    )
+    await resolve_into(world, world.nodeclass(amiFamily="AL2023"), api=api, clock=clock)
+    types = {it.name: it for it in await provider.instance_types(POOL)}
+    rows = {
+        r["InstanceType"]: r
+        for r in world.ec2.describe_instance_types(InstanceTypes=["p5.48xlarge", "g6.xlarge"])["InstanceTypes"]
+    }
+    for name, row in rows.items():  # counted here from the API fields, independently of joiner
+        net = row["NetworkInfo"]
+        card = next(c for c in net["NetworkCards"] if c["NetworkCardIndex"] == net["DefaultNetworkCardIndex"])
+        expected = card["MaximumNetworkInterfaces"] * (net["Ipv4AddressesPerInterface"] - 1) + 2
+        assert types[name].capacity.to_quantities()["pods"] == str(expected)
+    assert types["p5.48xlarge"].capacity.to_quantities()["pods"] == "100"
+    await provider.create(nodeclaim("nc-pods", types=["g6.xlarge", "p5.48xlarge"], capacity_types=["on-demand"]))
+    templates = [p for a, p in proxy.requests if a == "CreateLaunchTemplate"]
+    told = sorted(
+        yaml.safe_load(str(part.get_payload()))["spec"]["kubelet"]["config"]["maxPods"]
+        for t in templates
+        for part in email.message_from_string(base64.b64decode(t["LaunchTemplateData.UserData"]).decode()).walk()
+        if part.get_content_type() == "application/node.eks.aws"
+    )
+    assert told == [58, 100]  # one launch template per maxPods: g6.xlarge's and p5.48xlarge's
 
 
 def test_a_gpu_row_becomes_an_instance_type_with_gpu_labels_and_overhead() -> None:
@@ -115,3 +166,16 @@ def test_price_table_and_ids() -> None:
     assert client_token("uid-1") == client_token("uid-1") != client_token("uid-2")
     assert client_token("uid-1", {"Overrides": ["a"]}) != client_token("uid-1", {"Overrides": ["b"]})
     assert len(client_token("u" * 300)) <= 64
+
+
+async def test_offerings_are_listed_without_an_instance_type_filter(
+    provider: AWSCloudProvider, proxy: FaultProxy
+) -> None:
+    pool = {"metadata": {"name": "gpu"}, "spec": {"template": {"spec": {"nodeClassRef": {"name": "gpu"}}}}}
+    names = {it.name for it in await provider.instance_types(pool)}
+    assert {"m5.large", "g6.xlarge", "p5.48xlarge"} <= names
+    asked = [p for a, p in proxy.requests if a == "DescribeInstanceTypeOfferings"]
+    assert asked
+    for params in asked:
+        filters = {v for k, v in params.items() if k.startswith("Filter.") and k.endswith(".Name")}
+        assert filters == {"location"}  # EC2 limits a filter's values; the priced types are hundreds

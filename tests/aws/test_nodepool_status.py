@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from controller.clock import FakeClock
+from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.events import EventRecorder
 from controller.kube.resources import EC2NODECLASSES, NODEPOOLS
@@ -47,7 +48,7 @@ async def test_ec2nodeclass_refs_are_found_when_the_aws_provider_watches_them() 
         clock=clock,
         events=EventRecorder(client=kube, clock=clock),
         cloud=None,  # type: ignore[arg-type]  # the status controller never calls the cloud
-        unavailable=None,  # type: ignore[arg-type]
+        unavailable=UnavailableOfferings(clock=clock, ttl_seconds=180),
         settings=Settings(),
         writer=NodeClaimWriter(client=kube, cluster=cluster, clock=clock),
     )
@@ -59,6 +60,46 @@ async def test_ec2nodeclass_refs_are_found_when_the_aws_provider_watches_them() 
         missing = condition(kube.obj(NODEPOOLS, "pool-kwoknodeclass"), "NodeClassReady")
         assert missing["status"] == "False"
         assert "KWOKNodeClass 'gpu' does not exist" in missing["message"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_ec2nodeclass_that_is_not_ready_makes_its_pools_not_ready_with_its_reason() -> None:
+    clock = FakeClock()
+    kube = FakeKube(clock=clock)
+    cluster = ClusterState(source=kube, clock=clock, watched=(*WATCHED, EC2NODECLASSES))
+    refused = "CreateFleet (DryRun): refused: UnauthorizedOperation: not authorized"
+    await kube.create(
+        EC2NODECLASSES,
+        {
+            "apiVersion": "joiner.sh/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "gpu"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "False", "reason": "ValidationFailed", "message": refused}]
+            },
+        },
+    )
+    await kube.create(NODEPOOLS, pool("EC2NodeClass"))
+    task = asyncio.create_task(cluster.run())
+    await cluster.wait_synced()
+    ctx = Context(
+        client=kube,
+        cluster=cluster,
+        clock=clock,
+        events=EventRecorder(client=kube, clock=clock),
+        cloud=None,  # type: ignore[arg-type]  # the status controller never calls the cloud
+        unavailable=UnavailableOfferings(clock=clock, ttl_seconds=180),
+        settings=Settings(),
+        writer=NodeClaimWriter(client=kube, cluster=cluster, clock=clock),
+    )
+    try:
+        await NodePoolStatusController(ctx).reconcile("pool-ec2nodeclass")
+        got = condition(kube.obj(NODEPOOLS, "pool-ec2nodeclass"), "NodeClassReady")
+        assert (got["status"], got["reason"]) == ("False", "NodeClassNotReady")
+        assert refused in got["message"]
+        assert condition(kube.obj(NODEPOOLS, "pool-ec2nodeclass"), "Ready")["status"] == "False"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -109,6 +109,7 @@ async def test_the_request_asks_for_linux_on_demand_in_the_cluster_region(
         "preInstalledSw": "NA",
         "licenseModel": "No License required",
         "capacitystatus": "Used",
+        "marketoption": "OnDemand",  # not the Capacity Block rows of the same type
     }
 
 

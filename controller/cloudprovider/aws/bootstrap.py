@@ -4,9 +4,12 @@ For the ``AL2023`` family (an ``al2023@...`` alias or ``amiFamily: AL2023``) joi
 ``NodeConfig`` (MIME part ``application/node.eks.aws``) with the cluster's name, API endpoint,
 certificate authority and service CIDR, and kubelet flags: ``--node-labels`` (the NodePool's labels)
 and ``--register-with-taints`` (``joiner.sh/unregistered``, the NodePool's taints and startup
-taints). For ``Bottlerocket`` it writes the ``[settings.kubernetes]`` TOML with the same. The
+taints), and ``kubelet.config.maxPods`` (the instance type's ENI limit, what the solver packs
+against). For ``Bottlerocket`` it writes ``settings.kubernetes`` with the same (``max-pods``). The
 ``userData`` of the EC2NodeClass is kept: on AL2023 as MIME parts before joiner's (nodeadm merges
-every ``NodeConfig``; shell scripts run as usual), on Bottlerocket as TOML before joiner's tables.
+every ``NodeConfig`` in order; shell scripts run as usual); on Bottlerocket it is parsed and
+joiner's settings merged into it (:data:`BOTTLEROCKET_OWNED` are joiner's, labels and taints are
+merged with joiner's keys winning, the rest is the user's), then written out as one document.
 ``Ubuntu``, ``Custom`` and images selected without a family get ``userData`` exactly as written.
 
 Only what is the same for every node of the NodePool goes into the user data -- the launch template
@@ -18,11 +21,13 @@ while it still has the ``joiner.sh/unregistered`` taint. Labels the kubelet may 
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from api.v1.labels import TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT
+from controller.cloudprovider.aws import toml
 
 BOUNDARY: Final = "//JOINER-BOUNDARY"
 FAMILIES_WITH_BOOTSTRAP: Final = frozenset({"al2023", "bottlerocket"})
@@ -87,7 +92,7 @@ def _yaml_str(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _node_config(cluster: ClusterInfo, labels: Mapping[str, str], taints: list[BootTaint]) -> str:
+def _node_config(cluster: ClusterInfo, labels: Mapping[str, str], taints: list[BootTaint], max_pods: int | None) -> str:
     flags = []
     if labels:
         flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
@@ -102,6 +107,7 @@ def _node_config(cluster: ClusterInfo, labels: Mapping[str, str], taints: list[B
         f"    certificateAuthority: {_yaml_str(cluster.ca_bundle)}",
         f"    cidr: {_yaml_str(cluster.service_cidr)}",
         "  kubelet:",
+        *(["    config:", f"      maxPods: {int(max_pods)}"] if max_pods else []),
         "    flags:",
         *(f"      - {_yaml_str(f)}" for f in flags),
     ]
@@ -143,12 +149,18 @@ def _mime_parts(user_data: str) -> list[tuple[str, str]]:
 
 
 def al2023_user_data(
-    cluster: ClusterInfo, *, labels: Mapping[str, str], taints: Iterable[BootTaint], user_data: str | None
+    cluster: ClusterInfo,
+    *,
+    labels: Mapping[str, str],
+    taints: Iterable[BootTaint],
+    user_data: str | None,
+    max_pods: int | None = None,
 ) -> str:
-    """A MIME multi-part document: the user's parts, then joiner's NodeConfig."""
+    """A MIME multi-part document: the user's parts, then joiner's NodeConfig (nodeadm merges them
+    in order, so joiner's cluster, maxPods, labels and taints apply over the user's)."""
     parts = [
         *_mime_parts(user_data or ""),
-        ("application/node.eks.aws", _node_config(cluster, kubelet_labels(labels), boot_taints(taints))),
+        ("application/node.eks.aws", _node_config(cluster, kubelet_labels(labels), boot_taints(taints), max_pods)),
     ]
     out = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{BOUNDARY}"', ""]
     for ctype, body in parts:
@@ -157,31 +169,47 @@ def al2023_user_data(
     return "\n".join(out) + "\n"
 
 
-def _toml_str(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+class UserDataError(ValueError):
+    """The EC2NodeClass's userData cannot be merged with joiner's (Bottlerocket TOML that does not parse)."""
+
+
+# the Bottlerocket settings joiner must decide: how the node reaches the cluster, and the pod count
+# the solver packed against. The user's values for them are replaced; node-labels and node-taints
+# are merged (joiner's keys win); every other setting is the user's.
+BOTTLEROCKET_OWNED: Final = ("cluster-name", "api-server", "cluster-certificate", "max-pods")
 
 
 def bottlerocket_user_data(
-    cluster: ClusterInfo, *, labels: Mapping[str, str], taints: Iterable[BootTaint], user_data: str | None
+    cluster: ClusterInfo,
+    *,
+    labels: Mapping[str, str],
+    taints: Iterable[BootTaint],
+    user_data: str | None,
+    max_pods: int | None = None,
 ) -> str:
-    """Bottlerocket settings TOML: the user's settings, then joiner's ``settings.kubernetes`` tables."""
-    lines = [(user_data or "").rstrip("\n")] if (user_data or "").strip() else []
-    lines += [
-        "[settings.kubernetes]",
-        f"cluster-name = {_toml_str(cluster.name)}",
-        f"api-server = {_toml_str(cluster.endpoint)}",
-        f"cluster-certificate = {_toml_str(cluster.ca_bundle)}",
-        "",
-        "[settings.kubernetes.node-labels]",
-        *(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in kubelet_labels(labels).items()),
-        "",
-        "[settings.kubernetes.node-taints]",
-    ]
+    """Bottlerocket settings TOML: the user's document parsed, joiner's ``settings.kubernetes`` merged
+    in (see ``BOTTLEROCKET_OWNED``), written out again as one valid document."""
+    try:
+        document: dict[str, Any] = tomllib.loads(user_data or "")
+    except tomllib.TOMLDecodeError as err:
+        raise UserDataError(f"spec.userData is not valid TOML for Bottlerocket: {err}") from None
+    settings = document.setdefault("settings", {})
+    k8s = settings.setdefault("kubernetes", {}) if isinstance(settings, dict) else None
+    if not isinstance(k8s, dict):
+        raise UserDataError("spec.userData: `settings` and `settings.kubernetes` must be tables")
+    k8s["cluster-name"] = cluster.name
+    k8s["api-server"] = cluster.endpoint
+    k8s["cluster-certificate"] = cluster.ca_bundle
+    if max_pods:
+        k8s["max-pods"] = int(max_pods)
+    node_labels = k8s.get("node-labels")
+    k8s["node-labels"] = {**(node_labels if isinstance(node_labels, dict) else {}), **kubelet_labels(labels)}
     grouped: dict[str, list[str]] = {}
     for t in boot_taints(taints):
         grouped.setdefault(t.key, []).append(f"{t.value}:{t.effect}" if t.value else f":{t.effect}")
-    lines += [f"{_toml_str(k)} = [{', '.join(_toml_str(v) for v in vs)}]" for k, vs in grouped.items()]
-    return "\n".join(lines) + "\n"
+    node_taints = k8s.get("node-taints")
+    k8s["node-taints"] = {**(node_taints if isinstance(node_taints, dict) else {}), **grouped}
+    return toml.dumps(document)
 
 
 def user_data_for(
@@ -191,10 +219,13 @@ def user_data_for(
     labels: Mapping[str, str],
     taints: Iterable[BootTaint],
     user_data: str | None,
+    max_pods: int | None = None,
 ) -> str | None:
-    """The instance's user data for ``family`` (None: none at all)."""
+    """The instance's user data for ``family`` (None: none at all). ``max_pods``: what the kubelet
+    is told (the instance type's ENI limit, the pods the solver packs against). UserDataError when
+    the user's part cannot be merged."""
     if family not in FAMILIES_WITH_BOOTSTRAP or cluster is None:
         return user_data or None
     if family == "al2023":
-        return al2023_user_data(cluster, labels=labels, taints=taints, user_data=user_data)
-    return bottlerocket_user_data(cluster, labels=labels, taints=taints, user_data=user_data)
+        return al2023_user_data(cluster, labels=labels, taints=taints, user_data=user_data, max_pods=max_pods)
+    return bottlerocket_user_data(cluster, labels=labels, taints=taints, user_data=user_data, max_pods=max_pods)

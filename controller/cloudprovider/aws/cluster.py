@@ -1,11 +1,15 @@
 """How the machines joiner launches reach the cluster: the endpoint, CA bundle and service CIDR the
-bootstrap user data needs. The operator's ``--cluster-endpoint/--cluster-ca-bundle/--cluster-cidr``
-win; what they leave out comes from EKS ``DescribeCluster`` (asked once, then cached).
+bootstrap user data needs, and the Kubernetes version the images are chosen for. The operator's
+``--cluster-endpoint/--cluster-ca-bundle/--cluster-cidr/--cluster-version`` win; what they leave out
+comes from EKS ``DescribeCluster`` (asked until it answers, then cached).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import structlog
 
 from controller.cloudprovider.aws.api import AWSApi, AWSError
 from controller.cloudprovider.aws.bootstrap import ClusterInfo
@@ -13,6 +17,8 @@ from controller.cloudprovider.types import CreateError
 
 __all__ = ["ClusterInfoSource", "ClusterSettings"]
 
+log = structlog.get_logger()
+Obj = dict[str, Any]
 FLAGS = "give --cluster-endpoint, --cluster-ca-bundle and --cluster-cidr"
 
 
@@ -23,6 +29,7 @@ class ClusterSettings:
     endpoint: str | None = None
     ca_bundle: str | None = None
     service_cidr: str | None = None
+    version: str | None = None  # the Kubernetes minor, "1.31"
 
 
 class ClusterInfoSource:
@@ -31,6 +38,25 @@ class ClusterInfoSource:
         self._name = cluster_name
         self._settings = settings or ClusterSettings()
         self._info: ClusterInfo | None = None
+        self._described: Obj | None = None
+
+    async def describe(self) -> Obj:
+        """EKS DescribeCluster's ``cluster`` (AWSError when it fails; a success is kept)."""
+        if self._described is None:
+            self._described = (await self._api.call("eks", "describe_cluster", name=self._name)).get("cluster") or {}
+        return self._described
+
+    async def version(self) -> str | None:
+        """The cluster's Kubernetes version (``1.31``): ``--cluster-version``, else DescribeCluster's;
+        None when neither says (DescribeCluster refused or the cluster is not EKS)."""
+        if self._settings.version:
+            return self._settings.version
+        try:
+            found = await self.describe()
+        except AWSError as err:
+            log.warning("aws.cluster_version_unknown", cluster=self._name, code=err.code, error=err.message)
+            return None
+        return str(found.get("version") or "") or None
 
     async def get(self) -> ClusterInfo:
         """The cluster's endpoint, CA and service CIDR; CreateError when they cannot be known."""
@@ -40,7 +66,7 @@ class ClusterInfoSource:
         endpoint, ca, cidr = given.endpoint, given.ca_bundle, given.service_cidr
         if not (endpoint and ca and cidr):
             try:
-                found = (await self._api.call("eks", "describe_cluster", name=self._name)).get("cluster") or {}
+                found = await self.describe()
             except AWSError as err:
                 raise CreateError(
                     f"cannot write the bootstrap user data: EKS DescribeCluster {self._name!r} failed "

@@ -4,8 +4,9 @@ From a DescribeInstanceTypes row:
 
 * ``cpu`` = vCPUs; ``memory`` = the advertised MiB minus the VM overhead (``VM_MEMORY_OVERHEAD``,
   7.5 %: the hypervisor and firmware keep memory the operating system never sees);
-  ``nvidia.com/gpu`` (or ``amd.com/gpu``) = GpuInfo's count; ``pods`` = the ENI limit
-  (``interfaces * (IPv4 per interface - 1) + 2``, at most ``MAX_PODS``); ``ephemeral-storage`` = the
+  ``nvidia.com/gpu`` (or ``amd.com/gpu``) = GpuInfo's count; ``pods`` = the ENI limit of the
+  default network card (``interfaces * (IPv4 per interface - 1) + 2``, :func:`max_pods`; ``MAX_PODS``
+  when the row says nothing of its network); ``ephemeral-storage`` = the
   root volume of the EC2NodeClass (20 GiB when it names none).
 * overhead (what the kubelet reserves): kube-reserved CPU (6 % of the first core, 1 % of the second,
   0.5 % of the third and fourth, 0.25 % of the rest), kube-reserved memory (11 MiB per pod + 255 MiB),
@@ -100,12 +101,20 @@ def kube_reserved_millicores(vcpus: int) -> int:
 
 
 def max_pods(row: Obj) -> int:
+    """The pods a node of this type runs with the VPC CNI, as Karpenter and the EKS images count them:
+    the default network card's interfaces x (IPv4 addresses per interface - 1) + 2 (the -1 is each
+    interface's own address; the +2 are the host-network pods of the CNI and kube-proxy). The
+    other network cards carry EFA and extra bandwidth, not pod addresses. This is what the
+    instance type's capacity says and what the kubelet is told (``maxPods``)."""
     net = row.get("NetworkInfo") or {}
-    enis = int(net.get("MaximumNetworkInterfaces") or 0)
     ips = int(net.get("Ipv4AddressesPerInterface") or 0)
+    default_card = int(net.get("DefaultNetworkCardIndex") or 0)
+    cards = {int(c.get("NetworkCardIndex") or 0): c for c in net.get("NetworkCards") or []}
+    card = cards.get(default_card)
+    enis = int((card or net).get("MaximumNetworkInterfaces") or 0)
     if enis <= 0 or ips <= 1:
         return MAX_PODS
-    return max(1, min(MAX_PODS, enis * (ips - 1) + 2))
+    return max(1, enis * (ips - 1) + 2)
 
 
 def architecture(row: Obj) -> str:

@@ -25,12 +25,56 @@ from api.v1.ec2nodeclass import (
 from controller.cloudprovider.aws.api import AWSApi, AWSError
 
 Obj = dict[str, Any]
-ALIAS_IMAGE_NAMES: Final = {
-    "al2023": ("amazon-eks-node-al2023-*",),
-    "bottlerocket": ("bottlerocket-aws-k8s-*",),
-    "ubuntu": ("ubuntu-eks/k8s_*",),
-}
-ALIAS_OWNERS: Final = {"al2023": "amazon", "bottlerocket": "amazon", "ubuntu": "099720109477"}
+# images by name, for the aliases AWS publishes no parameters for
+ALIAS_IMAGE_NAMES: Final = {"ubuntu": ("ubuntu-eks/k8s_*",)}
+ALIAS_OWNERS: Final = {"ubuntu": "099720109477"}
+# the public SSM parameters naming the EKS-optimized images per Kubernetes version, as EKS
+# documents them (and Karpenter reads them): the latest, and a pinned release
+AL2023_LATEST: Final = "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{arch}/{variant}/recommended/image_id"
+AL2023_PINNED: Final = (
+    "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/{arch}/{variant}/"
+    "amazon-eks-node-al2023-{arch}-{variant}-{k8s}-{release}/image_id"
+)
+BOTTLEROCKET: Final = "/aws/service/bottlerocket/aws-k8s-{k8s}{flavour}/{arch}/{release}/image_id"
+SSM_ALIASES: Final = frozenset({"al2023", "bottlerocket"})
+NO_VERSION: Final = (
+    "the cluster's Kubernetes version is unknown, and an alias's image depends on it: give "
+    "--cluster-version, or allow eks:DescribeCluster"
+)
+
+
+def alias_parameters(alias: str, kubernetes_version: str) -> list[str]:
+    """The SSM parameters whose values are the images of ``alias`` (``al2023@latest``,
+    ``al2023@v20250101``, ``bottlerocket@v1.26.0``) for a cluster of ``kubernetes_version``: one per
+    architecture and accelerator variant (AL2023: standard, nvidia, neuron; Bottlerocket: the
+    standard and the -nvidia flavour)."""
+    family, _, release = alias.partition("@")
+    release = release or "latest"
+    out: list[str] = []
+    for arch in ("x86_64", "arm64"):
+        if family == "al2023":
+            for variant in ("standard", "nvidia", "neuron"):
+                if variant == "neuron" and arch != "x86_64":
+                    continue
+                template = AL2023_LATEST if release == "latest" else AL2023_PINNED
+                out.append(template.format(k8s=kubernetes_version, arch=arch, variant=variant, release=release))
+        elif family == "bottlerocket":
+            for flavour in ("", "-nvidia"):
+                version = "latest" if release == "latest" else release.lstrip("v")
+                out.append(BOTTLEROCKET.format(k8s=kubernetes_version, flavour=flavour, arch=arch, release=version))
+    return out
+
+
+async def alias_image_ids(api: AWSApi, alias: str, kubernetes_version: str) -> list[str]:
+    """The image ids the alias's SSM parameters name (parameters that do not exist are skipped:
+    not every variant is built for every architecture and version)."""
+    names = alias_parameters(alias, kubernetes_version)
+    ids: list[str] = []
+    for i in range(0, len(names), 10):  # GetParameters takes at most 10 names
+        answer = await api.call("ssm", "get_parameters", Names=names[i : i + 10])
+        found = {str(p.get("Name")): str(p.get("Value")) for p in answer.get("Parameters") or []}
+        ids += [found[n] for n in names[i : i + 10] if found.get(n, "").startswith("ami-")]
+    return ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,17 +212,37 @@ def variant_of(image_name: str) -> str:
     return "standard"
 
 
-async def _amis(api: AWSApi, terms: list[AMISelectorTerm]) -> list[Obj]:
-    """The matching images, newest first, at most the newest of each (architecture, variant)."""
+async def _describe_images(api: AWSApi, params: Obj) -> list[Obj]:
+    try:
+        return await api.collect("ec2", "describe_images", key="Images", **params)
+    except AWSError as err:
+        if not err.code.startswith("InvalidAMIID"):
+            raise
+    ids = params.get("ImageIds") or []
+    if len(ids) <= 1:
+        return []
+    out: list[Obj] = []  # one of several is gone: ask for each, keep those that exist
+    for image in ids:
+        out += await _describe_images(api, {"ImageIds": [image]})
+    return out
+
+
+async def _amis(api: AWSApi, terms: list[AMISelectorTerm], *, kubernetes_version: str | None = None) -> list[Obj]:
+    """The matching images, newest first, at most the newest of each (architecture, variant). The
+    ``al2023`` and ``bottlerocket`` aliases are read from AWS's SSM parameters for the cluster's
+    Kubernetes version; ValueError (NO_VERSION) when it is unknown."""
     found: dict[str, Obj] = {}
     for term in terms:
-        params = _ami_params(term)
-        try:
-            images = await api.collect("ec2", "describe_images", key="Images", **params)
-        except AWSError as err:
-            if err.code.startswith("InvalidAMIID"):
+        if term.alias and term.alias.partition("@")[0] in SSM_ALIASES:
+            if not kubernetes_version:
+                raise ValueError(NO_VERSION)
+            ids = await alias_image_ids(api, term.alias, kubernetes_version)
+            params: Obj = {"ImageIds": ids}
+            if not ids:
                 continue
-            raise
+        else:
+            params = _ami_params(term)
+        images = await _describe_images(api, params)
         for image in images:
             if image.get("State", "available") != "available":
                 continue
@@ -225,8 +289,11 @@ def instance_profile_name(*, cluster: str, nodeclass: str, role: str) -> str:
     return f"joiner-{cluster}-{digest}"[:128]
 
 
-async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -> tuple[str | None, str, str]:
-    """(profile, reason, message): the profile to use, or None with why not."""
+async def _instance_profile(
+    api: AWSApi, model: EC2NodeClass, *, cluster: str, create: bool = True
+) -> tuple[str | None, str, str]:
+    """(profile, reason, message): the profile to use, or None with why not. Without ``create``
+    the profile a role needs is only named, not made."""
     spec = model.spec
     if spec.instance_profile:
         try:
@@ -244,6 +311,8 @@ async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -
             return None, "RoleNotFound", f"IAM role {role!r} (spec.role) does not exist"
         raise
     name = instance_profile_name(cluster=cluster, nodeclass=model.name, role=role)
+    if not create:
+        return name, "", ""
     try:
         answer = await api.call("iam", "get_instance_profile", InstanceProfileName=name)
         roles = [r.get("RoleName") for r in (answer.get("InstanceProfile") or {}).get("Roles") or []]
@@ -254,7 +323,10 @@ async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -
             "iam",
             "create_instance_profile",
             InstanceProfileName=name,
-            Tags=[{"Key": "joiner.sh/cluster", "Value": cluster}],
+            Tags=[
+                {"Key": "joiner.sh/cluster", "Value": cluster},
+                {"Key": "joiner.sh/ec2nodeclass", "Value": model.name},
+            ],
         )
         roles = []
     if role.rsplit("/", 1)[-1] not in roles:
@@ -266,20 +338,32 @@ async def _instance_profile(api: AWSApi, model: EC2NodeClass, *, cluster: str) -
     return name, "", ""
 
 
-async def resolve(api: AWSApi, model: EC2NodeClass, *, cluster: str) -> Resolution:
-    """Ask AWS what the selectors match; never raises for an AWS error (ResolutionFailed instead)."""
+async def resolve(
+    api: AWSApi,
+    model: EC2NodeClass,
+    *,
+    cluster: str,
+    kubernetes_version: str | None = None,
+    create_profile: bool = True,
+) -> Resolution:
+    """Ask AWS what the selectors match; never raises for an AWS error (ResolutionFailed instead).
+    ``kubernetes_version`` (``1.31``) picks the images of an alias."""
     spec = model.spec
+    no_version = ""
     try:
         subnets = await _subnets(api, spec.subnet_selector_terms)
         groups = await _security_groups(api, spec.security_group_selector_terms)
         terms = spec.ami_selector_terms or [AMISelectorTerm(alias=f"{(spec.ami_family or 'AL2023').lower()}@latest")]
-        amis = await _amis(api, terms)
+        try:
+            amis = await _amis(api, terms, kubernetes_version=kubernetes_version)
+        except ValueError as err:
+            amis, no_version = [], str(err)
         reservations = (
             await _reservations(api, spec.capacity_reservation_selector_terms)
             if spec.capacity_reservation_selector_terms
             else []
         )
-        profile, why, message = await _instance_profile(api, model, cluster=cluster)
+        profile, why, message = await _instance_profile(api, model, cluster=cluster, create=create_profile)
     except AWSError as err:
         return Resolution(ready=False, reason="ResolutionFailed", message=f"AWS refused a lookup: {err}")
     found = Resolution(
@@ -295,7 +379,8 @@ async def resolve(api: AWSApi, model: EC2NodeClass, *, cluster: str) -> Resoluti
     if not groups:
         problems.append(("SecurityGroupsNotFound", "no security group matches spec.securityGroupSelectorTerms"))
     if not amis:
-        problems.append(("AMINotFound", "no image matches spec.amiSelectorTerms"))
+        said = f" (images of an alias: for Kubernetes {kubernetes_version})" if kubernetes_version else ""
+        problems.append(("AMINotFound", no_version or f"no image matches spec.amiSelectorTerms{said}"))
     if profile is None:
         problems.append((why, message))
     if problems:

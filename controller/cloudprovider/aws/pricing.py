@@ -51,6 +51,8 @@ def filters(region: str) -> list[Obj]:
         "preInstalledSw": "NA",
         "licenseModel": "No License required",
         "capacitystatus": "Used",
+        # without it, the answer mixes in Capacity Block and reserved rows of the same type
+        "marketoption": "OnDemand",
     }
     return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in fields.items()]
 

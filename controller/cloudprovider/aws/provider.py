@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import structlog
@@ -32,6 +33,7 @@ from api.v1.labels import (
     CAPACITY_TYPE_ON_DEMAND,
     CAPACITY_TYPE_RESERVED,
     CAPACITY_TYPE_SPOT,
+    LABEL_NODEPOOL,
     LABEL_REGION,
 )
 from controller.clock import Clock
@@ -40,6 +42,7 @@ from controller.cloudprovider.aws.bootstrap import (
     FAMILIES_WITH_BOOTSTRAP,
     BootTaint,
     ClusterInfo,
+    UserDataError,
     family_of,
     user_data_for,
 )
@@ -47,24 +50,35 @@ from controller.cloudprovider.aws.cluster import ClusterInfoSource, ClusterSetti
 from controller.cloudprovider.aws.fleet import (
     ICE_CODES,
     MAX_OVERRIDES,
+    SPOT_ROLE_FIX,
     TAG_CLUSTER,
     TAG_NODECLAIM,
     TAG_NODECLAIM_UID,
     TAG_NODECLASS,
+    TAG_NODECLASS_HASH,
+    TAG_RESERVATION,
+    UNAVAILABLE_CODES,
+    Refusal,
     fleet_request,
-    ice_offerings,
     image_for,
+    nodeclass_hash,
+    refused_offerings,
+    resource_tags,
+    tag_specifications,
     template_data,
 )
+from controller.cloudprovider.aws.gc import Collected
+from controller.cloudprovider.aws.gc import collect as collect_garbage
 from controller.cloudprovider.aws.instancetypes import (
     DEFAULT_ROOT_VOLUME_GIB,
     Reservation,
     build_instance_type,
     build_offerings,
     latest_spot_prices,
+    max_pods,
     on_demand_prices,
 )
-from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, resolved_view
+from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, instance_profile_name, resolved_view
 from controller.cloudprovider.aws.pricing import OnDemandPrices
 from controller.cloudprovider.kwok.offerings import Candidate, compatible, offering_labels
 from controller.cloudprovider.types import (
@@ -86,6 +100,9 @@ PROVIDER_ID_PREFIX: Final = "aws:///"
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
 DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
 DRIFT_CACHE_SECONDS: Final = 30.0
+SUBNET_CACHE_SECONDS: Final = 60.0
+CAPACITY_BLOCK_DRAIN_SECONDS: Final = 40 * 60.0
+UNKNOWN_FREE_IPS: Final = 1 << 20  # a subnet DescribeSubnets did not count is not taken for full
 
 
 def provider_id_of(*, zone: str, instance_id: str) -> str:
@@ -107,6 +124,7 @@ class _TypesCache:
     types: tuple[InstanceType, ...]
     architectures: Mapping[str, str]
     gpu_makers: Mapping[str, str]
+    max_pods: Mapping[str, int]  # what the kubelet of each type is told: the pods its capacity says
 
 
 class AWSCloudProvider:
@@ -125,6 +143,8 @@ class AWSCloudProvider:
         loop: Any = None,
         pricing_refresh_seconds: float = 0.0,
         cluster_settings: ClusterSettings | None = None,
+        cluster_source: ClusterInfoSource | None = None,
+        gc_seconds: float = 0.0,
     ) -> None:
         self.api = api
         self.cluster_name = cluster_name
@@ -140,7 +160,13 @@ class AWSCloudProvider:
         self._loop = loop
         self._described: tuple[float, dict[str, Obj]] | None = None
         self._pricing_refresh = pricing_refresh_seconds
-        self._cluster = ClusterInfoSource(api, cluster_name, cluster_settings)
+        self._cluster = cluster_source or ClusterInfoSource(api, cluster_name, cluster_settings)
+        self._gc_seconds = gc_seconds
+        self._template_used: dict[str, float] = {}  # launch template -> when this process last used it
+        self._started = clock.monotonic()
+        self._ips_free: dict[str, int] = {}  # subnet id -> AvailableIpAddressCount last read
+        self._ips_in_flight: dict[str, int] = {}  # subnet id -> addresses launched since then
+        self._ips_read_at: dict[str, float] = {}  # NodeClass -> when its subnets were counted
 
     async def run(self) -> None:
         """The provider's own loops: the EC2NodeClass status controller, when one was given, and the
@@ -150,6 +176,8 @@ class AWSCloudProvider:
             loops.append(self._loop.run())
         if self._pricing_refresh > 0:
             loops.append(self._refresh_prices_forever())
+        if self._gc_seconds > 0:
+            loops.append(self._collect_forever())
         if not loops:
             loops.append(asyncio.Event().wait())
         await asyncio.gather(*loops)
@@ -160,6 +188,48 @@ class AWSCloudProvider:
         if changed:
             self._types.clear()  # the next instance_types() builds offerings at the new prices
         return changed is not None
+
+    async def collect_garbage(self) -> Collected:
+        """Delete the launch templates and instance profiles no EC2NodeClass needs (see aws/gc.py)."""
+        classes = self._nodeclasses()
+        needed: set[str] = set()
+        for name, obj in classes.items():
+            role = ((obj.get("spec") or {}).get("role")) or ""
+            if role:
+                needed.add(instance_profile_name(cluster=self.cluster_name, nodeclass=name, role=str(role)))
+        in_use: set[str] = set()
+        classes_in_use: set[str] = set()
+        for raw in await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}]):
+            arn = str((raw.get("IamInstanceProfile") or {}).get("Arn") or "")
+            if arn:
+                in_use.add(arn.rsplit("/", 1)[-1])
+            tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+            if tags.get(TAG_NODECLASS):
+                classes_in_use.add(str(tags[TAG_NODECLASS]))
+        now = self._clock.monotonic()
+        found = await collect_garbage(
+            self.api,
+            cluster=self.cluster_name,
+            nodeclasses=classes,
+            needed_profiles=needed,
+            profiles_in_use=in_use,
+            classes_in_use=classes_in_use,
+            used_templates={name: now - at for name, at in self._template_used.items()},
+            now=self._clock.now(),
+            uptime_seconds=now - self._started,
+        )
+        for name in found.launch_templates:
+            self._templates.pop(name, None)
+            self._template_used.pop(name, None)
+        return found
+
+    async def _collect_forever(self) -> None:
+        while True:
+            await self._clock.sleep(self._gc_seconds)
+            try:
+                await self.collect_garbage()
+            except AWSError as err:
+                log.warning("aws.gc_failed", code=err.code, error=err.message)
 
     async def _refresh_prices_forever(self) -> None:
         while True:
@@ -240,18 +310,22 @@ class AWSCloudProvider:
         if cached is not None and cached.key == key and now - cached.at < self._ttl:
             return cached
         zones = list(nodeclass.zones)
-        wanted = sorted(set(self._pricing.table) | {r.instance_type for r in reservations})
+        wanted = set(self._pricing.table) | {r.instance_type for r in reservations}
         try:
+            # every type offered in the zones, pages of 1000, filtered here: an EC2 filter takes a
+            # limited number of values, and the priced types are several hundred
             offered = await self.api.collect(
                 "ec2",
                 "describe_instance_type_offerings",
                 key="InstanceTypeOfferings",
                 LocationType="availability-zone",
-                Filters=[{"Name": "location", "Values": zones}, {"Name": "instance-type", "Values": wanted}],
+                Filters=[{"Name": "location", "Values": zones}],
+                MaxResults=1000,
             )
             zones_of: dict[str, set[str]] = {}
             for row in offered:
-                zones_of.setdefault(str(row["InstanceType"]), set()).add(str(row["Location"]))
+                if str(row["InstanceType"]) in wanted:
+                    zones_of.setdefault(str(row["InstanceType"]), set()).add(str(row["Location"]))
             names = sorted(zones_of)
             rows: list[Obj] = []
             spot_rows: list[Obj] = []
@@ -279,6 +353,7 @@ class AWSCloudProvider:
         types: list[InstanceType] = []
         arch: dict[str, str] = {}
         makers: dict[str, str] = {}
+        pods: dict[str, int] = {}
         for row in rows:
             name = str(row["InstanceType"])
             offerings = build_offerings(
@@ -295,7 +370,8 @@ class AWSCloudProvider:
             types.append(it)
             arch[name] = it.labels.get("kubernetes.io/arch", "amd64")
             makers[name] = it.labels.get("joiner.sh/gpu-manufacturer", "")
-        entry = _TypesCache(at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers)
+            pods[name] = max_pods(row)  # the same function the capacity's pods came from
+        entry = _TypesCache(at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers, max_pods=pods)
         self._types[nodeclass.name] = entry
         return entry
 
@@ -365,12 +441,17 @@ class AWSCloudProvider:
         except AWSError as err:
             if err.code.startswith("InvalidLaunchTemplate"):
                 self._templates.clear()  # deleted behind our back: create it again next time
-            if err.code in ICE_CODES:
-                raise InsufficientCapacityError(f"{err.code}: {err.message}", offerings=tuple(tried)) from None
+            whole = [{"ErrorCode": err.code, "ErrorMessage": err.message}]
+            refusal = refused_offerings(whole, nodeclass=nodeclass, capacity_type=capacity_type, tried=tried)
+            if refusal.spot_refused or err.code in UNAVAILABLE_CODES:
+                raise self._unavailable_error(
+                    refusal, tried=tried, capacity_type=capacity_type, detail=f"{err.code}: {err.message}"
+                ) from None
             raise CreateError(f"CreateFleet failed: {err.code}: {err.message}", reason=err.code) from None
         launched = [i for i in answer.get("Instances") or [] if i.get("InstanceIds")]
         errors = answer.get("Errors") or []
-        ice = ice_offerings(errors, nodeclass=nodeclass, capacity_type=capacity_type)
+        refusal = refused_offerings(errors, nodeclass=nodeclass, capacity_type=capacity_type, tried=tried)
+        ice = refusal.offerings
         if self._unavailable is not None:
             for key in ice:
                 self._unavailable.mark(key)
@@ -379,11 +460,8 @@ class AWSCloudProvider:
             if any(code.startswith("InvalidLaunchTemplate") for code in codes):
                 self._templates.clear()
             detail = "; ".join(f"{e.get('ErrorCode')}: {e.get('ErrorMessage')}" for e in errors[:5])
-            if all(code in ICE_CODES for code in codes):
-                raise InsufficientCapacityError(
-                    f"no capacity for {len(ice or tried)} of {len(tried)} offerings tried: {detail}",
-                    offerings=tuple(ice or tried),
-                )
+            if errors and (refusal.spot_refused or all(code in UNAVAILABLE_CODES for code in codes)):
+                raise self._unavailable_error(refusal, tried=tried, capacity_type=capacity_type, detail=detail)
             raise CreateError(f"CreateFleet launched nothing: {detail or 'no instances'}", reason=codes[0])
         first = launched[0]
         instance_id = str(first["InstanceIds"][0])
@@ -392,6 +470,8 @@ class AWSCloudProvider:
         it_name = str(first.get("InstanceType"))
         if reservation is not None:
             self._reserved_used[reservation.id] = self._reserved_used.get(reservation.id, 0) + 1
+        if subnet:  # its addresses are taken before DescribeSubnets shows it: count them meanwhile
+            self._ips_in_flight[subnet] = self._ips_in_flight.get(subnet, 0) + cache.max_pods.get(it_name, 1) + 1
         it = next(c.instance_type for c in chosen if c.instance_type.name == it_name)
         offering = next(
             (o for o in it.offerings if o.zone == zone and o.capacity_type == capacity_type), chosen[0].offering
@@ -427,9 +507,48 @@ class AWSCloudProvider:
             state="pending",
         )
 
-    async def _launch_template(self, nodeclass: ResolvedNodeClass, data: Obj) -> str:
+    def _unavailable_error(
+        self, refusal: Refusal, *, tried: Sequence[OfferingId], capacity_type: str, detail: str
+    ) -> InsufficientCapacityError:
+        """The error of a launch AWS refused as "not here": the offerings to avoid (all spot ones when
+        the Spot service-linked role is missing), with the quota named when one was hit."""
+        offerings = list(refusal.offerings or tried)
+        if refusal.spot_refused:
+            spot = {
+                OfferingId(instance_type=it.name, zone=o.zone, capacity_type=CAPACITY_TYPE_SPOT)
+                for cache in self._types.values()
+                for it in cache.types
+                for o in it.offerings
+                if o.capacity_type == CAPACITY_TYPE_SPOT
+            }
+            if self._unavailable is not None:
+                for key in spot:  # every spot offering, not only this claim's: the account refuses spot
+                    self._unavailable.mark(key)
+            offerings = [o for o in tried if o.capacity_type == CAPACITY_TYPE_SPOT] or offerings
+            log.warning("aws.spot_refused", reason="SpotServiceLinkedRoleMissing", fix=SPOT_ROLE_FIX)
+            return InsufficientCapacityError(
+                f"{SPOT_ROLE_FIX} ({detail})", offerings=tuple(offerings), reason="SpotServiceLinkedRoleMissing"
+            )
+        if refusal.quota is not None:
+            code, message = refusal.quota
+            return InsufficientCapacityError(
+                f"the account's {code} quota refused {capacity_type} capacity for {len(offerings)} offering(s): "
+                f"{message}; raise the quota in Service Quotas (`joiner aws check` shows them)",
+                offerings=tuple(offerings),
+                reason=code,
+                quota=True,
+            )
+        codes = sorted({d.split(":", 1)[0].strip() for d in detail.split("; ") if d})
+        return InsufficientCapacityError(
+            f"no capacity for {len(offerings)} of {len(tried)} offerings tried: {detail}",
+            offerings=tuple(offerings),
+            reason="InsufficientCapacity" if set(codes) <= ICE_CODES else codes[0],
+        )
+
+    async def _launch_template(self, nodeclass: ResolvedNodeClass, data: Obj, *, tags: Mapping[str, str]) -> str:
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
         name = f"joiner-{self.cluster_name}-{nodeclass.name}-{digest}"[:128]
+        self._template_used[name] = self._clock.monotonic()
         if name in self._templates:
             return name
         try:
@@ -443,15 +562,7 @@ class AWSCloudProvider:
                     "create_launch_template",
                     LaunchTemplateName=name,
                     LaunchTemplateData=data,
-                    TagSpecifications=[
-                        {
-                            "ResourceType": "launch-template",
-                            "Tags": [
-                                {"Key": TAG_CLUSTER, "Value": self.cluster_name},
-                                {"Key": TAG_NODECLASS, "Value": nodeclass.name},
-                            ],
-                        }
-                    ],
+                    TagSpecifications=tag_specifications(("launch-template",), tags),
                 )
                 log.info("aws.launch_template_created", name=name, nodeclass=nodeclass.name, image=data["ImageId"])
             except AWSError as create_err:
@@ -464,8 +575,9 @@ class AWSCloudProvider:
         """How kubelets reach the cluster (see :mod:`controller.cloudprovider.aws.cluster`)."""
         return await self._cluster.get()
 
-    async def _user_data(self, nodeclaim: Obj, nodeclass: ResolvedNodeClass) -> str | None:
-        """The EC2NodeClass's userData, with the bootstrap joiner writes for its image family."""
+    async def _user_data(self, nodeclaim: Obj, nodeclass: ResolvedNodeClass, *, pods: int | None) -> str | None:
+        """The EC2NodeClass's userData, with the bootstrap joiner writes for its image family
+        (``pods``: the kubelet's maxPods)."""
         spec = nodeclass.model.spec
         alias = next((t.alias for t in spec.ami_selector_terms if t.alias), None)
         family = family_of(alias=alias, ami_family=spec.ami_family)
@@ -478,7 +590,41 @@ class AWSCloudProvider:
             if isinstance(t, Mapping) and t.get("key") and t.get("effect")
         ]
         labels = {str(k): str(v) for k, v in ((nodeclaim.get("metadata") or {}).get("labels") or {}).items()}
-        return user_data_for(family, await self.cluster_info(), labels=labels, taints=taints, user_data=spec.user_data)
+        try:
+            return user_data_for(
+                family, await self.cluster_info(), labels=labels, taints=taints, user_data=spec.user_data, max_pods=pods
+            )
+        except UserDataError as err:
+            raise NodeClassNotReadyError(f"EC2NodeClass {nodeclass.name!r}: {err}") from None
+
+    async def _zonal_subnets(self, nodeclass: ResolvedNodeClass) -> dict[str, tuple[str, int]]:
+        """Per zone, the NodeClass's subnet with the most free addresses less those in flight (launched
+        since the count was read: the instance's own and its pods'), and how many that leaves.
+        DescribeSubnets is asked at most every SUBNET_CACHE_SECONDS; a fresh count replaces the
+        in-flight guess. If it fails, the counts last read (or none) are used."""
+        ids = sorted(str(s["id"]) for s in nodeclass.subnets)
+        now = self._clock.monotonic()
+        if any(i not in self._ips_free for i in ids) or now - self._ips_read_at.get(nodeclass.name, -1e18) >= (
+            SUBNET_CACHE_SECONDS
+        ):
+            try:
+                rows = await self.api.collect("ec2", "describe_subnets", key="Subnets", SubnetIds=ids)
+            except AWSError as err:
+                log.warning("aws.subnets_not_counted", nodeclass=nodeclass.name, error=str(err))
+            else:
+                self._ips_read_at[nodeclass.name] = now
+                for row in rows:
+                    sid, free = str(row["SubnetId"]), int(row.get("AvailableIpAddressCount") or 0)
+                    if self._ips_free.get(sid) != free:
+                        self._ips_free[sid] = free
+                        self._ips_in_flight[sid] = 0
+        best: dict[str, tuple[str, int]] = {}
+        for sub in sorted(nodeclass.subnets, key=lambda x: str(x["id"])):
+            sid, zone = str(sub["id"]), str(sub["zone"])
+            left = self._ips_free.get(sid, UNKNOWN_FREE_IPS) - self._ips_in_flight.get(sid, 0)
+            if zone not in best or left > best[zone][1]:
+                best[zone] = (sid, left)
+        return best
 
     async def _launch_configs(
         self,
@@ -489,10 +635,12 @@ class AWSCloudProvider:
         cache: _TypesCache,
         reservation: Reservation | None,
     ) -> tuple[list[Obj], list[OfferingId]]:
-        subnets_by_zone: dict[str, str] = {}
-        for s in nodeclass.subnets:
-            subnets_by_zone.setdefault(str(s["zone"]), str(s["id"]))
-        overrides_by_image: dict[str, list[Obj]] = {}
+        zonal = await self._zonal_subnets(nodeclass)
+        subnets_by_zone = {zone: subnet for zone, (subnet, _) in zonal.items()}
+        exhausted = {zone for zone, (_, left) in zonal.items() if left <= 0}
+        candidates = sorted(candidates, key=lambda c: c.offering.zone in exhausted)  # stable: price order kept
+        # one launch template per image and kubelet maxPods: the user data tells the kubelet its pods
+        overrides_by_image: dict[tuple[str, int], list[Obj]] = {}
         tried: list[OfferingId] = []
         for c in candidates:
             subnet = subnets_by_zone.get(c.offering.zone)
@@ -509,7 +657,8 @@ class AWSCloudProvider:
             override: Obj = {"InstanceType": c.instance_type.name, "SubnetId": subnet}
             if c.offering.capacity_type == CAPACITY_TYPE_ON_DEMAND:
                 override["Priority"] = float(len(tried))
-            overrides_by_image.setdefault(image, []).append(override)
+            pods = cache.max_pods.get(c.instance_type.name, 0)
+            overrides_by_image.setdefault((image, pods), []).append(override)
             tried.append(c.key)
             if len(tried) >= MAX_OVERRIDES:
                 break
@@ -520,11 +669,15 @@ class AWSCloudProvider:
                 reason="NoCompatibleOffering",
             )
         configs = []
-        user_data = await self._user_data(nodeclaim, nodeclass)
-        for image, overrides in overrides_by_image.items():
-            template = await self._launch_template(
-                nodeclass, template_data(nodeclass, image=image, reservation=reservation, user_data=user_data)
-            )
+        tags = resource_tags(
+            cluster_name=self.cluster_name,
+            nodeclass=nodeclass,
+            nodepool=str(((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")),
+        )
+        for (image, pods), overrides in overrides_by_image.items():
+            user_data = await self._user_data(nodeclaim, nodeclass, pods=pods or None)
+            data = template_data(nodeclass, image=image, reservation=reservation, user_data=user_data, tags=tags)
+            template = await self._launch_template(nodeclass, data, tags=tags)
             configs.append(
                 {
                     "LaunchTemplateSpecification": {"LaunchTemplateName": template, "Version": "$Latest"},
@@ -656,6 +809,15 @@ class AWSCloudProvider:
         raw = (await self._all_instances()).get(instance_id)
         if raw is None:
             return None
+        launched_with = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}.get(TAG_NODECLASS_HASH)
+        if launched_with and launched_with != nodeclass_hash(nodeclass):
+            return (
+                f"NodeClassDrift: EC2NodeClass {nodeclass.name} changed since the instance launched (user data, "
+                f"volumes, metadata options, role, tags or the like)"
+            )
+        expiring = self._capacity_block_ending(nodeclass, raw)
+        if expiring is not None:
+            return expiring
         amis = {str(a["id"]) for a in nodeclass.amis}
         if amis and raw.get("ImageId") not in amis:
             return f"AMIDrift: image {raw.get('ImageId')} is no longer selected by EC2NodeClass {nodeclass.name}"
@@ -673,6 +835,36 @@ class AWSCloudProvider:
                 f"{sorted(nodeclass.security_group_ids)} of EC2NodeClass {nodeclass.name}"
             )
         return None
+
+    def _capacity_block_ending(self, nodeclass: ResolvedNodeClass, raw: Obj) -> str | None:
+        """Why an instance in a Capacity Block must be replaced now: the block ends within
+        CAPACITY_BLOCK_DRAIN_SECONDS (EC2 reclaims the instances at the end; Karpenter starts 40
+        minutes before). Replaced as drift is: the new node first, under the pool's budgets."""
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+        rid = raw.get("CapacityReservationId") or tags.get(TAG_RESERVATION)
+        block = next(
+            (
+                r
+                for r in nodeclass.capacity_reservations
+                if r.get("id") == rid and r.get("reservationType") == "capacity-block" and r.get("endTime")
+            ),
+            None,
+        )
+        if block is None:
+            return None
+        try:
+            end = datetime.fromisoformat(str(block["endTime"]).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if end.tzinfo is None:
+            end = end.replace(tzinfo=UTC)
+        left = (end - self._clock.now()).total_seconds()
+        if left > CAPACITY_BLOCK_DRAIN_SECONDS:
+            return None
+        return (
+            f"CapacityBlockExpiring: Capacity Block {rid} ends at {end.isoformat()} ({max(0, int(left // 60))} min): "
+            f"replaced before EC2 reclaims the instance"
+        )
 
 
 def _alive(raw: Obj) -> bool:
