@@ -45,6 +45,7 @@ from controller.scheduling import (
     Pod,
     solve,
 )
+from controller.scheduling.bounds import apply_bounds
 from controller.scheduling.kubeconv import (
     ConversionError,
     daemonset_from_dict,
@@ -491,6 +492,20 @@ def _same_zone(pods: list[Obj], *, default: bool) -> bool:
     return default
 
 
+def _bounded(plan: Plan, sc: Scenario, pools: Sequence[NodePoolTemplate]) -> Plan:
+    """The plan cut to each pool's $/hour budget and ``limits.nodes``, as the provisioner cuts it,
+    counting the scenario's NodeClaims as what the pools hold."""
+    if not plan.new_nodes:
+        return plan
+    from controller.state.spend import pool_bounds  # (only a plan that buys needs the views)
+    from controller.state.views import NodeClaimView
+
+    types = {it.name: it for pool in pools for it in pool.instance_types}
+    claims = [NodeClaimView.of(claim) for claim in sc.nodeclaims]
+    bounds = pool_bounds({_name(obj): obj for _, obj in sc.nodepools}, claims, types)
+    return apply_bounds(plan, bounds).plan
+
+
 def plan_scenario(
     texts: Iterable[tuple[str, str]], *, catalog: tuple[InstanceType, ...], warnings: list[str] | None = None
 ) -> Plan:
@@ -508,6 +523,7 @@ def plan_scenario(
         daemon_pods=inputs.daemons,
         gangs=tuple(g for g in inputs.gangs if g.id not in waiting),
     )
+    plan = _bounded(plan, sc, inputs.pools)
     if not waiting:
         return plan
     held = {f"{p.namespace}/{p.name}": waiting[p.gang] for p in inputs.pods if p.gang in waiting}
