@@ -63,6 +63,8 @@ lint: $(STAMP) tools ## ruff, mypy --strict, the layering contracts, the CRD dri
 	@$(BIN)/python -m api.crdgen --check
 	@echo "==> deploy/controller/ generated from the Helm chart"
 	@$(BIN)/python hack/gen-manifests.py --check
+	@echo "==> Kubernetes field table drift (controller/kube_fields.json, strict decoding)"
+	@$(BIN)/python hack/gen-kube-fields.py --check
 	@echo "==> metrics reference drift (docs/metrics.md)"
 	@$(BIN)/python -m controller.metrics_doc --check
 	@echo "==> Dockerfile (hadolint)"
