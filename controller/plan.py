@@ -13,12 +13,13 @@ A scenario is multi-document YAML (or JSON) holding, in any order:
 
 Exit status: 0 when a plan was printed (even with unschedulable pods), 1 for bad input (one line
 that names the document, the object and the field), 2 for usage errors. Bad input is never
-planned around: a negative request, a pod named twice, a document nested deeper than
-``MAX_DEPTH`` or workloads that expand to more than ``MAX_PODS`` pods are errors. A NodePool whose
-NodeClass is not in the scenario is planned with the built-in catalog and a warning on stderr
-(the controller would not launch from it until the NodeClass exists). A gang with fewer pending or
-running members than its ``joiner.sh/gang-size`` is reported unschedulable, as the controller
-waits for the rest before buying anything. See docs/errors.md.
+planned around: a negative request, a pod named twice, a key twice in a mapping, a field the kind
+does not have, a document nested deeper than 100 levels or workloads that expand to more than
+1,000,000 pods are errors. A NodePool's budget and ``limits.nodes`` apply as in the controller.
+A NodePool whose NodeClass is not in the scenario is planned with the built-in catalog and a
+warning on stderr (the controller would not launch from it until the NodeClass exists). A gang
+with fewer pending or running members than its ``joiner.sh/gang-size`` is reported
+unschedulable, as the controller waits for the rest before buying anything. See docs/errors.md.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import yaml
 
 from controller.cloudprovider.catalog import load_catalog, parse_catalog_text
 from controller.gang.markers import ANNOTATION_GANG_SAME_ZONE, gang_options
+from controller.helptext import for_terminal
 from controller.scheduling import (
     CatalogError,
     ExistingNode,
@@ -665,14 +667,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser(
         "plan",
         help="show what joiner would buy for a scenario (the solver, offline)",
-        description=__doc__,
+        description=for_terminal(__doc__ or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "-f", "--filename", action="append", required=True, metavar="FILE", help="scenario YAML/JSON; '-' for stdin"
     )
     p.add_argument("--catalog", metavar="FILE", help="instance catalog JSON (default: the built-in KWOK catalog)")
-    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    p.add_argument(
+        "-o", "--output", choices=["table", "json", "yaml"], default="table", help="output format (default: table)"
+    )
     p.set_defaults(handler=run)
 
 
