@@ -6,12 +6,15 @@ is used up: the pool launches nothing more), `BufferLimited` (only for pools wit
 the buffer stopped short of what it wants, and why), `TierMix` (only with spec.capacity.tierMix:
 whether the pool's capacity by capacity type is within 10 points of its target shares;
 ``SpotShort`` when spot could not be had), and `Ready` (validation and NodeClass are fine).
-`status.buffer` (wanted / ready) comes from the capacity controller's report.
+`status.buffer` (wanted / ready) comes from the capacity controller's report. For
+``kubectl get nodepools``: `status.reason` (Ready or why not), `status.pricePerHour` and
+`status.mostUsedLimit` (the limit, ``limits.nodes`` or budget closest to used up, in percent).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import structlog
@@ -24,12 +27,14 @@ from controller.clock import format_time
 from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import NODEPOOLS
+from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.quantity import QuantityError, format_human, parse_quantity
 from controller.scheduling.resources import Resources, sum_resources
 from controller.scheduling.tiermix import TIERS, TierMix, shares, weight
 from controller.state.buffers import BufferReport
 from controller.state.nodepools import tier_mix
 from controller.state.queue import WorkQueue
+from controller.state.spend import claim_prices
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -128,6 +133,30 @@ def tier_mix_condition(mix: TierMix, weights: dict[str, float]) -> Obj:
     return _condition("TierMix", False, reason, said)
 
 
+def _budget(pool: Obj) -> float | None:
+    raw = ((((pool.get("spec") or {}).get("capacity") or {}).get("budget")) or {}).get("maxPricePerHour")
+    try:
+        return None if raw is None else float(raw)
+    except (TypeError, ValueError):
+        return None  # validation reports it
+
+
+def most_used_limit(pool: Obj, used: Resources, *, nodes: int, price: float) -> str | None:
+    """The limit closest to used up, as ``"75% nvidia.com/gpu"`` (a limit of 0 is 100% used);
+    ``nodes`` for ``limits.nodes`` and ``budget`` for the $/hour budget. None without limits."""
+    shares: list[tuple[float, str]] = []
+    for res, limit in _limits(pool).items():
+        have = nodes * 1000 if res == "nodes" else used.get(res)
+        shares.append((1.0 if limit <= 0 else have / limit, res))
+    budget = _budget(pool)
+    if budget is not None:
+        shares.append((1.0 if budget <= 0 else price / budget, "budget"))
+    if not shares:
+        return None
+    share, name = max(shares, key=lambda s: (s[0], s[1]))
+    return f"{math.floor(share * 100 + 1e-9)}% {name}"
+
+
 def desired_status(
     *,
     pool: Obj,
@@ -136,10 +165,13 @@ def desired_status(
     nodeclass_exists: bool,
     buffer: BufferReport | None = None,
     buffer_limited: str | None = None,
+    prices: dict[str, float] | None = None,
 ) -> tuple[Obj, str | None]:
     """The status a NodePool should have, and the validation error if its spec is invalid. Pure.
 
-    ``buffer``/``buffer_limited``: the pool's warm buffer as last reported, and why it stopped short."""
+    ``buffer``/``buffer_limited``: the pool's warm buffer as last reported, and why it stopped short.
+    ``prices``: NodeClaim name -> $/hour (`controller.state.spend`); the pool's sum is
+    ``status.pricePerHour`` and counts against its budget."""
     name = pool["metadata"]["name"]
     mine = [
         c
@@ -162,6 +194,10 @@ def desired_status(
     max_nodes = _limits(pool).get("nodes")
     if max_nodes is not None and len(mine) * 1000 >= max_nodes:
         reached.append(f"nodes: {len(mine)} of {max_nodes // 1000}")
+    price = sum((prices or {}).get(c["metadata"]["name"], 0.0) for c in mine)
+    budget = _budget(pool)
+    if budget is not None and price >= budget - 1e-9:
+        reached.append(f"budget: ${price:.2f}/h of ${budget:.2f}/h")
     conditions = [
         _condition(
             "ValidationSucceeded",
@@ -196,10 +232,21 @@ def desired_status(
             "" if ready else "; ".join(c["message"] for c in conditions[:2] if c["status"] == "False"),
         )
     )
+    if error is not None:
+        reason = "Invalid"
+    elif not nodeclass_exists:
+        reason = "NodeClassNotFound"
+    elif reached:
+        reason = "LimitsReached"
+    else:
+        reason = "Ready"
     status = {
         "resources": used.to_quantities(),
         "nodes": sum(1 for c in mine if c["metadata"]["name"] in registered),
         "conditions": conditions,
+        "reason": reason,
+        "pricePerHour": f"{price:.2f}",
+        "mostUsedLimit": most_used_limit(pool, used, nodes=len(mine), price=price),
     }
     if _has_buffer(pool):
         shown: Obj = {
@@ -270,6 +317,18 @@ class NodePoolStatusController:
                 TIER_TARGET.labels(name, t).set(mix.target(t))
             TIER_SHARE.labels(name, t).set(actual[t])
 
+    async def _prices(self, pool: Obj, name: str, *, nodeclass_exists: bool) -> dict[str, float]:
+        """The $/hour of each of the pool's NodeClaims: the launched offering's price from the
+        cloud's instance types, else the price planned when it was created."""
+        types: dict[str, InstanceType] = {}
+        if nodeclass_exists:
+            try:
+                types = {it.name: it for it in await self.ctx.cloud.instance_types(pool)}
+            except Exception as err:  # the planned prices stand in; the NodeClass status says why
+                log.debug("nodepool.instance_types_unavailable", nodepool=name, error=str(err))
+        claims = [c for c in self.ctx.cluster.claim_views().values() if c.nodepool == name]
+        return {c.name: c.price for c in claim_prices(claims, types)}
+
     async def reconcile(self, name: str) -> float | None:
         cluster = self.ctx.cluster
         pool = cluster.nodepools().get(name)
@@ -289,6 +348,7 @@ class NodePoolStatusController:
             nodeclass_exists=nodeclass_exists,
             buffer=self.ctx.buffers.report(name),
             buffer_limited=self.ctx.buffers.limited(name),
+            prices=await self._prices(pool, name, nodeclass_exists=nodeclass_exists),
         )
         current = pool.get("status") or {}
         self._tier_metrics(pool, claims)
@@ -302,6 +362,7 @@ class NodePoolStatusController:
             current.get("resources") == status["resources"]
             and current.get("nodes") == status["nodes"]
             and current.get("buffer") == status.get("buffer")
+            and all(current.get(k) == status[k] for k in ("reason", "pricePerHour", "mostUsedLimit"))
             and _same_conditions(current.get("conditions") or [], status["conditions"])
         ):
             return None
