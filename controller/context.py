@@ -13,6 +13,7 @@ from controller.kube.events import EventRecorder
 from controller.settings import Settings
 from controller.state.buffers import BufferBook
 from controller.state.cluster import ClusterState
+from controller.state.refusals import RefusalBook
 from controller.state.writer import NodeClaimWriter
 
 
@@ -30,3 +31,5 @@ class Context:
     writer: NodeClaimWriter
     # the warm buffers: published by the capacity controller, planned by the provisioner, kept by disruption
     buffers: BufferBook = field(default_factory=BufferBook)
+    # why each NodePool refused the pods nobody could take: recorded by the provisioner, shown on the NodePool
+    refusals: RefusalBook = field(default_factory=RefusalBook)

@@ -2,8 +2,10 @@
 
 Conditions: `ValidationSucceeded` (the spec passes the same rules as the CRD), `NodeClassReady`
 (the referenced NodeClass exists), `LimitsReached` (a resource in spec.limits, or `limits.nodes`,
-is used up: the pool launches nothing more), `BufferLimited` (only for pools with a warm buffer:
-the buffer stopped short of what it wants, and why), `TierMix` (only with spec.capacity.tierMix:
+is used up: the pool launches nothing more), `PodsRefused` (pending pods no pool could take that
+this pool refused in the provisioner's last batch, with the first one's reason), `BufferLimited`
+(only for pools with a warm buffer: the buffer stopped short of what it wants, and why), `TierMix`
+(only with spec.capacity.tierMix:
 whether the pool's capacity by capacity type is within 10 points of its target shares;
 ``SpotShort`` when spot could not be had), and `Ready` (validation and NodeClass are fine).
 `status.buffer` (wanted / ready) comes from the capacity controller's report. For
@@ -34,6 +36,7 @@ from controller.scheduling.tiermix import TIERS, TierMix, shares, weight
 from controller.state.buffers import BufferReport
 from controller.state.nodepools import tier_mix
 from controller.state.queue import WorkQueue
+from controller.state.refusals import Refusal
 from controller.state.spend import claim_prices
 
 log = structlog.get_logger()
@@ -133,6 +136,10 @@ def tier_mix_condition(mix: TierMix, weights: dict[str, float]) -> Obj:
     return _condition("TierMix", False, reason, said)
 
 
+def _pods(n: int) -> str:
+    return "1 pod" if n == 1 else f"{n} pods"
+
+
 def _budget(pool: Obj) -> float | None:
     raw = ((((pool.get("spec") or {}).get("capacity") or {}).get("budget")) or {}).get("maxPricePerHour")
     try:
@@ -166,12 +173,14 @@ def desired_status(
     buffer: BufferReport | None = None,
     buffer_limited: str | None = None,
     prices: dict[str, float] | None = None,
+    refused: Refusal | None = None,
 ) -> tuple[Obj, str | None]:
     """The status a NodePool should have, and the validation error if its spec is invalid. Pure.
 
     ``buffer``/``buffer_limited``: the pool's warm buffer as last reported, and why it stopped short.
     ``prices``: NodeClaim name -> $/hour (`controller.state.spend`); the pool's sum is
-    ``status.pricePerHour`` and counts against its budget."""
+    ``status.pricePerHour`` and counts against its budget. ``refused``: the pending pods no pool
+    could take that this pool refused in the provisioner's last batch, and why (``PodsRefused``)."""
     name = pool["metadata"]["name"]
     mine = [
         c
@@ -218,6 +227,11 @@ def desired_status(
             "; ".join(reached) if reached else "",
         ),
     ]
+    conditions.append(
+        _condition("PodsRefused", True, "PodsRefused", f"{_pods(refused.pods)} pending: {refused.reason}")
+        if refused is not None
+        else _condition("PodsRefused", False, "NoneRefused", "")
+    )
     mix = tier_mix(pool)
     if mix is not None:
         conditions.append(tier_mix_condition(mix, tier_weights(mine)))
@@ -295,6 +309,7 @@ class NodePoolStatusController:
         cluster.subscribe("KWOKNodeClass", self._enqueue_all)
         cluster.subscribe("EC2NodeClass", self._enqueue_all)
         self.ctx.buffers.subscribe(self.queue.add)
+        self.ctx.refusals.subscribe(self.queue.add)
         await cluster.wait_synced()
         self._enqueue_all()
         await self.queue.run(self.reconcile, workers=2)
@@ -349,6 +364,7 @@ class NodePoolStatusController:
             buffer=self.ctx.buffers.report(name),
             buffer_limited=self.ctx.buffers.limited(name),
             prices=await self._prices(pool, name, nodeclass_exists=nodeclass_exists),
+            refused=self.ctx.refusals.of(name),
         )
         current = pool.get("status") or {}
         self._tier_metrics(pool, claims)

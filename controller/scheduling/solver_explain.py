@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from controller.scheduling.labels import (
@@ -262,3 +263,12 @@ class Explanations(CandidateTypes):
                     f"the cheapest instance type that fits has {format_human(name, cap)})"
                 )
         return "all available instance types exceed limits for nodepool"
+
+
+_POOL_REASON = re.compile(r'nodepool "([^"]+)": (.*?)(?=; nodepool "|$)')
+
+
+def reasons_by_pool(text: str) -> dict[str, str]:
+    """NodePool -> its reason, from a refused pod's sentence (the solver's, a gang's, or a bound's:
+    each NodePool's part starts ``nodepool "<name>": `` and the parts are joined with ``; ``)."""
+    return {m.group(1): m.group(2) for m in _POOL_REASON.finditer(text)}

@@ -401,7 +401,8 @@ async def test_a_backlog_longer_than_ten_minutes_at_kube_schedulers_pace_keeps_i
     assert provisioner.nomination_grace() == 3600.0
 
 
-async def test_a_limit_of_zero_is_named_in_the_pods_event(h: Harness) -> None:
+async def test_a_limit_of_zero_is_named_in_the_pods_event_and_the_nodepools_status(h: Harness) -> None:
+    h.start(NodePoolStatusController(h.ctx))
     await h.kube.patch(NODEPOOLS, "default", {"spec": {"limits": {"cpu": "0"}}})
     await h.settle()
     provisioner = Provisioner(h.ctx)
@@ -411,9 +412,22 @@ async def test_a_limit_of_zero_is_named_in_the_pods_event(h: Harness) -> None:
     assert plan.new_nodes == ()
     await asyncio.gather(*provisioner._event_tasks)
     [event] = [e for e in h.kube.events("web") if e["reason"] == "FailedProvisioning"]
-    assert event["message"] == (
-        'nodepool "default": all available instance types exceed limits for nodepool (cpu limit is 0)'
-    )
+    why = "all available instance types exceed limits for nodepool (cpu limit is 0)"
+    assert event["message"] == f'nodepool "default": {why}'
+
+    def refused() -> dict[str, Any] | None:
+        pool = h.kube.obj(NODEPOOLS, "default") or {}
+        conditions = {c["type"]: c for c in (pool.get("status") or {}).get("conditions") or []}
+        return conditions.get("PodsRefused")
+
+    await h.advance(1.5)
+    assert refused() == {**(refused() or {}), "status": "True", "message": f"1 pod pending: {why}"}
+    assert (h.kube.obj(NODEPOOLS, "default") or {})["status"]["reason"] == "LimitsReached"
+    await h.kube.delete(PODS, "web", namespace="default")
+    await h.settle()
+    assert await provisioner.reconcile() is None
+    await h.advance(1.5)
+    assert (refused() or {}).get("status") == "False"
 
 
 async def test_offerings_the_cloud_refused_are_named_in_the_pods_event(h: Harness) -> None:

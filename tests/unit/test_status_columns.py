@@ -11,6 +11,7 @@ import pytest
 from api.v1.labels import ANNOTATION_PLANNED_PRICE, LABEL_NODEPOOL
 from controller.provisioning.nodepool_status import desired_status, most_used_limit
 from controller.scheduling.resources import Resources
+from controller.state.refusals import Refusal
 from controller.state.writes import ConditionUpdate, claim_status, why_not_ready
 
 Obj = dict[str, Any]
@@ -120,3 +121,20 @@ def test_no_limits_no_limit_column_and_why_a_pool_is_not_ready() -> None:
     bad = pool()
     bad["spec"]["weight"] = -5
     assert status_of(bad, [])["reason"] == "Invalid"
+
+
+def test_a_pool_that_refused_pending_pods_says_how_many_and_why() -> None:
+    status, _ = desired_status(
+        pool=pool(),
+        claims=[],
+        registered=set(),
+        nodeclass_exists=True,
+        refused=Refusal(pods=3, reason="pod does not tolerate taint nvidia.com/gpu=:NoSchedule"),
+    )
+    refused = next(c for c in status["conditions"] if c["type"] == "PodsRefused")
+    assert (refused["status"], refused["message"]) == (
+        "True",
+        "3 pods pending: pod does not tolerate taint nvidia.com/gpu=:NoSchedule",
+    )
+    quiet = next(c for c in status_of(pool(), [])["conditions"] if c["type"] == "PodsRefused")
+    assert (quiet["status"], quiet["reason"]) == ("False", "NoneRefused")

@@ -3,11 +3,15 @@ same sentences the provisioner puts in the pod's Event), with Karpenter's wordin
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from controller.plan import execute
 from controller.scheduling import solve
-from tests.unit.scheduling.builders import itype, pod, pool
+from controller.scheduling.solver_explain import reasons_by_pool
+from controller.state.refusals import Refusal, RefusalBook
+from tests.unit.scheduling.builders import itype, pod, pool, res
 
 NODECLASS = """
 apiVersion: joiner.sh/v1
@@ -144,3 +148,38 @@ def test_offerings_refused_for_capacity_are_named() -> None:
 def test_a_pool_whose_nodeclass_offers_nothing_says_so() -> None:
     plan = solve(pods=[pod("a")], node_pools=[pool("empty", [])])
     assert plan.unschedulable == {"default/a": 'nodepool "empty": its NodeClass offers no instance types'}
+
+
+def test_each_pools_reason_is_read_back_from_a_refused_pods_sentence() -> None:
+    cpu = itype("c.large", cpu=2, mem_gi=4, price=0.1)
+    gpu = itype("g.1gpu", cpu=8, mem_gi=32, gpu=1, price=1.0)
+    # as kubeconv makes a pool with `limits: {nvidia.com/gpu: "0"}`: the GPU types taken out
+    pools = [pool("cpu", [cpu]), replace(pool("gpu", []), zero_limits=("nvidia.com/gpu",), over_limit=(gpu,))]
+    plan = solve(pods=[pod("big", requests=res(cpu="6"))], node_pools=pools)
+    [text] = plan.unschedulable.values()
+    assert reasons_by_pool(text) == {
+        "cpu": "no instance type has 6 cpu (largest: 2)",
+        "gpu": "all available instance types exceed limits for nodepool (nvidia.com/gpu limit is 0)",
+    }
+    gang = "gang 'ml/train': 1 of 4 pods cannot be placed, so none is: " + text
+    assert reasons_by_pool(gang) == reasons_by_pool(text)
+    assert reasons_by_pool("joiner cannot provision this pod: spec.x: bad") == {}
+
+
+def test_the_refusal_book_keeps_the_last_batchs_refusals_per_pool() -> None:
+    book = RefusalBook()
+    told: list[str] = []
+    book.subscribe(told.append)
+    book.record(
+        pools=["cpu", "gpu"],
+        unschedulable={"ml/a": 'nodepool "gpu": limit; nodepool "cpu": taint', "ml/b": 'nodepool "gpu": other'},
+    )
+    assert book.of("gpu") == Refusal(pods=2, reason="limit")
+    assert book.of("cpu") == Refusal(pods=1, reason="taint")
+    assert sorted(told) == ["cpu", "gpu"]
+    told.clear()
+    book.record(pools=["cpu", "gpu"], unschedulable={"ml/b": 'nodepool "gpu": other'})
+    assert (book.of("cpu"), book.of("gpu"), sorted(told)) == (None, Refusal(pods=1, reason="other"), ["cpu", "gpu"])
+    told.clear()
+    book.record(pools=["cpu", "gpu"], unschedulable={"ml/b": 'nodepool "gpu": other'})
+    assert told == []  # nothing changed: no status write
