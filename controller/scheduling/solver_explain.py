@@ -109,11 +109,22 @@ class Explanations(CandidateTypes):
         """Why a pool has no instance type to launch at all (none hidden by a limit or a refusal)."""
         if not pool.template.instance_types:
             return "its NodeClass offers no instance types"
-        matching = self._protos_of(pool, pool.template.instance_types, self.type_keys, skip=frozenset())
-        if not matching:
+        labelled = [
+            it
+            for it in pool.template.instance_types
+            if all(
+                r.allows(it.labels.get(r.key))
+                for r in pool.base
+                if r.key in self.type_keys and r.key not in (LABEL_ZONE, LABEL_CAPACITY_TYPE)
+            )
+        ]
+        if not labelled:
             shown = ", ".join(str(r) for r in pool.base if r.key != LABEL_NODEPOOL)
-            return f"no instance type with an available offering matches the nodepool's requirements ({shown})"
-        return "no instance type with an available offering matches the nodepool's requirements"
+            return f"no instance type matches the nodepool's requirements ({shown})"
+        return (
+            "no instance type with an available offering matches the nodepool's requirements "
+            f"({len(labelled)} match, none has an available offering in the zones and capacity types it allows)"
+        )
 
     def _hosts(self, pool: Pool, g: Group, required: Sequence[Requirements], protos: Sequence[SlotProto]) -> bool:
         """Whether one of these (instance type, offerings, ...) could host the group, limits aside."""

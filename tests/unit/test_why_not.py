@@ -101,8 +101,7 @@ CASES = {
     ),
     "no instance type matches the pool": (
         [nodepool(template="      requirements: [{key: joiner.sh/gpu-name, operator: In, values: [B300]}]"), CPU_POD],
-        'nodepool "gpu": no instance type with an available offering matches the nodepool\'s requirements '
-        "(joiner.sh/gpu-name In [B300])",
+        'nodepool "gpu": no instance type matches the nodepool\'s requirements (joiner.sh/gpu-name In [B300])',
     ),
     "too big for every type": (
         [nodepool(), a_pod("huge", "{nvidia.com/gpu: '16'}")],
@@ -183,3 +182,12 @@ def test_the_refusal_book_keeps_the_last_batchs_refusals_per_pool() -> None:
     told.clear()
     book.record(pools=["cpu", "gpu"], unschedulable={"ml/b": 'nodepool "gpu": other'})
     assert told == []  # nothing changed: no status write
+
+
+def test_a_catalog_with_no_available_offering_says_so() -> None:
+    gone = itype("c.large", cpu=2, mem_gi=4, price=0.1, zones=("zone-a",), unavailable=[("zone-a", "on-demand")])
+    plan = solve(pods=[pod("a")], node_pools=[pool("cpu", [gone])])
+    assert plan.unschedulable == {
+        "default/a": 'nodepool "cpu": no instance type with an available offering matches the nodepool\'s requirements '
+        "(1 match, none has an available offering in the zones and capacity types it allows)"
+    }
