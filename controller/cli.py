@@ -411,10 +411,10 @@ def _forecast(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.history:
-            import yaml
+            from controller.serialization import load_yaml
 
             with open(args.history, encoding="utf-8") as f:
-                doc = yaml.safe_load(f)
+                doc = load_yaml(f.read(), strict=True)
             data = (doc.get("data") if isinstance(doc, dict) and "data" in doc else doc) or {}
             if args.nodepool not in data:
                 print(f"joiner forecast: {args.history} has no history for NodePool {args.nodepool}", file=sys.stderr)

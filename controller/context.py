@@ -14,6 +14,7 @@ from controller.settings import Settings
 from controller.state.buffers import BufferBook
 from controller.state.cluster import ClusterState
 from controller.state.planned import PlannedPods
+from controller.state.refusals import RefusalBook
 from controller.state.writer import NodeClaimWriter
 
 
@@ -34,3 +35,5 @@ class Context:
     # the pending pods the provisioner planned on each NodeClaim: the lifecycle keeps a new Node closed
     # to kube-scheduler until they are nominated to it
     planned: PlannedPods = field(default_factory=PlannedPods)
+    # why each NodePool refused the pods nobody could take: recorded by the provisioner, shown on the NodePool
+    refusals: RefusalBook = field(default_factory=RefusalBook)

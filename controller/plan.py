@@ -13,12 +13,13 @@ A scenario is multi-document YAML (or JSON) holding, in any order:
 
 Exit status: 0 when a plan was printed (even with unschedulable pods), 1 for bad input (one line
 that names the document, the object and the field), 2 for usage errors. Bad input is never
-planned around: a negative request, a pod named twice, a document nested deeper than
-``MAX_DEPTH`` or workloads that expand to more than ``MAX_PODS`` pods are errors. A NodePool whose
-NodeClass is not in the scenario is planned with the built-in catalog and a warning on stderr
-(the controller would not launch from it until the NodeClass exists). A gang with fewer pending or
-running members than its ``joiner.sh/gang-size`` is reported unschedulable, as the controller
-waits for the rest before buying anything. See docs/errors.md.
+planned around: a negative request, a pod named twice, a key twice in a mapping, a field the kind
+does not have, a document nested deeper than 100 levels or workloads that expand to more than
+1,000,000 pods are errors. A NodePool's budget and ``limits.nodes`` apply as in the controller.
+A NodePool whose NodeClass is not in the scenario is planned with the built-in catalog and a
+warning on stderr (the controller would not launch from it until the NodeClass exists). A gang
+with fewer pending or running members than its ``joiner.sh/gang-size`` is reported
+unschedulable, as the controller waits for the rest before buying anything. See docs/errors.md.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import yaml
 
 from controller.cloudprovider.catalog import load_catalog, parse_catalog_text
 from controller.gang.markers import ANNOTATION_GANG_SAME_ZONE, gang_options
+from controller.helptext import for_terminal
 from controller.scheduling import (
     CatalogError,
     ExistingNode,
@@ -45,6 +47,7 @@ from controller.scheduling import (
     Pod,
     solve,
 )
+from controller.scheduling.bounds import apply_bounds
 from controller.scheduling.kubeconv import (
     ConversionError,
     daemonset_from_dict,
@@ -56,7 +59,15 @@ from controller.scheduling.kubeconv import (
     pod_from_dict,
     pool_usage,
 )
-from controller.serialization import SafeLoader, dump_yaml, dumps_json_pretty, load_all_yaml
+from controller.serialization import (
+    DuplicateKeyError,
+    SafeLoader,
+    dump_yaml,
+    dumps_json_pretty,
+    key_line,
+    load_all_yaml,
+)
+from controller.strict import path_parts, path_text, unknown_field
 
 Obj = dict[str, Any]
 WORKLOAD_KINDS: Final = ("Deployment", "StatefulSet", "ReplicaSet", "Job")
@@ -186,14 +197,33 @@ def _check_nesting(text: str, source: str) -> None:
         raise ScenarioError(f"{source}: line {line}: nested more than {MAX_DEPTH} levels deep") from err
 
 
-def read_documents(texts: Iterable[tuple[str, str]]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(where, object) for every document, ``List`` items flattened."""
+Located = dict[str, tuple[str, int, list[str | int]]]
+"""where -> (the text, the document's number in it, the path of a ``List`` item): to name lines."""
+
+
+def _unknown(where: str, obj: Mapping[str, Any], text: str, index: int, prefix: list[str | int]) -> None:
+    """Refuse a field the object's Kubernetes kind does not have, as kubectl's strict decoding does."""
+    path = unknown_field(obj)
+    if path is not None:
+        line = key_line(text, index, [*prefix, *path])
+        at = f"line {line}: " if line else ""
+        raise ScenarioError(f'{where}: {at}unknown field "{path_text(path)}" (kubectl refuses it too)')
+
+
+def read_documents(
+    texts: Iterable[tuple[str, str]], *, located: Located | None = None
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where, object) for every document, ``List`` items flattened. Strict, as ``kubectl apply``:
+    a key twice in a mapping, or a field a Kubernetes kind does not have, is an error naming the
+    line. ``located``, if given, receives where each object is (for the lines of later errors)."""
     out: list[tuple[str, Mapping[str, Any]]] = []
     for source, text in texts:
         try:
             _check_nesting(text, source)
             shapes: list[tuple[int, int] | None] = []
-            docs = load_all_yaml(text, shapes=shapes)
+            docs = load_all_yaml(text, shapes=shapes, strict=True)
+        except DuplicateKeyError as err:
+            raise ScenarioError(f"{source}: document {err.document}: {err} (kubectl refuses it too)") from err
         except yaml.YAMLError as err:
             raise ScenarioError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
         except RecursionError as err:
@@ -216,9 +246,17 @@ def read_documents(texts: Iterable[tuple[str, str]]) -> list[tuple[str, Mapping[
                 for j, item in enumerate(items):
                     if not isinstance(item, Mapping):
                         raise ScenarioError(f"{_where(source, index, doc)}: items[{j}]: must be an object")
-                    out.append((f"{_where(source, index, item)} items[{j}]", item))
+                    where = f"{_where(source, index, item)} items[{j}]"
+                    _unknown(where, item, text, index, ["items", j])
+                    if located is not None:
+                        located[where] = (text, index, ["items", j])
+                    out.append((where, item))
             else:
-                out.append((_where(source, index, doc), doc))
+                where = _where(source, index, doc)
+                _unknown(where, doc, text, index, [])
+                if located is not None:
+                    located[where] = (text, index, [])
+                out.append((where, doc))
     return out
 
 
@@ -261,15 +299,23 @@ def _workload_pods(obj: Mapping[str, Any], where: str, *, room: int) -> list[dic
     return pods
 
 
-def _validated(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A joiner.sh/v1 object validated by the API models, dumped back to JSON form."""
+def _validated(obj: Mapping[str, Any], where: str, located: Located | None = None) -> dict[str, Any]:
+    """A joiner.sh/v1 object validated by the API models, dumped back to JSON form; an unknown
+    field's line is named when ``located`` knows the document."""
     from api.v1 import InvalidObjectError, parse_object
 
     try:
         model = parse_object(obj)
     except InvalidObjectError as err:
         lines = "; ".join(str(e) for e in err.errors)
-        raise ScenarioError(f"{where}: invalid: {lines}") from err
+        unknown = [e for e in err.errors if e.message == "unknown field"]
+        found = (located or {}).get(where)
+        line = 0
+        if unknown and found is not None:
+            text, index, prefix = found
+            line = key_line(text, index, [*prefix, *path_parts(unknown[0].path)])
+        at = f"line {line}: " if line else ""
+        raise ScenarioError(f"{where}: {at}invalid: {lines}") from err
     dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json")
     return dumped
 
@@ -289,7 +335,7 @@ def _add_pods(sc: Scenario, pods: Sequence[dict[str, Any]], where: str) -> None:
         sc.pods.append(pod)
 
 
-def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]]) -> Scenario:
+def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]], *, located: Located | None = None) -> Scenario:
     sc = Scenario()
     pool_where: dict[str, str] = {}
     for where, obj in documents:
@@ -319,7 +365,7 @@ def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]]) -> Scenari
         elif kind in WORKLOAD_KINDS:
             _add_pods(sc, _workload_pods(obj, where, room=MAX_PODS - len(sc.pods)), where)
         elif kind == "NodePool":
-            pool = _validated(obj, where)
+            pool = _validated(obj, where, located)
             if _name(pool) in pool_where:
                 raise ScenarioError(
                     f"{where}: metadata.name: NodePool {_name(pool)!r} is also in {pool_where[_name(pool)]}"
@@ -327,9 +373,9 @@ def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]]) -> Scenari
             pool_where[_name(pool)] = where
             sc.nodepools.append((where, pool))
         elif kind == "KWOKNodeClass":
-            sc.nodeclasses[_name(obj)] = _validated(obj, where)
+            sc.nodeclasses[_name(obj)] = _validated(obj, where, located)
         elif kind == "NodeClaim":
-            sc.nodeclaims.append(_validated(obj, where))
+            sc.nodeclaims.append(_validated(obj, where, located))
         elif kind == "Node":
             sc.nodes.append(dict(obj))
         elif kind == "DaemonSet":
@@ -491,11 +537,26 @@ def _same_zone(pods: list[Obj], *, default: bool) -> bool:
     return default
 
 
+def _bounded(plan: Plan, sc: Scenario, pools: Sequence[NodePoolTemplate]) -> Plan:
+    """The plan cut to each pool's $/hour budget and ``limits.nodes``, as the provisioner cuts it,
+    counting the scenario's NodeClaims as what the pools hold."""
+    if not plan.new_nodes:
+        return plan
+    from controller.state.spend import pool_bounds  # (only a plan that buys needs the views)
+    from controller.state.views import NodeClaimView
+
+    types = {it.name: it for pool in pools for it in pool.instance_types}
+    claims = [NodeClaimView.of(claim) for claim in sc.nodeclaims]
+    bounds = pool_bounds({_name(obj): obj for _, obj in sc.nodepools}, claims, types)
+    return apply_bounds(plan, bounds).plan
+
+
 def plan_scenario(
     texts: Iterable[tuple[str, str]], *, catalog: tuple[InstanceType, ...], warnings: list[str] | None = None
 ) -> Plan:
     """The plan for a scenario; ``warnings`` (if given) receives what the user should know."""
-    sc = load_scenario(read_documents(texts))
+    located: Located = {}
+    sc = load_scenario(read_documents(texts, located=located), located=located)
     inputs = build_inputs(sc, catalog)
     if warnings is not None:
         warnings.extend(_missing_nodeclasses(sc))
@@ -508,6 +569,7 @@ def plan_scenario(
         daemon_pods=inputs.daemons,
         gangs=tuple(g for g in inputs.gangs if g.id not in waiting),
     )
+    plan = _bounded(plan, sc, inputs.pools)
     if not waiting:
         return plan
     held = {f"{p.namespace}/{p.name}": waiting[p.gang] for p in inputs.pods if p.gang in waiting}
@@ -605,14 +667,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser(
         "plan",
         help="show what joiner would buy for a scenario (the solver, offline)",
-        description=__doc__,
+        description=for_terminal(__doc__ or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "-f", "--filename", action="append", required=True, metavar="FILE", help="scenario YAML/JSON; '-' for stdin"
     )
     p.add_argument("--catalog", metavar="FILE", help="instance catalog JSON (default: the built-in KWOK catalog)")
-    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    p.add_argument(
+        "-o", "--output", choices=["table", "json", "yaml"], default="table", help="output format (default: table)"
+    )
     p.set_defaults(handler=run)
 
 

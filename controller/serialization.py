@@ -10,7 +10,9 @@
   as the fallback (and for what orjson refuses but ``json`` reads, such as ``NaN``).
 
 Semantics are PyYAML's safe loader (YAML 1.1) and the standard library's ``json`` either way: only
-the speed differs.
+the speed differs. ``strict=True`` (and :func:`loads_json_strict`) refuse what ``kubectl apply``'s
+strict decoding refuses and those parsers let pass: a key twice in one mapping
+(:class:`DuplicateKeyError`, naming the key, its line and the document).
 """
 
 from __future__ import annotations
@@ -79,6 +81,66 @@ _MERGE: Final = "tag:yaml.org,2002:merge"
 
 class _Fallback(Exception):
     """The node tree holds something :func:`_construct` leaves to PyYAML's constructor."""
+
+
+class DuplicateKeyError(yaml.YAMLError, ValueError):
+    """A mapping holds one key twice (``requests: {cpu: '1', cpu: '64'}``): which one a parser keeps
+    is arbitrary, so strict decoding refuses it, as ``kubectl apply`` does.
+
+    ``document`` counts from 1, ``line`` from 1 (0 when unknown: JSON read without its text);
+    ``path`` is where the mapping is (``spec.containers[0].resources.requests``), empty at the top."""
+
+    def __init__(self, *, key: Any, line: int, first_line: int = 0, document: int = 1, path: str = "") -> None:
+        self.key, self.line, self.first_line, self.document, self.path = key, line, first_line, document, path
+        where = f" in {path}" if path else ""
+        first = f" (first at line {first_line})" if first_line else ""
+        at = f"line {line}: " if line else ""
+        super().__init__(f"{at}duplicate key {str(key)!r}{where}{first}")
+
+
+def _path_text(parts: list[Any]) -> str:
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _line(node_or_event: Any) -> int:
+    mark = getattr(node_or_event, "start_mark", None)
+    return mark.line + 1 if mark is not None else 0
+
+
+def _check_unique(root: yaml.Node, document: int) -> None:
+    """Raise :class:`DuplicateKeyError` for a mapping of the node tree with a scalar key twice
+    (merge keys ``<<`` aside: a merged key is overridden, not repeated). Iterative; aliased
+    sub-trees are checked once."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, list[Any]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], yaml.Node] = {}
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != _MERGE:
+                    token = (k.tag, k.value)
+                    if token in first:
+                        raise DuplicateKeyError(
+                            key=k.value,
+                            line=_line(k),
+                            first_line=_line(first[token]),
+                            document=document,
+                            path=_path_text(path),
+                        )
+                    first[token] = k
+                stack.append((v, [*path, k.value if isinstance(k, yaml.ScalarNode) else "?"]))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, [*path, i]) for i, v in enumerate(node.value))
 
 
 def _scalar(node: yaml.Node, loader: yaml.SafeLoader) -> Any:
@@ -192,9 +254,18 @@ class _NotPlain(Exception):
     keys, keys that are collections, scalars of other implicit tags, or an error to report."""
 
 
-def _load_plain(text: str, shapes: list[tuple[int, int] | None] | None) -> list[Any]:
+def _duplicate(stack: list[list[Any]], key: Any, event: Any, document: int) -> DuplicateKeyError:
+    """The error for ``key`` met twice in the innermost open mapping of `_load_plain`'s stack."""
+    path: list[Any] = []
+    for frame in stack[:-1]:
+        path.append(frame[2] if frame[1] else len(frame[0]))
+    return DuplicateKeyError(key=key, line=_line(event), document=document, path=_path_text(path))
+
+
+def _load_plain(text: str, shapes: list[tuple[int, int] | None] | None, *, strict: bool = False) -> list[Any]:
     """Every document of a stream of plain YAML (see :class:`_NotPlain`), built in one pass over
-    libyaml's events: no node tree, no second walk. Raises :class:`_NotPlain` for anything else."""
+    libyaml's events: no node tree, no second walk. Raises :class:`_NotPlain` for anything else,
+    and with ``strict`` :class:`DuplicateKeyError` for a key met twice in one mapping."""
     loader = _Loader(text)
     try:
         next_event: Callable[[], Any] = loader.get_event
@@ -233,6 +304,8 @@ def _load_plain(text: str, shapes: list[tuple[int, int] | None] | None) -> list[
                 frame = stack[-1]
                 if frame[1]:
                     if frame[2] is _NO_KEY:
+                        if strict and value in frame[0]:
+                            raise _duplicate(stack, value, event, len(docs) + 1)
                         frame[2] = value
                         continue
                     frame[0][frame[2]] = value
@@ -271,7 +344,7 @@ def _load_plain(text: str, shapes: list[tuple[int, int] | None] | None) -> list[
                 return docs
             elif kind not in _EVENT_SKIPPED:
                 raise _NotPlain  # aliases
-    except _NotPlain:
+    except (_NotPlain, DuplicateKeyError):
         raise
     except Exception as err:  # errors are reported as the node path reports them
         raise _NotPlain from err
@@ -279,7 +352,7 @@ def _load_plain(text: str, shapes: list[tuple[int, int] | None] | None) -> list[
         loader.dispose()
 
 
-def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = None) -> list[Any]:
+def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = None, strict: bool = False) -> list[Any]:
     """Every document of a YAML stream, as ``list(yaml.load_all(text, SafeLoader))`` gives them.
 
     ``shapes``, if given, receives one entry per document: (how deep its collections nest, how
@@ -289,11 +362,13 @@ def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = No
 
     A stream of plain YAML (no anchors, aliases or explicit tags: what Kubernetes objects are
     written in) is built from libyaml's events in one pass; any other stream, or one with an
-    error, from its node tree (below), which gives PyYAML's objects and PyYAML's errors."""
+    error, from its node tree (below), which gives PyYAML's objects and PyYAML's errors.
+
+    ``strict``: a mapping with a key twice raises :class:`DuplicateKeyError` (PyYAML keeps the last)."""
     if _EVENTS:
         plain: list[tuple[int, int] | None] | None = [] if shapes is not None else None
         try:
-            fast = _load_plain(text, plain)
+            fast = _load_plain(text, plain, strict=strict)
         except _NotPlain:
             pass
         else:
@@ -307,6 +382,8 @@ def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = No
             node = loader.get_node()
             if node is None:  # pragma: no cover - check_node said there is one
                 break
+            if strict:
+                _check_unique(node, len(docs) + 1)
             shape: tuple[int, int] | None
             try:
                 doc, height, size = _construct(node, loader)
@@ -321,19 +398,55 @@ def load_all_yaml(text: str, *, shapes: list[tuple[int, int] | None] | None = No
         loader.dispose()
 
 
-def load_yaml(text: str) -> Any:
-    """One YAML document (None for an empty stream), as ``yaml.load(text, SafeLoader)`` gives it."""
+def load_yaml(text: str, *, strict: bool = False) -> Any:
+    """One YAML document (None for an empty stream), as ``yaml.load(text, SafeLoader)`` gives it;
+    ``strict`` as for :func:`load_all_yaml`."""
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
+        if strict:
+            _check_unique(node, 1)
         try:
             return _construct(node, loader)[0]
         except _Fallback:
             return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def key_line(text: str, document: int, path: list[str | int]) -> int:
+    """The line (from 1) of the key (or item) at ``path`` in the ``document``-th document (from 1)
+    of a YAML stream, or 0 when the text does not have it. For error messages: it reads the
+    stream's node tree again, up to that document."""
+    loader = _Loader(text)
+    try:
+        index = 0
+        while loader.check_node():
+            node = loader.get_node()
+            index += 1
+            if index < document:
+                continue
+            at: Any = node
+            for depth, part in enumerate(path, start=1):
+                if isinstance(at, yaml.MappingNode):
+                    found = [(k, v) for k, v in at.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)]
+                    if not found:
+                        return _line(at)
+                    key, at = found[-1]
+                    if depth == len(path):
+                        return _line(key)
+                elif isinstance(at, yaml.SequenceNode) and isinstance(part, int) and part < len(at.value):
+                    at = at.value[part]
+                else:
+                    return _line(at)
+            return _line(at)
+    except yaml.YAMLError:
+        return 0
+    finally:
+        loader.dispose()
+    return 0
 
 
 def dump_yaml(data: Any, *, sort_keys: bool = False) -> str:
@@ -350,6 +463,31 @@ def loads_json(text: str | bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(text)
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key=key, line=0)
+        out[key] = value
+    return out
+
+
+def loads_json_strict(text: str, **kwargs: Any) -> Any:
+    """``json.loads`` that refuses an object with a key twice (:class:`DuplicateKeyError` with its
+    line and the object's path: JSON text is YAML too, and the strict YAML reader finds them).
+    ``kwargs`` go to ``json.loads`` (``parse_constant``, ...)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs, **kwargs)
+    except DuplicateKeyError as err:
+        try:
+            load_all_yaml(text, strict=True)
+        except DuplicateKeyError as located:
+            raise located from None
+        except yaml.YAMLError:
+            pass  # JSON that YAML 1.1 does not read (tabs, some escapes): the key without its line
+        raise err from None
 
 
 def dumps_json_pretty(data: Any) -> str:

@@ -82,6 +82,12 @@ class NodeClaimStatus(StatusModel):
     )
     """``Launched``, ``Registered``, ``Initialized``, ``Ready``, ``Consolidatable``, ``Drifted``,
     ``Drained``, ``GangAdmitted``."""
+    reason: str | None = None
+    """Why the NodeClaim is not Ready, in one word, as ``kubectl get pods`` shows a pod's STATUS:
+    the reason of the first of ``Launched``, ``Registered``, ``Initialized``, ``Ready`` that is not
+    True (``Launching``, ``Registering``, ``Initializing``, ``NotReady`` before it is set);
+    ``Deleting`` once it is being deleted; ``Drifted`` when Ready but drifted; else ``Ready``.
+    Written with the conditions (the ``Status`` column of ``kubectl get nodeclaims``)."""
 
 
 class NodeClaim(SpecModel):

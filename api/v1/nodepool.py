@@ -270,6 +270,16 @@ class NodePoolStatus(StatusModel):
     """``Ready``, ``ValidationSucceeded``, ``NodeClassReady``, ``LimitsReached``, ``BufferLimited``."""
     buffer: BufferStatus | None = None
     """The warm buffer: wanted now and ready (see ``spec.capacity``)."""
+    reason: str | None = None
+    """Ready, or why not in one word: ``Invalid``, ``NodeClassNotFound`` (the conditions
+    ``ValidationSucceeded``, ``NodeClassReady``), ``LimitsReached`` (a limit, ``limits.nodes`` or
+    the $/hour budget is used up). The ``Status`` column of ``kubectl get nodepools``."""
+    price_per_hour: str | None = None
+    """What the pool's NodeClaims cost, in $/hour (the launched offerings' prices, else the planned
+    ones), e.g. ``"12.34"``."""
+    most_used_limit: str | None = None
+    """The limit closest to used up, as a percentage and its name, e.g. ``"75% nvidia.com/gpu"``
+    (``nodes`` for ``limits.nodes``, ``budget`` for the $/hour budget); unset without limits."""
 
 
 class NodePool(SpecModel):

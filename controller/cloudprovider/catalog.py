@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Final
 
 from controller.scheduling.instancetypes import CatalogError, InstanceType, parse_catalog
+from controller.serialization import DuplicateKeyError, key_line, loads_json_strict
 
 BUILTIN_PACKAGE: Final = "controller.cloudprovider.kwok"
 BUILTIN_RESOURCE: Final = "catalog.json"
@@ -25,7 +26,9 @@ def builtin_catalog_text() -> str:
 def parse_catalog_text(text: str, *, source: str) -> tuple[InstanceType, ...]:
     """Parse catalog JSON text; errors name ``source`` (a path, a ConfigMap) and the field."""
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = loads_json_strict(text, parse_constant=_no_constant)
+    except DuplicateKeyError as err:
+        raise CatalogError(f"{source}: {err}") from err
     except json.JSONDecodeError as err:
         raise CatalogError(f"{source}: not valid JSON: {err}") from err
     except ValueError as err:  # NaN, Infinity: not JSON, and no price
@@ -35,7 +38,8 @@ def parse_catalog_text(text: str, *, source: str) -> tuple[InstanceType, ...]:
     try:
         return parse_catalog(data)
     except CatalogError as err:
-        raise CatalogError(f"{source}: {err}") from err
+        line = key_line(text, 1, list(err.path)) if err.path else 0
+        raise CatalogError(f"{source}: {f'line {line}: ' if line else ''}{err}") from err
 
 
 def _no_constant(name: str) -> float:

@@ -54,7 +54,7 @@ from controller.state.manifest import nodeclaim_manifest
 from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import CreateReason, NewClaim
-from controller.state.writes import ConditionUpdate, matches, with_conditions
+from controller.state.writes import ConditionUpdate, claim_status, matches
 
 log = structlog.get_logger()
 
@@ -345,7 +345,7 @@ class DisruptionController:
     ) -> None:
         body = {
             "metadata": {"resourceVersion": claim.resource_version or None},
-            "status": {**(extra or {}), "conditions": with_conditions(claim.raw, updates, now=self.ctx.clock.now())},
+            "status": {**(extra or {}), **claim_status(claim.raw, updates, now=self.ctx.clock.now())},
         }
         try:
             await self.ctx.client.patch(NODECLAIMS, claim.name, body, subresource="status")

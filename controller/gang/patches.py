@@ -29,7 +29,7 @@ from controller.gang.record import Record
 from controller.scheduling.model import NewNodeClaim
 from controller.state.manifest import nodeclaim_manifest
 from controller.state.views import NodeClaimView, Obj, PodView
-from controller.state.writes import ConditionUpdate, escape, with_conditions
+from controller.state.writes import ConditionUpdate, claim_status, escape
 
 MAX_NAME_PREFIX: Final = 40
 
@@ -156,5 +156,5 @@ def claim_admitted_patch(claim: NodeClaimView, *, status: bool, reason: str, mes
     update = ConditionUpdate(GANG_ADMITTED, "True" if status else "False", reason, message)
     return {
         "metadata": {"resourceVersion": claim.resource_version or None},
-        "status": {"conditions": with_conditions(claim.raw, [update], now=now)},
+        "status": claim_status(claim.raw, [update], now=now),
     }

@@ -34,7 +34,7 @@ from controller.kube.resources import NODECLAIMS
 from controller.metrics import counter, gauge
 from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView, NodeView
-from controller.state.writes import ConditionUpdate, matches, with_conditions
+from controller.state.writes import ConditionUpdate, claim_status, matches
 
 log = structlog.get_logger()
 
@@ -175,7 +175,7 @@ class GPUIdleController:
     async def _write(self, claim: NodeClaimView, update: ConditionUpdate) -> bool:
         body = {
             "metadata": {"resourceVersion": claim.resource_version or None},
-            "status": {"conditions": with_conditions(claim.raw, [update], now=self.ctx.clock.now())},
+            "status": claim_status(claim.raw, [update], now=self.ctx.clock.now()),
         }
         try:
             await self.ctx.client.patch(NODECLAIMS, claim.name, body, subresource="status")

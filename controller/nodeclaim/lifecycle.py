@@ -54,7 +54,7 @@ from controller.state.deletion import delete_nodeclaim
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
 from controller.state.views import NodeClaimView, NodeView, newer
-from controller.state.writes import ConditionUpdate, escape, finalizer_patch, label_patch, matches, with_conditions
+from controller.state.writes import ConditionUpdate, claim_status, escape, finalizer_patch, label_patch, matches
 
 log = structlog.get_logger()
 
@@ -298,7 +298,7 @@ class LifecycleController:
             "metadata": {"resourceVersion": claim.resource_version or None},
             "status": {
                 **(extra or {}),
-                "conditions": with_conditions(claim.raw, updates, now=self.ctx.clock.now()),
+                **claim_status(claim.raw, updates, now=self.ctx.clock.now()),
             },
         }
         written = NodeClaimView.of(await self.ctx.client.patch(NODECLAIMS, claim.name, body, subresource="status"))

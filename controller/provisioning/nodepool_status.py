@@ -2,18 +2,22 @@
 
 Conditions: `ValidationSucceeded` (the spec passes the same rules as the CRD), `NodeClassReady`
 (the referenced NodeClass exists and does not say Ready=False), `LimitsReached` (a resource in
-spec.limits, or `limits.nodes`, is used up: the pool launches nothing more), `BufferLimited` (only
-for pools with a warm buffer: the buffer stopped short of what it wants, and why), `QuotaExceeded`
-(only while a launch of the pool hit an account quota, for as long as the refused offerings are
-avoided), `TierMix` (only with spec.capacity.tierMix: whether the pool's capacity by capacity type
-is within 10 points of its target shares; ``SpotShort`` when spot could not be had), and `Ready`
-(validation and NodeClass are fine).
-`status.buffer` (wanted / ready) comes from the capacity controller's report.
+spec.limits, or `limits.nodes`, is used up: the pool launches nothing more), `PodsRefused` (pending
+pods no pool could take that this pool refused in the provisioner's last batch, with the first one's
+reason), `BufferLimited` (only for pools with a warm buffer: the buffer stopped short of what it
+wants, and why), `QuotaExceeded` (only while a launch of the pool hit an account quota, for as long
+as the refused offerings are avoided), `TierMix` (only with spec.capacity.tierMix: whether the
+pool's capacity by capacity type is within 10 points of its target shares; ``SpotShort`` when spot
+could not be had), and `Ready` (validation and NodeClass are fine).
+`status.buffer` (wanted / ready) comes from the capacity controller's report. For
+``kubectl get nodepools``: `status.reason` (Ready or why not), `status.pricePerHour` and
+`status.mostUsedLimit` (the limit, ``limits.nodes`` or budget closest to used up, in percent).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import structlog
@@ -26,12 +30,15 @@ from controller.clock import format_time
 from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import NODEPOOLS
+from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.quantity import QuantityError, format_human, parse_quantity
 from controller.scheduling.resources import Resources, sum_resources
 from controller.scheduling.tiermix import TIERS, TierMix, shares, weight
 from controller.state.buffers import BufferReport
 from controller.state.nodepools import tier_mix
 from controller.state.queue import WorkQueue
+from controller.state.refusals import Refusal
+from controller.state.spend import claim_prices
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -130,6 +137,34 @@ def tier_mix_condition(mix: TierMix, weights: dict[str, float]) -> Obj:
     return _condition("TierMix", False, reason, said)
 
 
+def _pods(n: int) -> str:
+    return "1 pod" if n == 1 else f"{n} pods"
+
+
+def _budget(pool: Obj) -> float | None:
+    raw = ((((pool.get("spec") or {}).get("capacity") or {}).get("budget")) or {}).get("maxPricePerHour")
+    try:
+        return None if raw is None else float(raw)
+    except (TypeError, ValueError):
+        return None  # validation reports it
+
+
+def most_used_limit(pool: Obj, used: Resources, *, nodes: int, price: float) -> str | None:
+    """The limit closest to used up, as ``"75% nvidia.com/gpu"`` (a limit of 0 is 100% used);
+    ``nodes`` for ``limits.nodes`` and ``budget`` for the $/hour budget. None without limits."""
+    shares: list[tuple[float, str]] = []
+    for res, limit in _limits(pool).items():
+        have = nodes * 1000 if res == "nodes" else used.get(res)
+        shares.append((1.0 if limit <= 0 else have / limit, res))
+    budget = _budget(pool)
+    if budget is not None:
+        shares.append((1.0 if budget <= 0 else price / budget, "budget"))
+    if not shares:
+        return None
+    share, name = max(shares, key=lambda s: (s[0], s[1]))
+    return f"{math.floor(share * 100 + 1e-9)}% {name}"
+
+
 def desired_status(
     *,
     pool: Obj,
@@ -140,10 +175,15 @@ def desired_status(
     buffer_limited: str | None = None,
     quota: tuple[str, str] | None = None,
     nodeclass_problem: str | None = None,
+    prices: dict[str, float] | None = None,
+    refused: Refusal | None = None,
 ) -> tuple[Obj, str | None]:
     """The status a NodePool should have, and the validation error if its spec is invalid. Pure.
 
-    ``buffer``/``buffer_limited``: the pool's warm buffer as last reported, and why it stopped short."""
+    ``buffer``/``buffer_limited``: the pool's warm buffer as last reported, and why it stopped short.
+    ``prices``: NodeClaim name -> $/hour (`controller.state.spend`); the pool's sum is
+    ``status.pricePerHour`` and counts against its budget. ``refused``: the pending pods no pool
+    could take that this pool refused in the provisioner's last batch, and why (``PodsRefused``)."""
     name = pool["metadata"]["name"]
     mine = [
         c
@@ -166,6 +206,10 @@ def desired_status(
     max_nodes = _limits(pool).get("nodes")
     if max_nodes is not None and len(mine) * 1000 >= max_nodes:
         reached.append(f"nodes: {len(mine)} of {max_nodes // 1000}")
+    price = sum((prices or {}).get(c["metadata"]["name"], 0.0) for c in mine)
+    budget = _budget(pool)
+    if budget is not None and price >= budget - 1e-9:
+        reached.append(f"budget: ${price:.2f}/h of ${budget:.2f}/h")
     conditions = [
         _condition(
             "ValidationSucceeded",
@@ -194,6 +238,11 @@ def desired_status(
             "; ".join(reached) if reached else "",
         ),
     ]
+    conditions.append(
+        _condition("PodsRefused", True, "PodsRefused", f"{_pods(refused.pods)} pending: {refused.reason}")
+        if refused is not None
+        else _condition("PodsRefused", False, "NoneRefused", "")
+    )
     mix = tier_mix(pool)
     if mix is not None:
         conditions.append(tier_mix_condition(mix, tier_weights(mine)))
@@ -210,10 +259,21 @@ def desired_status(
             "" if ready else "; ".join(c["message"] for c in conditions[:2] if c["status"] == "False"),
         )
     )
+    if error is not None:
+        reason = "Invalid"
+    elif not nodeclass_exists:
+        reason = "NodeClassNotFound"
+    elif reached:
+        reason = "LimitsReached"
+    else:
+        reason = "Ready"
     status = {
         "resources": used.to_quantities(),
         "nodes": sum(1 for c in mine if c["metadata"]["name"] in registered),
         "conditions": conditions,
+        "reason": reason,
+        "pricePerHour": f"{price:.2f}",
+        "mostUsedLimit": most_used_limit(pool, used, nodes=len(mine), price=price),
     }
     if _has_buffer(pool):
         shown: Obj = {
@@ -262,6 +322,7 @@ class NodePoolStatusController:
         cluster.subscribe("KWOKNodeClass", self._enqueue_all)
         cluster.subscribe("EC2NodeClass", self._enqueue_all)
         self.ctx.buffers.subscribe(self.queue.add)
+        self.ctx.refusals.subscribe(self.queue.add)
         await cluster.wait_synced()
         self._enqueue_all()
         await self.queue.run(self.reconcile, workers=2)
@@ -283,6 +344,18 @@ class NodePoolStatusController:
             else:
                 TIER_TARGET.labels(name, t).set(mix.target(t))
             TIER_SHARE.labels(name, t).set(actual[t])
+
+    async def _prices(self, pool: Obj, name: str, *, nodeclass_exists: bool) -> dict[str, float]:
+        """The $/hour of each of the pool's NodeClaims: the launched offering's price from the
+        cloud's instance types, else the price planned when it was created."""
+        types: dict[str, InstanceType] = {}
+        if nodeclass_exists:
+            try:
+                types = {it.name: it for it in await self.ctx.cloud.instance_types(pool)}
+            except Exception as err:  # the planned prices stand in; the NodeClass status says why
+                log.debug("nodepool.instance_types_unavailable", nodepool=name, error=str(err))
+        claims = [c for c in self.ctx.cluster.claim_views().values() if c.nodepool == name]
+        return {c.name: c.price for c in claim_prices(claims, types)}
 
     async def reconcile(self, name: str) -> float | None:
         cluster = self.ctx.cluster
@@ -312,6 +385,8 @@ class NodePoolStatusController:
             buffer_limited=self.ctx.buffers.limited(name),
             quota=quota[:2] if quota is not None else None,
             nodeclass_problem=nodeclass_problem,
+            prices=await self._prices(pool, name, nodeclass_exists=nodeclass_exists),
+            refused=self.ctx.refusals.of(name),
         )
         again = quota[2] + 0.5 if quota is not None else None  # to take the condition off when it ends
         current = pool.get("status") or {}
@@ -326,6 +401,7 @@ class NodePoolStatusController:
             current.get("resources") == status["resources"]
             and current.get("nodes") == status["nodes"]
             and current.get("buffer") == status.get("buffer")
+            and all(current.get(k) == status[k] for k in ("reason", "pricePerHour", "mostUsedLimit"))
             and _same_conditions(current.get("conditions") or [], status["conditions"])
         ):
             return again

@@ -218,6 +218,8 @@ class Provisioner:
             decision = await self.decide()
             if decision is not None:
                 await self.apply(decision)
+            else:  # nothing pending to plan: no pool refuses anything
+                self.ctx.refusals.record(pools=self.ctx.cluster.nodepools(), unschedulable={})
             self.nominator.sync()  # the plan may have moved pods, released or made nominations
             self.ctx.planned.publish(self._nominations if self.nominator.enabled else {})
             return decision.plan if decision is not None else None
@@ -513,6 +515,10 @@ class Provisioner:
                 f"({node.choice.instance_type}, {node.choice.zone}, {node.choice.capacity_type})"
             )
             events += [(pod, "Nominated", message, False) for k in node.pods if (pod := decision.pending.get(k))]
+        self.ctx.refusals.record(
+            pools=decision.pools,
+            unschedulable={k: v for k, v in decision.plan.unschedulable.items() if k in decision.pending},
+        )
         for key, reason in decision.plan.unschedulable.items():
             pod = decision.pending.get(key)
             if pod is None:

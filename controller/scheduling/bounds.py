@@ -58,12 +58,13 @@ def _why(node: NewNodeClaim, bounds: PoolBounds, *, price: float, nodes: int) ->
     if bounds.max_nodes is not None and nodes + 1 > bounds.max_nodes:
         return (
             NODE_LIMIT_REACHED,
-            f"NodePool {node.node_pool} may have at most {bounds.max_nodes} nodes (limits.nodes) and {has}",
+            f'nodepool "{node.node_pool}": all available instance types exceed limits for nodepool '
+            f"(limits.nodes is {bounds.max_nodes} and it {has})",
         )
     if bounds.max_price is not None and price + node.price > bounds.max_price + _EPS:
         return (
             BUDGET_EXCEEDED,
-            f"NodePool {node.node_pool} budget is ${bounds.max_price:.2f}/h and {cost}: "
+            f'nodepool "{node.node_pool}": its budget is ${bounds.max_price:.2f}/h and {cost}: '
             f"a {node.choice.instance_type} at ${node.price:.2f}/h would cross it",
         )
     return None

@@ -65,7 +65,27 @@ class InstanceType:
 
 
 class CatalogError(ValueError):
-    """The catalog does not follow the documented format; the message names the entry and field."""
+    """The catalog does not follow the documented format; the message names the entry and field.
+
+    ``path``: where the problem is, for the reader to name its line (set for unknown fields)."""
+
+    def __init__(self, message: str, *, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+CATALOG_FIELDS: Final = frozenset({"instanceTypes"})
+INSTANCE_TYPE_FIELDS: Final = frozenset({"name", "capacity", "overhead", "labels", "offerings"})
+OFFERING_FIELDS: Final = frozenset({"zone", "capacityType", "price", "available"})
+
+
+def _refuse_unknown(data: Mapping[Any, Any], known: frozenset[str], where: str, path: tuple[str | int, ...]) -> None:
+    """A field the format does not have is an error (strict decoding, as kubectl's), not ignored."""
+    for key in data:
+        if key not in known:
+            raise CatalogError(
+                f'{where}: unknown field "{key}" (expected {", ".join(sorted(known))})', path=(*path, str(key))
+            )
 
 
 def _where(index: int, name: object) -> str:
@@ -89,9 +109,10 @@ def _parse_resources(value: Any, where: str) -> Resources:
     return parsed
 
 
-def _parse_offering(data: Any, where: str) -> Offering:
+def _parse_offering(data: Any, where: str, path: tuple[str | int, ...] = ()) -> Offering:
     if not isinstance(data, Mapping):
         raise CatalogError(f"{where}: must be an object")
+    _refuse_unknown(data, OFFERING_FIELDS, where, path)
     zone = data.get("zone")
     if not isinstance(zone, str) or not zone:
         raise CatalogError(f"{where}.zone: must be a non-empty string")
@@ -113,6 +134,7 @@ def parse_instance_type(data: Any, *, index: int = 0) -> InstanceType:
         raise CatalogError(f"instanceTypes[{index}]: must be an object")
     name = data.get("name")
     where = _where(index, name)
+    _refuse_unknown(data, INSTANCE_TYPE_FIELDS, where, ("instanceTypes", index))
     if not isinstance(name, str) or not name:
         raise CatalogError(f"{where}.name: must be a non-empty string")
     capacity = _parse_resources(data.get("capacity"), f"{where}.capacity")
@@ -131,7 +153,10 @@ def parse_instance_type(data: Any, *, index: int = 0) -> InstanceType:
     offerings_data = data.get("offerings") or []
     if not isinstance(offerings_data, Sequence) or isinstance(offerings_data, str):
         raise CatalogError(f"{where}.offerings: must be a list")
-    offerings = tuple(_parse_offering(o, f"{where}.offerings[{i}]") for i, o in enumerate(offerings_data))
+    offerings = tuple(
+        _parse_offering(o, f"{where}.offerings[{i}]", ("instanceTypes", index, "offerings", i))
+        for i, o in enumerate(offerings_data)
+    )
     return InstanceType(
         name=name,
         capacity=capacity,
@@ -149,6 +174,7 @@ def parse_catalog(data: Any) -> tuple[InstanceType, ...]:
     """
     if not isinstance(data, Mapping):
         raise CatalogError("catalog: must be an object with an 'instanceTypes' list")
+    _refuse_unknown(data, CATALOG_FIELDS, "catalog", ())
     items = data.get("instanceTypes")
     if not isinstance(items, Sequence) or isinstance(items, str):
         raise CatalogError("catalog.instanceTypes: must be a list")

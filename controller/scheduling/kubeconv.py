@@ -655,8 +655,11 @@ def nodepool_template(
         zero = [name for name, amount in resource_limits.items() if parse_quantity(amount) == 0]
     except (RequirementError, QuantityError) as err:
         raise ConversionError(f"NodePool {pool.name}: {err}") from err
+    over_limit: list[InstanceType] = []
     if zero:
-        instance_types = [it for it in instance_types if not any(it.capacity.get(name) > 0 for name in zero)]
+        kept = [it for it in instance_types if not any(it.capacity.get(name) > 0 for name in zero)]
+        over_limit = [it for it in instance_types if any(it.capacity.get(name) > 0 for name in zero)]
+        instance_types = kept
     return NodePoolTemplate(
         name=pool.name,
         instance_types=tuple(instance_types),
@@ -668,6 +671,8 @@ def nodepool_template(
         limits=limits,
         usage=usage,
         node_class=tspec.node_class_ref.name or None,
+        zero_limits=tuple(sorted(zero)),
+        over_limit=tuple(over_limit),
     )
 
 

@@ -156,6 +156,8 @@ class NodePoolTemplate:
 
     ``limits``: resources the pool's nodes may total (by capacity); a resource not listed is
     unlimited. ``usage``: capacity of the pool's current nodes (registered and in flight).
+    ``zero_limits``: the resources limited to 0, and ``over_limit`` the instance types taken out of
+    ``instance_types`` because they have some of one (only the why-not text reads them).
     """
 
     name: str
@@ -168,6 +170,8 @@ class NodePoolTemplate:
     limits: Resources = EMPTY
     usage: Resources = EMPTY
     node_class: str | None = None
+    zero_limits: tuple[str, ...] = ()
+    over_limit: tuple[InstanceType, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", freeze(self.labels))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from controller.scheduling.instancetypes import Offering
+from controller.scheduling.instancetypes import InstanceType, Offering
 from controller.scheduling.labels import (
     INSTANCE_TYPE_KEYS,
     LABEL_CAPACITY_TYPE,
@@ -178,11 +178,20 @@ class SolverBase:
         cached = self._cache.protos(pool.template, self.unavailable, self.daemon_pods)
         if cached is not None:
             return cached
+        protos = self._protos_of(pool, pool.template.instance_types, type_keys, skip=self.unavailable)
+        self._cache.keep_protos(pool.template, self.unavailable, self.daemon_pods, protos)
+        return protos
+
+    def _protos_of(
+        self, pool: Pool, types: Sequence[InstanceType], type_keys: set[str], *, skip: frozenset[OfferingKey]
+    ) -> list[SlotProto]:
+        """`_slot_protos` for any instance types (uncached): the explanations also ask it about the
+        types a limit of 0 took out of the pool, and with the offerings refused for capacity kept in."""
         protos: list[SlotProto] = []
         zone_req = pool.base.get(LABEL_ZONE)
         ct_req = pool.base.get(LABEL_CAPACITY_TYPE)
         custom = Requirements(r for r in pool.base if r.key not in type_keys)
-        for it in sorted(pool.template.instance_types, key=lambda t: t.name):
+        for it in sorted(types, key=lambda t: t.name):
             if any(
                 not r.allows(it.labels.get(r.key))
                 for r in pool.base
@@ -195,7 +204,7 @@ class SolverBase:
                         o
                         for o in it.offerings
                         if o.available
-                        and (it.name, o.zone, o.capacity_type) not in self.unavailable
+                        and (it.name, o.zone, o.capacity_type) not in skip
                         and (zone_req is None or zone_req.allows(o.zone))
                         and (ct_req is None or ct_req.allows(o.capacity_type))
                     ),
@@ -210,7 +219,6 @@ class SolverBase:
                 Requirement(LABEL_CAPACITY_TYPE, False, frozenset(o.capacity_type for o in offerings)),
             )
             protos.append((it, offerings, node_side, self._daemon_overhead(pool, node_side)))
-        self._cache.keep_protos(pool.template, self.unavailable, self.daemon_pods, protos)
         return protos
 
     def _daemon_overhead(self, pool: Pool, node_side: Requirements) -> Resources:

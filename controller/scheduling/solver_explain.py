@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from controller.scheduling.labels import (
@@ -14,7 +15,7 @@ from controller.scheduling.labels import (
 from controller.scheduling.quantity import format_human
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_candidates import CandidateTypes
-from controller.scheduling.solver_model import Group, Pool, Slot
+from controller.scheduling.solver_model import Group, Pool, Slot, SlotProto
 from controller.scheduling.solver_numeric import fits
 
 
@@ -77,14 +78,15 @@ class Explanations(CandidateTypes):
         if conflicts:
             return f"{name}: {conflicts[0]}"
         if not pool.slots:
-            if not pool.template.instance_types:
-                return f"{name}: has no instance types"
-            return f"{name}: no instance type with an available offering matches the nodepool's requirements"
+            return f"{name}: {self._hidden_reason(pool, g, required) or self._no_slots(pool)}"
         compat = [s for s in pool.slots if any(self._compat(t, s) for t in required)]
         if not compat:
-            return f"{name}: {self._type_mismatch(pool, required)}"
+            return f"{name}: {self._hidden_reason(pool, g, required) or self._type_mismatch(pool, required)}"
         offered = [s for s in compat if any(self._compat(t, s) and self._offerings(t, s) for t in required)]
         if not offered:
+            hidden = self._hidden_reason(pool, g, required)
+            if hidden is not None:
+                return f"{name}: {hidden}"
             where = []
             for t in required:
                 zr, cr = t.get(LABEL_ZONE), t.get(LABEL_CAPACITY_TYPE)
@@ -95,12 +97,79 @@ class Explanations(CandidateTypes):
             return f"{name}: no compatible instance type has an available offering for {' and '.join(where)}"
         fitting = [s for s in offered if fits(g.req, s.alloc)]
         if not fitting:
-            return f"{name}: {self._resource_shortfall(g, offered)}"
+            return f"{name}: {self._hidden_reason(pool, g, required) or self._resource_shortfall(g, offered)}"
         if all(self._limit_room(s) <= 0 for s in fitting):
             return f"{name}: {self._limit_message(pool, fitting)}"
         short = self._min_values_shortfall(pool, fitting)
         if short is not None:
             return f"{name}: {short}"
+        return None
+
+    def _no_slots(self, pool: Pool) -> str:
+        """Why a pool has no instance type to launch at all (none hidden by a limit or a refusal)."""
+        if not pool.template.instance_types:
+            return "its NodeClass offers no instance types"
+        labelled = [
+            it
+            for it in pool.template.instance_types
+            if all(
+                r.allows(it.labels.get(r.key))
+                for r in pool.base
+                if r.key in self.type_keys and r.key not in (LABEL_ZONE, LABEL_CAPACITY_TYPE)
+            )
+        ]
+        if not labelled:
+            shown = ", ".join(str(r) for r in pool.base if r.key != LABEL_NODEPOOL)
+            return f"no instance type matches the nodepool's requirements ({shown})"
+        return (
+            "no instance type with an available offering matches the nodepool's requirements "
+            f"({len(labelled)} match, none has an available offering in the zones and capacity types it allows)"
+        )
+
+    def _hosts(self, pool: Pool, g: Group, required: Sequence[Requirements], protos: Sequence[SlotProto]) -> bool:
+        """Whether one of these (instance type, offerings, ...) could host the group, limits aside."""
+        for it, offerings, node_side, overhead in protos:
+            alloc = self.u.vec(it.allocatable - overhead)
+            if not fits(g.req, alloc):
+                continue
+            for term in required:
+                if term.compatible_with_node(node_side) is not None:
+                    continue
+                zr, cr = term.get(LABEL_ZONE), term.get(LABEL_CAPACITY_TYPE)
+                if any(
+                    (zr is None or zr.allows(o.zone)) and (cr is None or cr.allows(o.capacity_type)) for o in offerings
+                ):
+                    return True
+        return False
+
+    def _hidden_reason(self, pool: Pool, g: Group, required: Sequence[Requirements]) -> str | None:
+        """The cause when no launchable instance type hosts the group but one the pool lost would:
+        a limit of 0 took it out (Karpenter's words), or the cloud refused its offerings for capacity
+        a moment ago (they are skipped until the refusal expires)."""
+        template = pool.template
+        if template.over_limit:
+            lost = self._protos_of(pool, template.over_limit, self.type_keys, skip=frozenset())
+            if self._hosts(pool, g, required, lost):
+                hosting = {n for it, *_ in lost for n in template.zero_limits if it.capacity.get(n) > 0}
+                needed = [n for n in template.zero_limits if n in hosting] or list(template.zero_limits)
+                said = ", ".join(f"{n} limit is 0" for n in needed)
+                return f"all available instance types exceed limits for nodepool ({said})"
+        if self.unavailable and template.instance_types:
+            every = self._protos_of(pool, template.instance_types, self.type_keys, skip=frozenset())
+            if self._hosts(pool, g, required, every):
+                refused = sorted(
+                    {
+                        it.name
+                        for it, offerings, *_ in every
+                        for o in offerings
+                        if (it.name, o.zone, o.capacity_type) in self.unavailable
+                    }
+                )
+                shown = ", ".join(refused[:6]) + (", ..." if len(refused) > 6 else "")
+                return (
+                    "every instance type that could host it is unavailable: the cloud refused its offerings "
+                    f"for insufficient capacity ({shown}); they are tried again when the refusal expires"
+                )
         return None
 
     @staticmethod
@@ -154,6 +223,16 @@ class Explanations(CandidateTypes):
                 if offered:
                     return f"no instance type matches {req} (its instance types have {req.key}: {shown})"
                 return f"no instance type matches {req} (none has label {req.key})"
+        for req in term:
+            if req.key not in (LABEL_ZONE, LABEL_CAPACITY_TYPE):
+                continue
+            single = Requirements((req,))
+            if not any(self._compat(single, s) for s in pool.slots):
+                have = sorted(
+                    {o.zone if req.key == LABEL_ZONE else o.capacity_type for s in pool.slots for o in s.offerings}
+                )
+                shown = ", ".join(have[:8]) + (", ..." if len(have) > 8 else "")
+                return f"no instance type has an available offering for {req} (its offerings have {req.key}: {shown})"
         return f"no instance type matches all of {term}"
 
     def _resource_shortfall(self, g: Group, slots: Sequence[Slot]) -> str:
@@ -190,6 +269,17 @@ class Explanations(CandidateTypes):
             used = usage.get(name, 0)
             if cap > 0 and used + cap > limit:
                 return (
-                    f"would exceed its limit {name} ({format_human(name, used)} of {format_human(name, limit)} in use)"
+                    f"all available instance types exceed limits for nodepool ({name}: "
+                    f"{format_human(name, used)} of {format_human(name, limit)} in use, "
+                    f"the cheapest instance type that fits has {format_human(name, cap)})"
                 )
-        return "would exceed its limits"
+        return "all available instance types exceed limits for nodepool"
+
+
+_POOL_REASON = re.compile(r'nodepool "([^"]+)": (.*?)(?=; nodepool "|$)')
+
+
+def reasons_by_pool(text: str) -> dict[str, str]:
+    """NodePool -> its reason, from a refused pod's sentence (the solver's, a gang's, or a bound's:
+    each NodePool's part starts ``nodepool "<name>": `` and the parts are joined with ``; ``)."""
+    return {m.group(1): m.group(2) for m in _POOL_REASON.finditer(text)}

@@ -71,6 +71,41 @@ def with_conditions(obj: Mapping[str, Any], updates: Iterable[ConditionUpdate], 
     return conditions
 
 
+# the NodeClaim's lifecycle, in order, and what its status.reason says before each is set
+_LIFECYCLE = (
+    ("Launched", "Launching"),
+    ("Registered", "Registering"),
+    ("Initialized", "Initializing"),
+    ("Ready", "NotReady"),
+)
+
+
+def why_not_ready(obj: Mapping[str, Any], conditions: Sequence[Mapping[str, Any]]) -> str:
+    """A NodeClaim's ``status.reason`` (the ``Status`` column): ``Deleting`` while it is being
+    deleted, else the reason of the first lifecycle condition not True (``Launching`` and so on
+    while one is unset), ``Drifted`` when Ready but drifted, else ``Ready``."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "Deleting"
+    by_type = {c.get("type"): c for c in conditions}
+    for ctype, before in _LIFECYCLE:
+        cond = by_type.get(ctype)
+        if cond is None:
+            return before
+        if cond.get("status") != "True":
+            return str(cond.get("reason") or before)
+    drifted = by_type.get("Drifted")
+    if drifted is not None and drifted.get("status") == "True":
+        return "Drifted"
+    return "Ready"
+
+
+def claim_status(obj: Mapping[str, Any], updates: Iterable[ConditionUpdate], *, now: datetime) -> Obj:
+    """The status a NodeClaim write sends: its conditions with `updates` applied (`with_conditions`)
+    and the ``reason`` they make (`why_not_ready`), so the two never disagree."""
+    conditions = with_conditions(obj, updates, now=now)
+    return {"conditions": conditions, "reason": why_not_ready(obj, conditions)}
+
+
 # --- JSON patches ----------------------------------------------------------------------------
 
 

@@ -35,7 +35,7 @@ from controller.state.deletion import delete_nodeclaim, termination_reason
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
 from controller.state.views import NodeClaimView, NodeView, PodView, TaintRef, newer
-from controller.state.writes import ConditionUpdate, finalizer_patch, matches, taint_patch, with_conditions
+from controller.state.writes import ConditionUpdate, claim_status, finalizer_patch, matches, taint_patch
 from controller.termination import metrics
 from controller.termination.drain import DrainPlan, grace_deadline, plan_drain, seconds_until
 
@@ -148,7 +148,7 @@ class TerminationController:
             return claim
         body = {
             "metadata": {"resourceVersion": claim.resource_version or None},
-            "status": {"conditions": with_conditions(claim.raw, [update], now=self.ctx.clock.now())},
+            "status": claim_status(claim.raw, [update], now=self.ctx.clock.now()),
         }
         written = NodeClaimView.of(await self.ctx.client.patch(NODECLAIMS, claim.name, body, subresource="status"))
         self._latest[claim.name] = written

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_DIR = Path(os.environ.get("JOINER_CLUSTER_DIR", ROOT / ".kwok"))
@@ -68,6 +72,26 @@ class Cluster:
             args += ["-l", selector]
         items: list[dict[str, Any]] = json.loads(self.kubectl(*args).stdout)["items"]
         return items
+
+    def table(self, path: str) -> list[dict[str, str]]:
+        """The rows ``kubectl get`` prints for an API path (``/apis/joiner.sh/v1/nodeclaims``): the
+        apiserver's own Table rendering (``Accept: ...;as=Table``), the printer columns of the CRD
+        applied by the server, as column name -> cell text."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        cluster = config["clusters"][0]["cluster"]
+        user = config["users"][0]["user"]
+        context = ssl.create_default_context(cafile=cluster["certificate-authority"])
+        context.load_cert_chain(user["client-certificate"], user["client-key"])
+        request = urllib.request.Request(
+            cluster["server"] + path, headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}
+        )
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:
+            table = json.loads(response.read())
+        assert table["kind"] == "Table", table.get("kind")
+        names = [c["name"] for c in table["columnDefinitions"]]
+        return [
+            {n: "" if v is None else str(v) for n, v in zip(names, row["cells"], strict=True)} for row in table["rows"]
+        ]
 
     def create_namespace(self, name: str) -> str:
         self.kubectl("create", "namespace", name)

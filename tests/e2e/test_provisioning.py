@@ -62,6 +62,39 @@ def test_one_gpu_pod_gets_the_cheapest_fitting_gpu_node(cluster: Cluster, start_
     assert float(claim["metadata"]["annotations"]["joiner.sh/planned-price"]) == expected_price
 
 
+def test_kubectl_get_says_why_not_ready_what_a_pool_spends_and_its_most_used_limit(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    ns = _ns(cluster)
+    cluster.apply([nodeclass(), nodepool("general", limits={GPU: "8"}), nodepool("no-gpus", limits={GPU: "0"})])
+    start_joiner()
+    cluster.apply(pod("infer", ns, gpus=1))
+    expect_pods_running(cluster, ns, 1)
+    [claim] = expect_nodeclaims_initialized(cluster, 1)
+    name = claim["metadata"]["name"]
+
+    def claim_row() -> dict[str, str] | None:
+        rows = {r["Name"]: r for r in cluster.table("/apis/joiner.sh/v1/nodeclaims")}
+        row = rows.get(name)
+        return row if row is not None and row["Status"] == "Ready" else None
+
+    row = eventually(claim_row, what="kubectl get nodeclaims: STATUS Ready")
+    assert (row["Ready"], row["Node"]) == ("True", claim["status"]["nodeName"])
+
+    price = f"{float(claim['metadata']['annotations']['joiner.sh/planned-price']):.2f}"
+    gpus = int(claim["status"]["capacity"][GPU])
+
+    def pool_rows() -> dict[str, dict[str, str]] | None:
+        rows = {r["Name"]: r for r in cluster.table("/apis/joiner.sh/v1/nodepools")}
+        done = rows.get("general", {}).get("$/H") == price and rows.get("no-gpus", {}).get("Status") == "LimitsReached"
+        return rows if done else None
+
+    rows = eventually(pool_rows, what="kubectl get nodepools: $/H and STATUS")
+    general, none = rows["general"], rows["no-gpus"]
+    assert (general["Status"], general["GPU"], general["Limit"]) == ("Ready", str(gpus), f"{gpus * 100 // 8}% {GPU}")
+    assert (none["$/H"], none["Limit"], none["Ready"]) == ("0.00", f"100% {GPU}", "True")
+
+
 def test_two_hundred_mixed_pods_all_run_and_no_node_is_bought_twice(cluster: Cluster, start_joiner: Any) -> None:
     ns = _ns(cluster)
     # the layout a GPU cluster uses: CPU nodes, 1-GPU inference nodes, multi-GPU training nodes that

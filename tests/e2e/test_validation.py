@@ -304,6 +304,9 @@ def test_kubectl_get_shows_the_printer_columns(cluster: Cluster, objects: Tracke
                 "status": {
                     "nodes": 2,
                     "resources": {"cpu": "384", "memory": "4Ti", "nvidia.com/gpu": "16"},
+                    "reason": "Ready",
+                    "pricePerHour": "196.64",
+                    "mostUsedLimit": "25% nvidia.com/gpu",
                     "conditions": [
                         {
                             "type": "Ready",
@@ -317,26 +320,22 @@ def test_kubectl_get_shows_the_printer_columns(cluster: Cluster, objects: Tracke
             }
         ),
     )
-    assert header(cluster, "nodepools") == ["NAME", "NODECLASS", "NODES", "READY", "AGE"]
+    default = ["NAME", "NODECLASS", "NODES", "GPU", "$/H", "LIMIT", "READY", "STATUS", "AGE"]
+    assert header(cluster, "nodepools") == default
     assert header(cluster, "nodepools", "-o", "wide") == [
-        "NAME",
-        "NODECLASS",
-        "NODES",
-        "READY",
-        "AGE",
+        *default,
         "WEIGHT",
         "CPU",
         "MEMORY",
-        "GPU",
         "BUFFER",
         "BUFFER-READY",
         "FORECAST",
     ]
     row = cluster.kubectl("get", "np", "h100-training", "-o", "wide", "--no-headers").stdout.split()
-    assert row[:4] == ["h100-training", "default", "2", "True"]
-    assert row[5:] == ["50", "384", "4Ti", "16"]  # no buffer or forecast on this pool: blank columns
+    assert row[:9] == ["h100-training", "default", "2", "16", "196.64", "25%", "nvidia.com/gpu", "True", "Ready"]
+    assert row[10:] == ["50", "384", "4Ti"]  # no buffer or forecast on this pool: blank columns
 
-    assert header(cluster, "nodeclaims") == ["NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"]
+    assert header(cluster, "nodeclaims") == ["NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "STATUS", "AGE"]
     assert header(cluster, "nodeclaims", "-o", "wide") == [
         "NAME",
         "TYPE",
@@ -344,6 +343,7 @@ def test_kubectl_get_shows_the_printer_columns(cluster: Cluster, objects: Tracke
         "ZONE",
         "NODE",
         "READY",
+        "STATUS",
         "AGE",
         "ID",
         "NODEPOOL",

@@ -94,7 +94,7 @@ def plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *ar
             pod(meta=", labels: {a: [1]}") + "status: {phase: Succeeded}\n",
             ("document 2 (Pod 'p')", "metadata.labels.a: must be a string, got a list"),
         ),
-        ("apiVersion: v1\nkind: [Pod]\n", ("kind: unknown kind",)),
+        ("---\napiVersion: v1\nkind: [Pod]\n", ("kind: unknown kind",)),
         (
             "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {template: {spec: x}}\n",
             ("Deployment 'd'", "spec.template.spec: must be an object"),

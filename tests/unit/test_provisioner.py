@@ -11,6 +11,7 @@ import pytest
 
 from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
 from controller.clock import format_time
+from controller.cloudprovider.types import OfferingId
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
@@ -398,3 +399,51 @@ async def test_a_backlog_longer_than_ten_minutes_at_kube_schedulers_pace_keeps_i
     for i in range(30, 400):  # a backlog that would take hours at this pace is held at most an hour
         provisioner._nominations[f"default/more-{i}"] = claim["metadata"]["name"]
     assert provisioner.nomination_grace() == 3600.0
+
+
+async def test_a_limit_of_zero_is_named_in_the_pods_event_and_the_nodepools_status(h: Harness) -> None:
+    h.start(NodePoolStatusController(h.ctx))
+    await h.kube.patch(NODEPOOLS, "default", {"spec": {"limits": {"cpu": "0"}}})
+    await h.settle()
+    provisioner = Provisioner(h.ctx)
+    await pending(h, "web", "1")
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert plan.new_nodes == ()
+    await asyncio.gather(*provisioner._event_tasks)
+    [event] = [e for e in h.kube.events("web") if e["reason"] == "FailedProvisioning"]
+    why = "all available instance types exceed limits for nodepool (cpu limit is 0)"
+    assert event["message"] == f'nodepool "default": {why}'
+
+    def refused() -> dict[str, Any] | None:
+        pool = h.kube.obj(NODEPOOLS, "default") or {}
+        conditions = {c["type"]: c for c in (pool.get("status") or {}).get("conditions") or []}
+        return conditions.get("PodsRefused")
+
+    await h.advance(1.5)
+    assert refused() == {**(refused() or {}), "status": "True", "message": f"1 pod pending: {why}"}
+    assert (h.kube.obj(NODEPOOLS, "default") or {})["status"]["reason"] == "LimitsReached"
+    await h.kube.delete(PODS, "web", namespace="default")
+    await h.settle()
+    assert await provisioner.reconcile() is None
+    await h.advance(1.5)
+    assert (refused() or {}).get("status") == "False"
+
+
+async def test_offerings_the_cloud_refused_are_named_in_the_pods_event(h: Harness) -> None:
+    for zone, capacity_type in (("zone-a", "on-demand"), ("zone-b", "on-demand"), ("zone-a", "spot")):
+        h.ctx.unavailable.mark(OfferingId("cpu-4", zone, capacity_type))
+    for zone, capacity_type in (("zone-a", "on-demand"), ("zone-a", "spot"), ("zone-b", "spot")):
+        h.ctx.unavailable.mark(OfferingId("gpu-1", zone, capacity_type))
+    h.ctx.unavailable.mark(OfferingId("gpu-8", "zone-a", "on-demand"))
+    provisioner = Provisioner(h.ctx)
+    await pending(h, "web", "1")
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert plan.new_nodes == ()
+    await asyncio.gather(*provisioner._event_tasks)
+    [event] = [e for e in h.kube.events("web") if e["reason"] == "FailedProvisioning"]
+    assert event["message"] == (
+        'nodepool "default": every instance type that could host it is unavailable: the cloud refused its '
+        "offerings for insufficient capacity (cpu-4, gpu-1, gpu-8); they are tried again when the refusal expires"
+    )

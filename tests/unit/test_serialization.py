@@ -157,3 +157,50 @@ def test_json_reads_and_writes_like_the_standard_library() -> None:
 def test_yaml_dump_round_trips() -> None:
     data = {"nodeClaims": [{"name": "a", "pods": ["x", "y"], "price": 0.5}], "totalPrice": 0.5}
     assert yaml.safe_load(dump_yaml(data)) == data
+
+
+# --- strict decoding: a key twice in one mapping ---------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(docs=st.lists(_DOCS, max_size=3), style=st.sampled_from([None, True, False]))
+def test_strict_reads_streams_without_duplicates_as_the_lenient_reader(docs: list[Any], style: bool | None) -> None:
+    text = yaml.dump_all(docs, Dumper=yaml.SafeDumper, default_flow_style=style, allow_unicode=True)
+    assert _outcome(lambda t: load_all_yaml(t, strict=True), text) == _outcome(load_all_yaml, text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    doc=st.dictionaries(st.text(alphabet="abcxyz", min_size=1, max_size=4), _DOCS, min_size=1, max_size=5),
+    before=st.integers(min_value=0, max_value=2),
+    alias=st.booleans(),
+)
+def test_a_key_twice_is_refused_with_its_line_and_path(doc: dict[str, Any], before: int, alias: bool) -> None:
+    key = next(iter(doc))
+    body = yaml.dump({"spec": {"requests": doc}}, Dumper=yaml.SafeDumper, default_flow_style=False)
+    text = "other: 1\n---\n" * before + body + f"  requests2: {'&a 1' if alias else '1'}\n"
+    # the duplicate goes last in the requests mapping, at the line after the mapping's last line
+    lines = text.splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith(("    ", "  requests:")))
+    lines.insert(last + 1, f"    {key}: 2")
+    text = "\n".join(lines) + "\n"
+    assert "\n".join(lines).count("requests2") == 1
+    with pytest.raises(serialization.DuplicateKeyError) as err:
+        load_all_yaml(text, strict=True)
+    assert (err.value.key, err.value.line, err.value.document) == (key, last + 2, before + 1)
+    assert err.value.path == "spec.requests"
+    assert load_all_yaml(text)[-1]["spec"]["requests"][key] == 2  # the lenient reader keeps the last
+
+
+def test_duplicate_keys_in_json_name_the_line() -> None:
+    text = '{"instanceTypes": [\n  {"name": "a",\n   "name": "b"}]}'
+    with pytest.raises(serialization.DuplicateKeyError, match=r"line 3: duplicate key 'name' in instanceTypes\[0\]"):
+        serialization.loads_json_strict(text)
+    assert serialization.loads_json_strict('{"a": {"b": 1}, "b": 2}') == {"a": {"b": 1}, "b": 2}
+
+
+def test_key_line_finds_keys_and_items() -> None:
+    text = "a: 1\n---\nspec:\n  containers:\n  - name: c\n    resourcs: {}\n"
+    assert serialization.key_line(text, 2, ["spec", "containers", 0, "resourcs"]) == 6
+    assert serialization.key_line(text, 2, ["spec", "containers", 0]) == 5
+    assert serialization.key_line(text, 3, ["spec"]) == 0

@@ -31,7 +31,8 @@ def test_the_budget_refuses_the_pod_whose_machine_would_cross_it() -> None:
     reason, message = bounded.refused[refused]
     assert reason == BUDGET_EXCEEDED
     assert message == (
-        "NodePool gpu budget is $3.60/h and its nodes and the 2 planned cost $3.50/h: a gpu-1 at $1.00/h would cross it"
+        'nodepool "gpu": its budget is $3.60/h and its nodes and the 2 planned cost $3.50/h: '
+        "a gpu-1 at $1.00/h would cross it"
     )
     assert bounded.plan.unschedulable[refused] == message
     assert bounded.plan.total_price == 2.0
@@ -49,7 +50,8 @@ def test_limits_nodes_counts_running_and_planned_machines() -> None:
     assert {why for why, _ in bounded.refused.values()} == {NODE_LIMIT_REACHED}
     assert (
         next(iter(bounded.refused.values()))[1]
-        == "NodePool gpu may have at most 4 nodes (limits.nodes) and has 3 and 1 more planned"
+        == 'nodepool "gpu": all available instance types exceed limits for nodepool '
+        "(limits.nodes is 4 and it has 3 and 1 more planned)"
     )
 
 

@@ -216,7 +216,8 @@ async def test_the_buffer_stops_at_the_limits_and_the_pool_says_so(h: Harness) -
     conditions = {c["type"]: c for c in obj["status"]["conditions"]}
     assert conditions["BufferLimited"]["status"] == "True"
     assert conditions["BufferLimited"]["message"] == (
-        "NodePool gpu may have at most 2 nodes (limits.nodes) and has 0 and 2 more planned"
+        'nodepool "gpu": all available instance types exceed limits for nodepool '
+        "(limits.nodes is 2 and it has 0 and 2 more planned)"
     )
     assert conditions["LimitsReached"]["message"] == "nodes: 2 of 2"
 
@@ -228,7 +229,10 @@ async def test_a_gpu_limit_stops_the_buffer_with_the_solvers_reason(h: Harness) 
     await provisioner.reconcile()
     assert len(claims(h)) == 1
     limited = h.ctx.buffers.limited("gpu")
-    assert limited == 'nodepool "gpu": would exceed its limit nvidia.com/gpu (1 of 1 in use)'
+    assert limited == (
+        'nodepool "gpu": all available instance types exceed limits for nodepool '
+        "(nvidia.com/gpu: 1 of 1 in use, the cheapest instance type that fits has 1)"
+    )
 
 
 async def test_pods_refused_by_the_budget_or_the_node_limit_get_an_event_that_says_so(h: Harness) -> None:
@@ -245,7 +249,8 @@ async def test_pods_refused_by_the_budget_or_the_node_limit_get_an_event_that_sa
     [event] = [e for e in h.kube.events(refused[0]) if e["reason"] == "BudgetExceeded"]
     assert event["type"] == "Warning"
     assert event["message"] == (
-        "NodePool gpu budget is $0.50/h and its nodes and the 1 planned cost $0.35/h: a gpu-1 at $0.35/h would cross it"
+        'nodepool "gpu": its budget is $0.50/h and its nodes and the 1 planned cost $0.35/h: '
+        "a gpu-1 at $0.35/h would cross it"
     )
 
 

@@ -41,7 +41,7 @@ async def test_a_gang_that_would_cross_the_budget_buys_nothing_and_waits_saying_
         await gang_pod(h, name)
     start_gangs(h)
     message = await waiting_message(h, "w0")
-    assert "NodePool gpu budget is $200.00/h" in message
+    assert 'nodepool "gpu": its budget is $200.00/h' in message
     assert "gpu-8 at $98.00/h would cross it" in message
     assert h.kube.objects(NODECLAIMS) == {}
     assert all(gated(h, n) for n in ("w0", "w1", "w2"))
@@ -56,7 +56,10 @@ async def test_a_gang_over_limits_nodes_buys_nothing(harness: Harness) -> None:
         await gang_pod(h, name)
     start_gangs(h)
     message = await waiting_message(h, "w1")
-    assert "NodePool gpu may have at most 2 nodes (limits.nodes) and has 0 and 2 more planned" in message
+    assert (
+        'nodepool "gpu": all available instance types exceed limits for nodepool '
+        "(limits.nodes is 2 and it has 0 and 2 more planned)"
+    ) in message
     assert h.kube.objects(NODECLAIMS) == {}
 
 

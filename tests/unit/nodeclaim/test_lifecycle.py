@@ -64,10 +64,12 @@ async def test_a_claim_goes_from_launch_to_ready(world: Harness) -> None:
     assert FINALIZER_TERMINATION in node["metadata"]["finalizers"]
     assert h.condition_status("nc-1", "Initialized") == "False"  # kwok has not made it Ready yet
     assert h.condition("nc-1", "Initialized")["reason"] == "NodeNotReady"  # type: ignore[index]
+    assert status["reason"] == "NodeNotReady"  # the STATUS column: why it is not Ready
 
     await h.make_ready("nc-1")
     await expect_initialized(h, "nc-1")
     assert h.condition_status("nc-1", "Ready") == "True"
+    assert (h.claim("nc-1") or {})["status"]["reason"] == "Ready"
     launched = h.condition("nc-1", "Launched")
     assert launched is not None
     assert launched["message"] == "gpu-1 (spot) in zone-b at $0.3500/h"
@@ -113,6 +115,7 @@ async def test_a_missing_nodeclass_is_a_condition_and_an_event_then_recovers(wor
     launched = h.condition("nc-1", "Launched")
     assert launched is not None
     assert launched["reason"] == "NodeClassNotReady"
+    assert (h.claim("nc-1") or {})["status"]["reason"] == "NodeClassNotReady"
     assert "'later'" in launched["message"]
     assert "NodeClassNotReady" in h.kube.event_reasons("nc-1")
     await h.create_nodeclass("later")

@@ -223,7 +223,10 @@ def test_pool_limits_cap_what_is_bought_and_say_so() -> None:
     check_plan(plan, pending=pending, pools=[gpu])
     assert len(plan.new_nodes) == 1
     [reason] = plan.unschedulable.values()
-    assert reason == 'nodepool "h100": would exceed its limit nvidia.com/gpu (16 of 16 in use)'
+    assert reason == (
+        'nodepool "h100": all available instance types exceed limits for nodepool '
+        "(nvidia.com/gpu: 16 of 16 in use, the cheapest instance type that fits has 8)"
+    )
 
 
 def test_limits_count_the_capacity_of_the_chosen_machines() -> None:
@@ -236,7 +239,9 @@ def test_limits_count_the_capacity_of_the_chosen_machines() -> None:
     )
     assert bought <= 4000
     assert len(plan.unschedulable) == 1
-    assert next(iter(plan.unschedulable.values())).startswith('nodepool "cpu": would exceed its limit cpu')
+    assert next(iter(plan.unschedulable.values())).startswith(
+        'nodepool "cpu": all available instance types exceed limits for nodepool (cpu: '
+    )
 
 
 def test_pool_requirements_and_labels_constrain_instance_types() -> None:
@@ -483,7 +488,8 @@ def test_gang_that_cannot_fully_fit_places_nobody_and_each_member_gets_the_reaso
     assert set(plan.unschedulable) == {f"default/w-{i}" for i in range(4)}
     assert set(plan.unschedulable.values()) == {
         "gang 'train': 1 of 4 pods cannot be placed, so none is: "
-        'nodepool "gpu": would exceed its limit nvidia.com/gpu (24 of 24 in use)'
+        'nodepool "gpu": all available instance types exceed limits for nodepool '
+        "(nvidia.com/gpu: 24 of 24 in use, the cheapest instance type that fits has 8)"
     }
     assert [n.pods for n in plan.new_nodes] == [("default/solo",)]
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make test`: the unit tests and the lint that need no cluster first, while the cluster binaries
+# and the tools build (or are found cached) in the background; then, once they are there, the
+# checks that need helm and the end-to-end tests against the local KWOK cluster.
+#
+# The background build prints one line per binary (what it built, in how long, what is left) to
+# .build/progress.log, shown here once the unit tests are done; Go's own output goes to
+# .build/go.log. A failed build fails `make test` with the log's last lines, even when every unit
+# test passed. When the unit tests or the lint fail, the verdict comes at once and the build keeps
+# going in the background, so the next run finds the binaries cached.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BIN=.venv/bin
+out=.build
+mkdir -p "$out"
+progress="$out/progress.log"
+: >"$progress"
+started=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - started ))s"; }
+
+JOINER_BUILD_LOG="$out/go.log" nohup bash hack/build-all.sh >"$progress" 2>&1 </dev/null &
+builder=$!
+echo "==> building the cluster binaries and tools in the background (pid $builder; progress in $progress, Go's output in $out/go.log)"
+
+echo "==> unit tests"
+"$BIN/pytest" tests/unit -q
+unit=$?
+echo "==> lint (ruff, mypy --strict, layering, generated files, hadolint)"
+make --no-print-directory lint-fast
+lint=$?
+if [ "$unit" -ne 0 ] || [ "$lint" -ne 0 ]; then
+    echo "==> FAILED after $(elapsed): unit tests $([ "$unit" -eq 0 ] && echo passed || echo failed)," \
+        "lint $([ "$lint" -eq 0 ] && echo passed || echo failed)"
+    if kill -0 "$builder" 2>/dev/null; then
+        echo "    (the binaries keep building in the background, pid $builder, for the next run: $progress)"
+    fi
+    exit 1
+fi
+echo "==> unit tests and lint passed after $(elapsed)"
+
+if kill -0 "$builder" 2>/dev/null; then
+    echo "==> waiting for the background build:"
+fi
+tail -n +1 -f --pid="$builder" "$progress" | sed 's/^/    /'
+if ! wait "$builder"; then
+    echo "==> FAILED after $(elapsed): the build of the cluster binaries or tools failed (above; all of Go's output: $out/go.log)"
+    exit 1
+fi
+
+echo "==> deploy/controller/ generated from the Helm chart"
+"$BIN/python" hack/gen-manifests.py --check || exit 1
+echo "==> end-to-end tests (starts the KWOK cluster if it is not running)"
+"$BIN/pytest" tests/e2e -q || { echo "==> FAILED after $(elapsed): end-to-end tests"; exit 1; }
+echo "==> all passed in $(elapsed)"
