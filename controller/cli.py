@@ -466,7 +466,12 @@ async def _forecast_from_cluster(args: argparse.Namespace, now: object) -> tuple
 
 
 def _add_aws(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    aws = subparsers.add_parser("aws", help="AWS helpers: `joiner aws check`", description="AWS helpers.")
+    aws = subparsers.add_parser(
+        "aws",
+        help="AWS helpers: check an EC2NodeClass before the first launch",
+        description="AWS helpers for the aws provider. 'joiner aws check --nodeclass NAME' checks, one line each, "
+        "what the first launch of an EC2NodeClass needs, and says how to fix what fails.",
+    )
     commands = aws.add_subparsers(title="commands", metavar="COMMAND")
     p = commands.add_parser(
         "check",
