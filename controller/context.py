@@ -11,6 +11,7 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.kube.client import KubeClient
 from controller.kube.events import EventRecorder
 from controller.settings import Settings
+from controller.state.bookings import BookingBook
 from controller.state.buffers import BufferBook
 from controller.state.cluster import ClusterState
 from controller.state.writer import NodeClaimWriter
@@ -30,3 +31,6 @@ class Context:
     writer: NodeClaimWriter
     # the warm buffers: published by the capacity controller, planned by the provisioner, kept by disruption
     buffers: BufferBook = field(default_factory=BufferBook)
+    # capacity booked for ProvisioningRequests: published by their controller, held by the provisioner,
+    # kept by disruption
+    bookings: BookingBook = field(default_factory=BookingBook)
