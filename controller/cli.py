@@ -221,6 +221,20 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the most a gang waits between attempts",
     )
     p.add_argument(
+        "--provisioning-requests",
+        action=argparse.BooleanOptionalAction,
+        default=d.provisioning_requests,
+        help="serve ProvisioningRequests (autoscaling.x-k8s.io/v1, what Kueue's ProvisioningRequest admission "
+        "check creates; docs/kueue.md); default: when their CRD is installed at start",
+    )
+    p.add_argument(
+        "--provisioning-request-booking",
+        type=float,
+        default=d.provisioning_request_booking_seconds,
+        metavar="SECONDS",
+        help="how long capacity provisioned for a ProvisioningRequest is held for its pods before BookingExpired=True",
+    )
+    p.add_argument(
         "--nominate",
         action=argparse.BooleanOptionalAction,
         default=d.nominate,
@@ -340,6 +354,8 @@ def _run(args: argparse.Namespace) -> int:
         gang_member_wait_seconds=args.gang_member_wait,
         gang_backoff_seconds=args.gang_backoff,
         gang_backoff_max_seconds=args.gang_backoff_max,
+        provisioning_requests=args.provisioning_requests,
+        provisioning_request_booking_seconds=args.provisioning_request_booking,
         metrics_port=args.metrics_port,
         health_port=args.health_port,
         bind_address=args.bind_address,

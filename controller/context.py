@@ -11,6 +11,7 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.kube.client import KubeClient
 from controller.kube.events import EventRecorder
 from controller.settings import Settings
+from controller.state.bookings import BookingBook
 from controller.state.buffers import BufferBook
 from controller.state.cluster import ClusterState
 from controller.state.planned import PlannedPods
@@ -37,3 +38,6 @@ class Context:
     planned: PlannedPods = field(default_factory=PlannedPods)
     # why each NodePool refused the pods nobody could take: recorded by the provisioner, shown on the NodePool
     refusals: RefusalBook = field(default_factory=RefusalBook)
+    # capacity booked for ProvisioningRequests: published by their controller, held by the provisioner,
+    # kept by disruption
+    bookings: BookingBook = field(default_factory=BookingBook)

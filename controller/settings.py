@@ -37,6 +37,10 @@ class Settings:
     gang_member_wait_seconds: float = 60.0
     gang_backoff_seconds: float = 30.0
     gang_backoff_max_seconds: float = 600.0
+    # ProvisioningRequests (Kueue): serve them when their CRD is installed (None: auto, False: never),
+    # and how long capacity provisioned for one is held for its pods (cluster-autoscaler: 10 minutes)
+    provisioning_requests: bool | None = None
+    provisioning_request_booking_seconds: float = 600.0
     # idle GPUs: read DCGM utilization from this Prometheus (None: no idle-GPU marking at all); a node
     # whose GPUs stay below `threshold` percent for `window` seconds is marked GPUIdle
     prometheus_url: str | None = None

@@ -27,7 +27,7 @@ from api.v1.labels import (
 from api.v1.nodepool import DEFAULT_CONSOLIDATE_AFTER, NodePool
 from api.v1.types import parse_duration
 from api.v1.validation import InvalidObjectError, validate
-from controller.clock import parse_time
+from controller.clock import format_time, parse_time
 from controller.cloudprovider.types import CloudProviderError
 from controller.context import Context
 from controller.disruption.budgets import BudgetError, parse_budgets
@@ -37,6 +37,7 @@ from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.scheduling.warm import place_buffer, virtual_pool, with_virtual_pods
+from controller.state.bookings import Booking
 from controller.state.cluster import ClusterState
 from controller.state.existing import existing_node
 from controller.state.nodepools import daemon_templates, nodepool_hash, tier_mix
@@ -271,8 +272,9 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
                 expires_at=expiry_of(claim),
                 drift=drift,
                 blockers=tuple(safety_blockers(claim=claim, node=node, pods=pods, pdbs=pdbs)),
-                consolidation_blockers=tuple(
-                    f"pod {key} has no controller: evicting it would delete it for good" for key in unowned[:3]
+                consolidation_blockers=(
+                    *(f"pod {key} has no controller: evicting it would delete it for good" for key in unowned[:3]),
+                    *booking_blockers(ctx.bookings.active(now), node_name),
                 ),
                 protected_until=memory.protected.get(name),
                 instance_type=str(node.labels.get(LABEL_INSTANCE_TYPE) or claim.labels.get(LABEL_INSTANCE_TYPE) or ""),
@@ -302,6 +304,7 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
             other.append(converted)
 
     nodes, other = keep_buffers(ctx.buffers.pods(), nodes, other)
+    nodes, other = keep_bookings(ctx.bookings.active(now), nodes, other)
     templates: list[NodePoolTemplate] = []
     existing_for_usage = [*other, *(n.view for n in nodes)]
     for name, pool in pool_objs.items():
@@ -349,6 +352,32 @@ def keep_buffers(
         for n in nodes
     ]
     return kept, with_virtual_pods(other, placement)
+
+
+def booking_blockers(bookings: Sequence[Booking], node: str) -> list[str]:
+    """Why a node that holds capacity booked for a ProvisioningRequest is not consolidated."""
+    return [
+        f"it holds capacity booked for ProvisioningRequest {b.request} until {format_time(b.until)}"
+        for b in bookings
+        if node in b.nodes
+    ]
+
+
+def keep_bookings(
+    bookings: Sequence[Booking], nodes: Sequence[NodeState], other: Sequence[ExistingNode]
+) -> tuple[list[NodeState], list[ExistingNode]]:
+    """The room booked for ProvisioningRequests counted as used: a consolidation does not move pods
+    into it (the booked nodes themselves are blocked from consolidation)."""
+    held: dict[str, list[Pod]] = {}
+    for b in bookings:
+        for node, pods in b.held.items():
+            held.setdefault(node, []).extend(pods)
+    if not held:
+        return list(nodes), list(other)
+    kept = [
+        replace(n, view=replace(n.view, pods=(*n.view.pods, *held[n.node]))) if n.node in held else n for n in nodes
+    ]
+    return kept, [replace(o, pods=(*o.pods, *held[o.name])) if o.name in held else o for o in other]
 
 
 def _in_flight(

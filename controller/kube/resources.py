@@ -34,6 +34,7 @@ PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+PODTEMPLATES = Resource("", "v1", "podtemplates", "PodTemplate", namespaced=True)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True)
@@ -43,6 +44,9 @@ NODEPOOLS = Resource("joiner.sh", "v1", "nodepools", "NodePool", namespaced=Fals
 NODECLAIMS = Resource("joiner.sh", "v1", "nodeclaims", "NodeClaim", namespaced=False)
 KWOKNODECLASSES = Resource("joiner.sh", "v1", "kwoknodeclasses", "KWOKNodeClass", namespaced=False)
 EC2NODECLASSES = Resource("joiner.sh", "v1", "ec2nodeclasses", "EC2NodeClass", namespaced=False)
+PROVISIONING_REQUESTS = Resource(
+    "autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest", namespaced=True
+)
 
 
 def key_of(obj: dict[str, object]) -> str:

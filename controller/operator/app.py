@@ -18,11 +18,12 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.client import ApiError, KubeClient, NotFoundError
 from controller.kube.events import EventRecorder
-from controller.kube.resources import CRDS, EC2NODECLASSES
+from controller.kube.resources import CRDS, EC2NODECLASSES, PODTEMPLATES, PROVISIONING_REQUESTS, Resource
 from controller.metrics import REGISTRY
 from controller.operator.leader import LeaderElector
 from controller.operator.metrics import LEADER, LOOP_RESTARTS, record_start
 from controller.operator.server import Servers
+from controller.provreq.request import CRD_NAME as PROVISIONING_REQUEST_CRD
 from controller.settings import Settings
 from controller.state import metrics as state_metrics
 from controller.state.cluster import WATCHED, ClusterState
@@ -115,6 +116,7 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
     from controller.provisioning.nodepool_status import NodePoolStatusController
     from controller.provisioning.provisioner import Provisioner
     from controller.provisioning.startup import PodStartupTracker
+    from controller.provreq.controller import ProvisioningRequestController
     from controller.termination.controller import TerminationController
 
     optional: list[Runnable] = []
@@ -138,6 +140,8 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
                 poll_seconds=s.gpu_idle_poll_seconds,
             )
         )
+    if PROVISIONING_REQUESTS.kind in ctx.cluster.informers:
+        optional.append(ProvisioningRequestController(ctx))
     return [
         *provider_loops,
         *optional,
@@ -151,6 +155,18 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
         CapacityController(ctx),
         PodStartupTracker(cluster=ctx.cluster, clock=ctx.clock),
     ]
+
+
+async def serve_provisioning_requests(client: KubeClient, settings: Settings) -> bool:
+    """Whether to serve ProvisioningRequests: told so, or (by default) when their CRD is installed."""
+    if settings.provisioning_requests is not None:
+        return settings.provisioning_requests
+    try:
+        await client.get(CRDS, PROVISIONING_REQUEST_CRD)
+    except NotFoundError:
+        log.info("operator.provisioning_requests_off", reason=f"CRD {PROVISIONING_REQUEST_CRD} not installed")
+        return False
+    return True
 
 
 async def missing_crds(client: KubeClient, *, provider: str = "kwok") -> list[str]:
@@ -188,7 +204,9 @@ async def run_operator(
         return 1
 
     # the aws provider reads EC2NodeClasses from the cache too
-    watched = (*WATCHED, EC2NODECLASSES) if provider == "aws" else WATCHED
+    watched: tuple[Resource, ...] = (*WATCHED, EC2NODECLASSES) if provider == "aws" else WATCHED
+    if await serve_provisioning_requests(client, settings):
+        watched = (*watched, PROVISIONING_REQUESTS, PODTEMPLATES)
     cluster = ClusterState(
         source=client, clock=clock, watched=watched, watch_timeout_seconds=settings.watch_timeout_seconds
     )

@@ -340,7 +340,9 @@ class Provisioner:
         cluster = self.ctx.cluster
         await cluster.wait_synced()
         now = self.ctx.clock.now()
-        pending_objs = {p.key: p for p in cluster.pod_views() if self._provisionable(p, now)}
+        # a ProvisioningRequest's pods that its booking placed are its own to nominate, not planned again
+        booked = self.ctx.bookings.claimed_pods(now)
+        pending_objs = {p.key: p for p in cluster.pod_views() if p.key not in booked and self._provisionable(p, now)}
         PODS_PENDING.set(sum(1 for p in pending_objs.values() if p.is_unschedulable))
         buffer_pods = self.ctx.buffers.pods()
         if not pending_objs and not buffer_pods:
@@ -356,7 +358,8 @@ class Provisioner:
                 unreadable[key] = f"joiner cannot provision this pod: {err}"
         pools = await self._valid_pools()
         all_types = {it.name: it for _, its in pools.values() for it in its}
-        existing = self._existing(list(all_types.values()))
+        # the room booked for ProvisioningRequests' pods still to come counts as taken
+        existing = self.ctx.bookings.hold(self._existing(list(all_types.values())), now)
         live = set(pending_objs)
         for key in [k for k in self._nominations if k not in live]:
             del self._nominations[key]

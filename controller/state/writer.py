@@ -32,7 +32,9 @@ from controller.state.views import NodeClaimView, Obj
 
 log = structlog.get_logger()
 
-CreateReason = Literal["provisioning", "gang", "consolidation", "drift", "expiration", "interruption", "capacity"]
+CreateReason = Literal[
+    "provisioning", "gang", "provisioningrequest", "consolidation", "drift", "expiration", "interruption", "capacity"
+]
 WRITE_CONCURRENCY: Final = 16  # NodeClaims written at once
 
 # The metric's `reason` label keeps the values it had before there was one writer: disruption's
@@ -43,7 +45,7 @@ _METRIC_REASON: Final[Mapping[str, str]] = {
     "expiration": "disruption",
 }
 # The price bought is what was bought for pods with nowhere to go, not replacements of running nodes.
-_PRICED: Final = frozenset({"provisioning", "gang", "capacity"})
+_PRICED: Final = frozenset({"provisioning", "gang", "provisioningrequest", "capacity"})
 
 NODECLAIMS_CREATED = metrics.counter(
     "joiner_nodeclaims_created_total", "NodeClaims created, by NodePool and reason.", ("nodepool", "reason")

@@ -168,8 +168,21 @@ def test_the_plain_manifests_are_generated_from_the_chart() -> None:
 
 
 def test_the_chart_crds_are_the_generated_ones() -> None:
-    for path in (ROOT / "deploy" / "crds").glob("*.yaml"):
+    for path in (ROOT / "deploy" / "crds").glob("joiner.sh_*.yaml"):
         assert (CHART / "crds" / path.name).read_text() == path.read_text(), path.name
+
+
+def test_the_provisioningrequest_crd_is_installed_only_when_asked(tools: Path) -> None:
+    shipped = ROOT / "deploy" / "crds" / "autoscaling.x-k8s.io_provisioningrequests.yaml"
+    assert (CHART / "files" / "provisioningrequests-crd.yaml").read_text() == shipped.read_text()
+    assert not [d for d in render(tools) if d["kind"] == "CustomResourceDefinition"]
+    docs = render(tools, "--set", "provisioningRequests.installCRD=true")
+    crd = one(docs, "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "provisioningrequests.autoscaling.x-k8s.io"
+    served = render(tools, "--set", "provisioningRequests.serve=false,provisioningRequests.bookingDuration=300")
+    args = one(served, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-provisioning-requests" in args
+    assert "--provisioning-request-booking=300" in args
 
 
 def test_the_alert_rules_pass_promtool(tools: Path, tmp_path: Path) -> None:

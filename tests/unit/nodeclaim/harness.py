@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -17,10 +17,10 @@ from controller.cloudprovider.kwok.provider import KWOKCloudProvider
 from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.events import EventRecorder
-from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODES, PODS
+from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODES, PODS, Resource
 from controller.scheduling.instancetypes import parse_catalog
 from controller.settings import Settings
-from controller.state.cluster import ClusterState
+from controller.state.cluster import WATCHED, ClusterState
 from controller.state.writer import NodeClaimWriter
 from tests.unit.nodeclaim.fakeapi import FakeKube
 
@@ -201,10 +201,10 @@ class Harness:
         return None if cond is None else str(cond.get("status"))
 
 
-async def make_harness(settings: Settings | None = None) -> Harness:
+async def make_harness(settings: Settings | None = None, *, watched: Iterable[Resource] = WATCHED) -> Harness:
     clock = FakeClock()
     kube = FakeKube(clock=clock)
-    cluster = ClusterState(source=kube, clock=clock)
+    cluster = ClusterState(source=kube, clock=clock, watched=watched)
     unavailable = UnavailableOfferings(clock=clock, ttl_seconds=180.0)
     cloud = KWOKCloudProvider(
         client=kube, cluster=cluster, clock=clock, catalog=parse_catalog(CATALOG), unavailable=unavailable

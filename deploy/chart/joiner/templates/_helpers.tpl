@@ -67,6 +67,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if $s.prometheusUrl }}
 - --prometheus-url={{ $s.prometheusUrl }}
 {{- end }}
+{{- $pr := .Values.provisioningRequests }}
+{{- if eq (toString $pr.serve) "true" }}
+- --provisioning-requests
+{{- else if eq (toString $pr.serve) "false" }}
+- --no-provisioning-requests
+{{- end }}
+{{- if ne (toString $pr.bookingDuration) "600" }}
+- --provisioning-request-booking={{ $pr.bookingDuration }}
+{{- end }}
 {{- range $s.extraArgs }}
 - {{ . | quote }}
 {{- end }}

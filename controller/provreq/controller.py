@@ -1,0 +1,715 @@
+"""The ProvisioningRequest controller: Kueue's (or anyone's) request for capacity -> one solve ->
+NodeClaims through the one writer -> ``Provisioned=True`` when every node is Initialized -> the
+capacity booked for the request's pods, which are nominated onto it when they arrive.
+
+Each reconcile reads one request, its pod templates, its NodeClaims and its pods from the cache,
+asks the pure ``decide`` for the next step and applies it; the writes come back as watch events
+that queue the request again. Planning happens under the writer's lock, like every decision that
+buys, so a request and a burst of pods never both count the same room under a NodePool's limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any, Final
+
+import structlog
+
+from api.v1.labels import LABEL_GANG, LABEL_ZONE
+from controller.context import Context
+from controller.gang.planner import (
+    GangPlan,
+    NoFit,
+    PlanRequest,
+    describe_plan,
+    gang_taint,
+    pinned_pod,
+    plan_gang,
+    pool_gang_defaults,
+    refused_by_bounds,
+)
+from controller.kube.client import ApiError, ConflictError, NotFoundError
+from controller.kube.resources import PODS, PROVISIONING_REQUESTS
+from controller.provreq import metrics
+from controller.provreq.decide import (
+    ANNOTATION_ATTEMPT,
+    Attempt,
+    Book,
+    Check,
+    Cleanup,
+    Conditions,
+    ExpireBooking,
+    Fail,
+    Knobs,
+    Leave,
+    MarkProvisioned,
+    PlanAttempt,
+    RequestView,
+    Rollback,
+    Step,
+    attempt_of,
+    booked,
+    decide,
+    expired_update,
+    failed_update,
+    gone,
+    miss,
+    not_found_update,
+    provisioned_update,
+    provisioning_message,
+    provisioning_update,
+)
+from controller.provreq.request import (
+    ANNOTATION_CONSUME,
+    PROVISIONED,
+    ProvisioningRequest,
+    placeholder_pods,
+)
+from controller.scheduling import kubeconv
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
+from controller.scheduling.solver import solve
+from controller.state.bookings import Booking
+from controller.state.deletion import delete_nodeclaim
+from controller.state.existing import cluster_capacity
+from controller.state.informer import EventType
+from controller.state.manifest import nodeclaim_manifest
+from controller.state.nodepools import daemon_templates, valid_pools
+from controller.state.spend import pool_bounds
+from controller.state.views import NodeClaimView, Obj, PodView
+from controller.state.writer import NewClaim
+from controller.state.writes import ConditionUpdate, with_conditions
+
+log = structlog.get_logger()
+
+LABEL_REQUEST_UID: Final = "joiner.sh/provisioning-request-uid"
+"""On the NodeClaims (and so the Nodes) bought for a ProvisioningRequest: the request's uid."""
+ANNOTATION_REQUEST: Final = "joiner.sh/provisioning-request"
+"""On those NodeClaims: ``namespace/name`` of the request."""
+
+Pools = dict[str, tuple[Obj, tuple[InstanceType, ...]]]
+
+
+def claim_name(pool: str, uid: str, attempt: int, index: int) -> str:
+    """Deterministic per attempt, so writing it twice is harmless (409)."""
+    return f"{pool[:40].rstrip('-.')}-r{uid[:6]}{attempt}-{index}"
+
+
+def request_claim_manifest(
+    node: NewNodeClaim, pool: Mapping[str, Any], *, name: str, req: ProvisioningRequest, same_zone: bool
+) -> Obj:
+    """The NodeClaim of one planned machine, named and labelled for the request. No taint: the pods
+    that consume the request are Kueue's and tolerate nothing of joiner's; the booking keeps others
+    off the room in joiner's plans, and the nominations tell kube-scheduler."""
+    manifest = nodeclaim_manifest(node, dict(pool))
+    meta = manifest["metadata"]
+    meta.pop("generateName", None)
+    meta["name"] = name
+    meta["labels"].pop(LABEL_GANG, None)
+    meta["labels"][LABEL_REQUEST_UID] = req.uid
+    meta["annotations"][ANNOTATION_REQUEST] = req.key
+    spec = manifest["spec"]
+    gang_key = gang_taint("").key
+    taints = [t for t in spec.get("taints") or [] if t.get("key") != gang_key]
+    if taints:
+        spec["taints"] = taints
+    else:
+        spec.pop("taints", None)
+    if same_zone:
+        reqs = [r for r in spec.get("requirements") or [] if r.get("key") != LABEL_ZONE]
+        reqs.append({"key": LABEL_ZONE, "operator": "In", "values": [node.choice.zone]})
+        spec["requirements"] = reqs
+    return manifest
+
+
+class ProvisioningRequestController:
+    def __init__(self, ctx: Context, *, workers: int = 4) -> None:
+        from controller.state.queue import WorkQueue
+
+        self.ctx = ctx
+        s = ctx.settings
+        self.queue = WorkQueue(name="provisioningrequest", clock=ctx.clock)
+        self.knobs = Knobs(
+            booking_seconds=s.provisioning_request_booking_seconds,
+            attempt_timeout_seconds=s.gang_timeout_seconds,
+            backoff_base_seconds=s.gang_backoff_seconds,
+            backoff_max_seconds=s.gang_backoff_max_seconds,
+        )
+        self._workers = workers
+        self._written: dict[str, Attempt] = {}  # request uid -> the record written, until the cache has it
+        self._told: dict[str, tuple[str, str]] = {}
+
+    # --- wiring ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        cluster = self.ctx.cluster
+        cluster.subscribe("ProvisioningRequest", self._on_request)
+        cluster.subscribe("PodTemplate", self._on_template)
+        cluster.subscribe_views("NodeClaim", self._on_claim)
+        cluster.subscribe_views("Pod", self._on_pod)
+        cluster.subscribe("NodePool", self._on_pool)
+        await cluster.wait_synced()
+        for key in list(cluster.store("ProvisioningRequest")):
+            self.queue.add(key)
+        for claim in list(cluster.claim_views().values()):
+            owner = claim.annotations.get(ANNOTATION_REQUEST)
+            if owner:
+                self.queue.add(owner)
+        await self.queue.run(self.reconcile, workers=self._workers)
+
+    def _on_request(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        meta = obj.get("metadata") or {}
+        self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}")
+
+    def _on_template(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        ns = (obj.get("metadata") or {}).get("namespace")
+        name = (obj.get("metadata") or {}).get("name")
+        for key, raw in list(self.ctx.cluster.store("ProvisioningRequest").items()):
+            sets = (raw.get("spec") or {}).get("podSets") or ()
+            if key.startswith(f"{ns}/") and any(
+                ((s or {}).get("podTemplateRef") or {}).get("name") == name for s in sets
+            ):
+                self.queue.add(key)
+
+    def _on_claim(self, etype: EventType, obj: NodeClaimView, old: NodeClaimView | None) -> None:
+        owner = obj.annotations.get(ANNOTATION_REQUEST)
+        if owner:
+            self.queue.add(owner)
+        elif etype == "DELETED":
+            self._requeue_waiting()
+
+    def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
+        name = obj.annotations.get(ANNOTATION_CONSUME)
+        if name:
+            self.queue.add(f"{obj.namespace}/{name}")
+
+    def _on_pool(self, etype: EventType, obj: Obj, old: Obj | None) -> None:
+        self._requeue_waiting()
+
+    def _requeue_waiting(self) -> None:
+        for key, raw in list(self.ctx.cluster.store("ProvisioningRequest").items()):
+            req = ProvisioningRequest.of(raw)
+            if req.served and not req.is_true(PROVISIONED):
+                self.queue.add(key)
+
+    # --- the view ----------------------------------------------------------------------------
+
+    def _claims(self, *, uid: str | None, key: str) -> dict[str, NodeClaimView]:
+        """NodeClaims bought for the request: by its uid, or (``uid=None``, the request is gone) by name."""
+        out: dict[str, NodeClaimView] = {}
+        for claim in [*self.ctx.cluster.claim_views().values(), *self.ctx.writer.in_flight()]:
+            if uid is not None and claim.labels.get(LABEL_REQUEST_UID) != uid:
+                continue
+            if uid is None and claim.annotations.get(ANNOTATION_REQUEST) != key:
+                continue
+            out.setdefault(claim.name, claim)
+        return out
+
+    def _consumers(self, req: ProvisioningRequest) -> tuple[list[PodView], list[PodView]]:
+        """The request's pods (Kueue annotates them): bound, and pending."""
+        bound: list[PodView] = []
+        pending: list[PodView] = []
+        for pod in self.ctx.cluster.pod_views():
+            if pod.namespace != req.namespace or pod.annotations.get(ANNOTATION_CONSUME) != req.name:
+                continue
+            if pod.is_terminal or pod.deleting:
+                continue
+            (bound if pod.node_name else pending).append(pod)
+        return bound, pending
+
+    def _view(self, req: ProvisioningRequest) -> RequestView:
+        store = self.ctx.cluster.store("PodTemplate")
+        templates = {
+            s.template: store[f"{req.namespace}/{s.template}"]
+            for s in req.pod_sets
+            if f"{req.namespace}/{s.template}" in store
+        }
+        attempt = attempt_of(req.annotations)
+        written = self._written.get(req.uid)
+        if written is not None and (attempt is None or written.number > attempt.number or written != attempt):
+            # what we wrote last and the cache does not show yet
+            attempt = written if attempt is None or written.number >= attempt.number else attempt
+        bound, pending = self._consumers(req)
+        return RequestView(
+            request=req,
+            templates=templates,
+            claims=self._claims(uid=req.uid, key=req.key),
+            attempt=attempt,
+            consumers_bound=len(bound),
+            consumers_pending=len(pending),
+        )
+
+    # --- reconcile ---------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> float | None:
+        await self.ctx.cluster.wait_synced()
+        raw = self.ctx.cluster.store("ProvisioningRequest").get(key)
+        now = self.ctx.clock.now()
+        if raw is None:
+            claims = self._claims(uid=None, key=key)
+            step: Step = gone(
+                RequestView(
+                    request=ProvisioningRequest.of({"metadata": {"name": key.partition("/")[2]}}),
+                    templates={},
+                    claims=claims,
+                    attempt=None,
+                )
+            )
+            self._release(key)
+            self._told.pop(key, None)
+            if isinstance(step, Cleanup):
+                await self._delete_claims(
+                    key,
+                    step.claims,
+                    reason="ProvisioningRequestDeleted",
+                    message=(f"ProvisioningRequest {key} was deleted before its capacity was provisioned"),
+                )
+            return None
+        req = ProvisioningRequest.of(raw)
+        view = self._view(req)
+        step = decide(view, now=now, knobs=self.knobs)
+        return await self._apply(view, step)
+
+    async def _apply(self, view: RequestView, step: Step) -> float | None:
+        req = view.request
+        if isinstance(step, Leave):
+            if step.release:
+                self._release(req.key)
+            return None
+        if isinstance(step, Conditions):
+            await self._status(req, step.updates)
+            if step.event is not None:
+                await self._event(req, *step.event)
+            return step.requeue
+        if isinstance(step, Check):
+            return await self._check(view, step)
+        if isinstance(step, PlanAttempt):
+            return await self._plan(view, step)
+        if isinstance(step, Rollback):
+            return await self._rollback(view, step)
+        if isinstance(step, MarkProvisioned):
+            return await self._provisioned(view, step)
+        if isinstance(step, Book):
+            await self._book(view, step)
+            return min(step.remaining, 60.0)
+        if isinstance(step, ExpireBooking):
+            self._release(req.key)
+            await self._status(req, (expired_update(),))
+            await self._event(
+                req,
+                "BookingExpired",
+                "the capacity booked for this request is no longer held: "
+                f"its pods did not all bind within {self.knobs.booking_seconds:.0f}s",
+                False,
+            )
+            metrics.BOOKINGS_EXPIRED.inc()
+            log.info("provisioningrequest.booking_expired", request=req.key)
+            return None
+        if isinstance(step, Fail):
+            self._release(req.key)
+            await self._delete_claims(req.key, step.claims, reason="ProvisioningRequestFailed", message=step.message)
+            await self._status(req, (failed_update(step.reason, step.message),))
+            await self._event(req, "ProvisioningFailed", step.message, True)
+            metrics.REQUESTS.labels(req.class_name, "Failed").inc()
+            log.warning("provisioningrequest.failed", request=req.key, reason=step.reason, message=step.message)
+            return None
+        if isinstance(step, Cleanup):
+            self._release(req.key)
+            await self._delete_claims(
+                req.key,
+                step.claims,
+                reason="ProvisioningRequestFailed",
+                message=(f"ProvisioningRequest {req.key} failed or is being deleted"),
+            )
+            return None
+        raise AssertionError(f"unknown step {step!r}")
+
+    # --- writes ------------------------------------------------------------------------------
+
+    async def _status(self, req: ProvisioningRequest, updates: Sequence[ConditionUpdate]) -> None:
+        if not updates:
+            return
+        current = {c.type: c for c in req.conditions}
+        if all(
+            (c := current.get(u.type)) is not None
+            and (c.status, c.reason, c.message) == (u.status, u.reason, u.message)
+            for u in updates
+        ):
+            return
+        conditions = with_conditions(req.raw, updates, now=self.ctx.clock.now())
+        # the whole list is sent (a merge patch replaces a list): only over the version it was built
+        # from, so a condition written since is never lost (a conflict comes back as a newer event)
+        version = (req.raw.get("metadata") or {}).get("resourceVersion")
+        try:
+            await self.ctx.client.patch(
+                PROVISIONING_REQUESTS,
+                req.name,
+                {"metadata": {"resourceVersion": version}, "status": {"conditions": conditions}},
+                namespace=req.namespace,
+                subresource="status",
+            )
+        except (NotFoundError, ConflictError):
+            return
+
+    async def _event(self, req: ProvisioningRequest, reason: str, message: str, warning: bool) -> None:
+        if self._told.get(req.key) == (reason, message):
+            return
+        self._told[req.key] = (reason, message)
+        await self.ctx.events.emit(
+            dict(req.raw), reason=reason, message=message, type="Warning" if warning else "Normal"
+        )
+
+    async def _record(self, req: ProvisioningRequest, attempt: Attempt) -> ProvisioningRequest | None:
+        """Write the attempt's record on the request; the request as it is now (None: it is gone)."""
+        self._written[req.uid] = attempt
+        try:
+            updated = await self.ctx.client.patch(
+                PROVISIONING_REQUESTS,
+                req.name,
+                {"metadata": {"annotations": {ANNOTATION_ATTEMPT: attempt.to_json()}}},
+                namespace=req.namespace,
+            )
+        except NotFoundError:
+            return None
+        return ProvisioningRequest.of(updated)
+
+    async def _delete_claims(self, key: str, names: Sequence[str], *, reason: str, message: str) -> None:
+        claims = self.ctx.cluster.claim_views()
+
+        async def one(name: str) -> None:
+            claim = claims.get(name) or self.ctx.writer.just_created(name)
+            if claim is not None:
+                await delete_nodeclaim(self.ctx, claim, reason=reason, message=message)
+
+        await asyncio.gather(*(one(n) for n in names))
+        if names:
+            log.info("provisioningrequest.nodeclaims_deleted", request=key, nodeclaims=list(names), reason=reason)
+
+    def _release(self, key: str) -> None:
+        if self.ctx.bookings.release(key):
+            metrics.BOOKED_NODES.set(len(self.ctx.bookings.booked_nodes(self.ctx.clock.now())))
+
+    # --- solver inputs -----------------------------------------------------------------------
+
+    async def _inputs(self) -> tuple[Pools, list[ExistingNode], list[NodePoolTemplate]]:
+        ctx = self.ctx
+        pools = await valid_pools(ctx, component="provisioningrequest")
+        all_types = {it.name: it for _, its in pools.values() for it in its}
+        existing = cluster_capacity(ctx.cluster, list(all_types.values()), extra_claims=ctx.writer.in_flight())
+        templates: list[NodePoolTemplate] = []
+        for name, (pool, its) in pools.items():
+            try:
+                templates.append(kubeconv.nodepool_from_dict(pool, its, usage=kubeconv.pool_usage(name, existing)))
+            except ValueError as err:
+                log.warning("provisioningrequest.nodepool_invalid", nodepool=name, error=str(err))
+        return pools, existing, templates
+
+    def _placeholders(self, view: RequestView, *, gid: str | None = None) -> tuple[list[Pod], list[str]]:
+        pods: list[Pod] = []
+        problems: list[str] = []
+        for obj in placeholder_pods(view.request, view.templates):
+            try:
+                pinned = pinned_pod(obj, gid) if gid is not None else obj
+                pods.append(kubeconv.pod_from_dict(pinned, gang=gid, detect_gang=False))
+            except ValueError as err:
+                problems.append(str(err))
+        return pods, problems
+
+    # --- atomic: plan, roll back, provisioned ------------------------------------------------
+
+    async def _plan(self, view: RequestView, step: PlanAttempt) -> float | None:
+        req = view.request
+        gid = f"pr-{req.uid[:8]}"
+        pods, problems = self._placeholders(view, gid=gid)
+        if problems:
+            await self._apply(view, Fail(reason="InvalidRequest", message="; ".join(sorted(set(problems))[:3])))
+            return None
+        ctx = self.ctx
+        async with ctx.writer.lock:
+            fresh = ctx.cluster.store("ProvisioningRequest").get(req.key)
+            if fresh is None or ProvisioningRequest.of(fresh).uid != req.uid:
+                return 1.0
+            pools, _, templates = await self._inputs()
+            now = ctx.clock.now()
+            unavailable = frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current())
+            request = PlanRequest(
+                key=req.key,
+                gid=gid,
+                pods=tuple(pods),
+                pools=tuple(templates),
+                defaults={name: pool_gang_defaults(pool) for name, (pool, _) in pools.items()},
+                # every node counts for the NodePools' limits (through their usage); none can host the
+                # pods, which are pinned to the request's own new nodes while they are planned
+                existing=(),
+                daemons=tuple(daemon_templates(ctx.cluster, component="provisioningrequest")),
+                unavailable=unavailable,
+                same_zone=step.same_zone,
+            )
+            started = ctx.clock.monotonic()
+            result = plan_gang(request)
+            solve_seconds = ctx.clock.monotonic() - started
+            if isinstance(result, NoFit):
+                return await self._miss(view, step, result.reason, permanent=result.permanent)
+            why = self._refused_by_bounds(result, pools)
+            if why is not None:
+                return await self._miss(view, step, why, permanent=False)
+            return await self._provision(view, step, result, pools=pools, solve_seconds=solve_seconds, now=now)
+
+    def _refused_by_bounds(self, result: GangPlan, pools: Pools) -> str | None:
+        """The NodePools' budgets and limits.nodes: the whole plan or none of it."""
+        ctx = self.ctx
+        claims = [*ctx.cluster.claim_views().values(), *ctx.writer.in_flight()]
+        all_types = {it.name: it for _, its in pools.values() for it in its}
+        return refused_by_bounds(result.plan, pool_bounds({n: p for n, (p, _) in pools.items()}, claims, all_types))
+
+    async def _miss(self, view: RequestView, step: PlanAttempt, why: str, *, permanent: bool) -> float | None:
+        req = view.request
+        outcome = miss(req, why=why, permanent=permanent, knobs=self.knobs)
+        await self._status(req, (*step.accept, *outcome.updates))
+        if outcome.event is not None:
+            await self._event(req, *outcome.event)
+        if outcome.requeue is None:
+            metrics.REQUESTS.labels(req.class_name, "Failed").inc()
+            log.warning("provisioningrequest.failed", request=req.key, reason="never fits", message=why)
+        else:
+            log.info("provisioningrequest.waiting", request=req.key, reason="capacity", detail=why)
+        return outcome.requeue
+
+    async def _provision(
+        self,
+        view: RequestView,
+        step: PlanAttempt,
+        result: GangPlan,
+        *,
+        pools: Pools,
+        solve_seconds: float,
+        now: Any,
+    ) -> float | None:
+        req = view.request
+        plan = result.plan
+        manifests = [
+            NewClaim(
+                node,
+                request_claim_manifest(
+                    node,
+                    pools[node.node_pool][0],
+                    name=claim_name(node.node_pool, req.uid, step.number, i),
+                    req=req,
+                    same_zone=result.same_zone,
+                ),
+            )
+            for i, node in enumerate(plan.new_nodes)
+        ]
+        names = tuple(m.manifest["metadata"]["name"] for m in manifests)
+        seconds = step.timeout_seconds
+        record = Attempt(
+            number=step.number,
+            claims=names,
+            started=now,
+            deadline=now + timedelta(seconds=seconds),
+            level=step.level,
+            last_failure=step.last_failure,
+        )
+        # the record first: a NodeClaim no record names (a crash in between) is never bought; one the
+        # record names that was never written is found lost, and the attempt is rolled back
+        recorded = await self._record(req, record)
+        if recorded is None:
+            return None
+        req = recorded
+        written = await self.ctx.writer.create(manifests, reason="provisioningrequest", request=req.key)
+        what = describe_plan(plan)
+        log.info(
+            "provisioningrequest.planned",
+            request=req.key,
+            attempt=step.number,
+            pods=req.count,
+            nodeclaims=len(manifests),
+            buys=what,
+            same_zone=result.same_zone,
+            price_per_hour=round(sum(n.price for n in plan.new_nodes), 4),
+            solve_seconds=round(solve_seconds, 4),
+        )
+        message = provisioning_message(record, buying=what, pods=req.count)
+        await self._status(req, (*step.accept, provisioning_update(message)))
+        await self._event(req, "Provisioning", message, False)
+        if any(w.claim is None for w in written):
+            return 1.0  # a NodeClaim was refused: the attempt is lost and rolled back
+        return seconds
+
+    async def _rollback(self, view: RequestView, step: Rollback) -> float | None:
+        req = view.request
+        await self._delete_claims(req.key, step.claims, reason="ProvisioningRequestRollback", message=step.message)
+        recorded = await self._record(req, step.attempt)
+        if recorded is None:
+            return None
+        await self._status(recorded, (not_found_update(step.message),))
+        await self._event(req, "ProvisioningRolledBack", step.message, True)
+        metrics.ROLLBACKS.inc()
+        log.warning("provisioningrequest.rolled_back", request=req.key, message=step.message, retry_in=step.retry_in)
+        return step.retry_in
+
+    async def _provisioned(self, view: RequestView, step: MarkProvisioned) -> float | None:
+        req = view.request
+        message = f"every NodeClaim is Initialized: {', '.join(step.claims[:8])}"
+        await self._status(req, (provisioned_update(atomic=True, message=message),))
+        await self._event(req, "Provisioned", message, False)
+        metrics.REQUESTS.labels(req.class_name, "Provisioned").inc()
+        if step.seconds is not None:
+            metrics.PROVISIONED_SECONDS.labels(req.class_name).observe(step.seconds)
+        log.info("provisioningrequest.provisioned", request=req.key, nodeclaims=list(step.claims), seconds=step.seconds)
+        return None  # the status write comes back as an event: then the booking
+
+    # --- booking -----------------------------------------------------------------------------
+
+    async def _book(self, view: RequestView, step: Book) -> None:
+        """Hold the room for the request's pods that have not bound, and nominate those that are
+        pending onto it."""
+        req = view.request
+        if not booked(view, now=self.ctx.clock.now(), knobs=self.knobs):
+            self._release(req.key)
+            return
+        bound, pending = self._consumers(req)
+        placeholders, _ = self._placeholders(view)
+        left = _unmatched(placeholders, [self.ctx.cluster.scheduling_pod(p) for p in bound])
+        async with self.ctx.writer.lock:
+            _, existing, _ = await self._inputs()
+            now = self.ctx.clock.now()
+            if req.atomic:
+                names = {c.node_name or c.name for c in view.claims.values() if not c.deleting}
+                nodes = [n for n in existing if n.name in names]
+            else:
+                nodes = self.ctx.bookings.hold(existing, now, except_request=req.key)
+            daemons = daemon_templates(self.ctx.cluster, component="provisioningrequest")
+            # the pods that arrived, onto the booked room; the rest of the room held for those to come
+            converted: list[Pod] = []
+            for pod in pending:
+                try:
+                    converted.append(self.ctx.cluster.scheduling_pod(pod))
+                except ValueError:
+                    continue
+            arrived = solve(pods=converted, node_pools=(), existing_nodes=nodes, daemon_pods=daemons)
+            placed = placements(arrived, converted)
+            after = [replace(n, pods=(*n.pods, *placed.get(n.name, ()))) for n in nodes]
+            rest = left[: max(0, len(left) - len(converted))]
+            holding = solve(pods=rest, node_pools=(), existing_nodes=after, daemon_pods=daemons)
+            held = placements(holding, rest)
+            booked_nodes = frozenset(n.name for n in nodes) if req.atomic else frozenset(held) | frozenset(placed)
+            self._publish(
+                req,
+                held=held,
+                nodes=booked_nodes,
+                claimed=frozenset(p.key for ps in placed.values() for p in ps),
+            )
+        await self._nominate(pending, placed)
+
+    async def _nominate(self, pending: Sequence[PodView], placed: Mapping[str, tuple[Pod, ...]]) -> None:
+        where = {p.key: node for node, ps in placed.items() for p in ps}
+
+        async def one(pod: PodView) -> None:
+            node = where.get(pod.key)
+            if node is None or pod.nominated_node_name == node:
+                return
+            try:
+                await self.ctx.client.patch(
+                    PODS,
+                    pod.name,
+                    {"status": {"nominatedNodeName": node}},
+                    namespace=pod.namespace,
+                    subresource="status",
+                )
+            except (NotFoundError, ApiError) as err:
+                log.info("provisioningrequest.nomination_skipped", pod=pod.key, node=node, error=str(err))
+                return
+            metrics.NOMINATIONS.inc()
+
+        await asyncio.gather(*(one(p) for p in pending))
+
+    # --- check-capacity ----------------------------------------------------------------------
+
+    async def _check(self, view: RequestView, step: Check) -> float | None:
+        req = view.request
+        pods, problems = self._placeholders(view)
+        if problems:
+            await self._apply(view, Fail(reason="InvalidRequest", message="; ".join(sorted(set(problems))[:3])))
+            return None
+        async with self.ctx.writer.lock:
+            _, existing, _ = await self._inputs()
+            now = self.ctx.clock.now()
+            plan = solve(
+                pods=pods,
+                node_pools=(),
+                existing_nodes=self.ctx.bookings.hold(existing, now, except_request=req.key),
+                daemon_pods=daemon_templates(self.ctx.cluster, component="provisioningrequest"),
+            )
+            if plan.unschedulable:
+                why = next(iter(plan.unschedulable.values()))
+                step_miss = miss(
+                    req,
+                    why=f"{len(plan.unschedulable)} of {len(pods)} pods do not fit on the "
+                    f"cluster's nodes and in-flight NodeClaims now ({why})",
+                    permanent=False,
+                    knobs=self.knobs,
+                )
+                await self._status(req, step_miss.updates)
+                if step_miss.event is not None:
+                    await self._event(req, *step_miss.event)
+                metrics.CHECKS.labels("NotFound").inc()
+                return step_miss.requeue
+            held = placements(plan, pods)
+            self._publish(req, held=held, nodes=frozenset(held))
+        await self._status(req, (*step.accept, provisioned_update(atomic=False, message="")))
+        await self._event(
+            req,
+            "Provisioned",
+            f"the {len(pods)} pods fit on existing capacity "
+            f"({len(plan.existing_placements)} nodes); booked for {self.knobs.booking_seconds:.0f}s",
+            False,
+        )
+        metrics.CHECKS.labels("Found").inc()
+        metrics.REQUESTS.labels(req.class_name, "Provisioned").inc()
+        log.info(
+            "provisioningrequest.capacity_found", request=req.key, pods=len(pods), nodes=len(plan.existing_placements)
+        )
+        return None  # the status write comes back as an event: then the booking
+
+    def _publish(
+        self,
+        req: ProvisioningRequest,
+        *,
+        held: Mapping[str, tuple[Pod, ...]],
+        nodes: frozenset[str],
+        claimed: frozenset[str] = frozenset(),
+    ) -> None:
+        now = self.ctx.clock.now()
+        self.ctx.bookings.publish(
+            Booking(
+                request=req.key,
+                until=(req.provisioned_at or now) + timedelta(seconds=self.knobs.booking_seconds),
+                held=dict(held),
+                nodes=nodes,
+                claimed=claimed,
+            )
+        )
+        metrics.BOOKED_NODES.set(len(self.ctx.bookings.booked_nodes(now)))
+
+
+def placements(plan: Plan, pods: Sequence[Pod]) -> dict[str, tuple[Pod, ...]]:
+    """Where the plan put each of ``pods`` on existing (or in-flight) nodes: node name -> pods."""
+    by_key = {p.key: p for p in pods}
+    return {
+        node: tuple(by_key[k] for k in keys if k in by_key) for node, keys in plan.existing_placements.items() if keys
+    }
+
+
+def _unmatched(placeholders: Sequence[Pod], bound: Sequence[Pod]) -> list[Pod]:
+    """The placeholders left once each bound pod of the request took one of the same requests (or,
+    when none matches, any): the room still to hold for the pods to come."""
+    left = list(placeholders)
+    for pod in bound:
+        i = next((j for j, p in enumerate(left) if p.requests == pod.requests), 0 if left else None)
+        if i is not None:
+            left.pop(i)
+    return left

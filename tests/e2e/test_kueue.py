@@ -1,0 +1,332 @@
+"""Kueue's ProvisioningRequest admission check served by joiner, with the real Kueue controller
+(built from its Go module by hack/build-kueue.sh) running against the local KWOK cluster: a queued
+GPU Job is admitted only once every node it needs exists, and its pods land on those nodes.
+
+Run against your own cluster: JOINER_CLUSTER_DIR=/tmp/kwok-kueue pytest tests/e2e/test_kueue.py
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import ROOT, Cluster, eventually
+from tests.e2e.joiner import wait_seconds
+from tests.e2e.manifests import GPU, GPU_TOLERATION, nodeclaims, nodeclass, nodepool, req
+
+Obj = dict[str, Any]
+PR = "provisioningrequests.autoscaling.x-k8s.io"
+CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
+GPU_NAME = "joiner.sh/gpu-name"
+ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+CHECK = "check-capacity.autoscaling.x-k8s.io"
+FAST = {"gang_backoff": "2", "gang_backoff_max": "8", "gang_timeout": "90", "unavailable_offering_ttl": "3"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _selfsigned(directory: Path) -> None:
+    if (directory / "tls.crt").exists() and (directory / "tls.key").exists():
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout", str(directory / "tls.key"), "-out", str(directory / "tls.crt"),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+
+
+def _queues(klass: str, name: str) -> list[Obj]:
+    """A ClusterQueue whose admission check asks for a ProvisioningRequest of ``klass``."""
+    return [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ProvisioningRequestConfig",
+            "metadata": {"name": name},
+            "spec": {
+                "provisioningClassName": klass,
+                "managedResources": [GPU],
+                "retryStrategy": {"backoffLimitCount": 1, "backoffBaseSeconds": 5, "backoffMaxSeconds": 10},
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": name},
+            "spec": {
+                "controllerName": "kueue.x-k8s.io/provisioning-request",
+                "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": name},
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", GPU],
+                        "flavors": [
+                            {
+                                "name": "default-flavor",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 256},
+                                    {"name": "memory", "nominalQuota": "1Ti"},
+                                    {"name": GPU, "nominalQuota": 64},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+                "admissionChecksStrategy": {"admissionChecks": [{"name": name}]},
+            },
+        },
+    ]
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Kueue's manager as a local process, with the queues of each provisioning class."""
+    built = subprocess.run(
+        ["bash", str(ROOT / "hack" / "build-kueue.sh")], check=True, capture_output=True, text=True, cwd=ROOT
+    )
+    home = Path(built.stdout.strip().splitlines()[-1])
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(home / "crds" / "kueue"))
+    for crd in ("workloads", "clusterqueues", "localqueues", "admissionchecks", "provisioningrequestconfigs"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kueue.x-k8s.io", "--timeout=60s")
+    state = tmp_path_factory.mktemp("kueue")
+    _selfsigned(state / "webhook-certs")
+    # with its own certificate management off, Kueue reads the metrics certificate from this fixed path
+    _selfsigned(Path("/etc/kueue/metrics/certs"))
+    health = _free_port()
+    config = state / "config.yaml"
+    config.write_text(
+        "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nnamespace: kueue-system\n"
+        "leaderElection: {leaderElect: false}\ninternalCertManagement: {enable: false}\n"
+        f"health: {{healthProbeBindAddress: '127.0.0.1:{health}'}}\n"
+        f"metrics: {{bindAddress: '127.0.0.1:{_free_port()}'}}\n"
+        f"webhook: {{host: 127.0.0.1, port: {_free_port()}, certDir: '{state / 'webhook-certs'}'}}\n"
+        "featureGates: {VisibilityOnDemand: false}\nintegrations: {frameworks: ['batch/job']}\n"
+    )
+    log = (state / "kueue.log").open("ab")
+    proc = subprocess.Popen(
+        [str(home / "kueue"), f"--config={config}", f"--kubeconfig={cluster.kubeconfig}", "--zap-log-level=2"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ),
+    )
+    log.close()
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"kueue exited: {(state / 'kueue.log').read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    eventually(ready, timeout=120, interval=0.3, what="kueue /readyz")
+    cluster.apply(
+        [
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
+            *_queues(ATOMIC, "atomic"),
+            *_queues(CHECK, "check"),
+        ]
+    )
+    try:
+        yield cluster
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        for kind in ("clusterqueues", "admissionchecks", "provisioningrequestconfigs", "resourceflavors"):
+            cluster.kubectl("delete", f"{kind}.kueue.x-k8s.io", "--all", "--wait=false", check=False)
+
+
+def _namespace(cluster: Cluster, queue: str) -> str:
+    ns = cluster.create_namespace(f"kueue-{uuid.uuid4().hex[:6]}")
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "gpu", "namespace": ns},
+            "spec": {"clusterQueue": queue},
+        }
+    )
+    return ns
+
+
+def job(name: str, namespace: str, *, pods: int, gpus: int = 1) -> Obj:
+    """A Job queued the way Kueue's docs show without its webhook: suspended, with the queue label."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name": "gpu"}},
+        "spec": {
+            "suspend": True,
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    "tolerations": [GPU_TOLERATION],
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "example.com/trainer:1",
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "1Gi", GPU: str(gpus)},
+                                "limits": {GPU: str(gpus)},
+                            },
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def requests(cluster: Cluster, namespace: str) -> list[Obj]:
+    return cluster.items(PR, namespace=namespace)
+
+
+def condition(obj: Obj, ctype: str) -> Obj | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
+
+
+def true(obj: Obj, ctype: str) -> bool:
+    c = condition(obj, ctype)
+    return c is not None and c["status"] == "True"
+
+
+def reason(obj: Obj, ctype: str) -> str:
+    c = condition(obj, ctype)
+    return "" if c is None else str(c.get("reason"))
+
+
+def first_request(cluster: Cluster, namespace: str, ctype: str | None = None) -> Obj | None:
+    """The namespace's ProvisioningRequest (Kueue makes one per workload), once it has ``ctype``."""
+    found = requests(cluster, namespace)
+    if not found or (ctype is not None and condition(found[0], ctype) is None):
+        return None
+    return found[0]
+
+
+def claims_when(cluster: Cluster, count: int) -> list[Obj] | None:
+    claims = nodeclaims(cluster)
+    return claims if len(claims) == count else None
+
+
+def started_pods(cluster: Cluster, namespace: str, count: int) -> list[Obj] | None:
+    pods = cluster.items("pods", namespace=namespace)
+    started = [p for p in pods if p["status"].get("phase") in ("Running", "Succeeded")]
+    return started if len(started) == count else None
+
+
+def stamp(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def gpu_pool() -> list[Obj]:
+    return [nodeclass(registrationDelay="2s"), nodepool("l4", requirements=[req(GPU_NAME, "In", "L4")])]
+
+
+def test_a_queued_gpu_job_is_admitted_only_when_every_node_exists(kueue: Cluster, start_joiner: Any) -> None:
+    cluster = kueue
+    ns = _namespace(cluster, "atomic")
+    cluster.apply(gpu_pool())
+    joiner = start_joiner(**FAST)
+    cluster.apply(job("train", ns, pods=4))
+
+    request = eventually(lambda: first_request(cluster, ns), what="Kueue creates a ProvisioningRequest")
+    assert request["spec"]["provisioningClassName"] == ATOMIC
+    claims = eventually(lambda: claims_when(cluster, 4), what="4 NodeClaims for the request")
+    uid = request["metadata"]["uid"]
+    assert all(c["metadata"]["labels"]["joiner.sh/provisioning-request-uid"] == uid for c in claims)
+    assert len({c["metadata"]["labels"]["topology.kubernetes.io/zone"] for c in claims}) == 1
+
+    def provisioned() -> Obj | None:
+        found = first_request(cluster, ns)
+        return found if found is not None and true(found, "Provisioned") else None
+
+    admitted = eventually(provisioned, timeout=120, what="Provisioned=True")
+    assert reason(admitted, "Provisioned") == "CapacityIsProvisioned"
+    running = eventually(
+        lambda: started_pods(cluster, ns, 4), timeout=120, what="Kueue unsuspends the Job and its 4 pods run"
+    )
+    claims = nodeclaims(cluster)
+    assert len(claims) == 4, "nothing bought beyond the request"
+    booked = {c["status"]["nodeName"] for c in claims}
+    assert {p["spec"]["nodeName"] for p in running} == booked, "every pod on a node booked for it"
+    assert all(p["metadata"]["annotations"].get(CONSUME) == request["metadata"]["name"] for p in running)
+    initialized = [condition(c, "Initialized") for c in claims]
+    last_initialized = max(stamp(str(c["lastTransitionTime"])) for c in initialized if c is not None)
+    created = min(stamp(p["metadata"]["creationTimestamp"]) for p in running)
+    assert created >= last_initialized, "no pod of the Job existed before every node was Initialized"
+    assert joiner.metric("joiner_provisioningrequests_total", outcome="Provisioned") == 1
+    assert joiner.metric("joiner_nodeclaims_created_total", reason="provisioningrequest") == 4
+    told = {
+        e["reason"]
+        for e in cluster.items("events", namespace=ns)
+        if e["involvedObject"]["kind"] == "ProvisioningRequest"
+    }
+    assert {"Provisioning", "Provisioned"} <= told
+
+    # the Job is deleted: Kueue deletes its request, the booking goes
+    cluster.kubectl("delete", "job", "train", "-n", ns, "--wait=false")
+    eventually(lambda: not requests(cluster, ns), timeout=60, what="the request deleted with its workload")
+    eventually(
+        lambda: joiner.metric("joiner_provisioningrequest_booked_nodes") == 0, timeout=30, what="booking released"
+    )
+
+
+def test_a_job_that_can_never_fit_fails_its_request_and_stays_suspended(kueue: Cluster, start_joiner: Any) -> None:
+    cluster = kueue
+    ns = _namespace(cluster, "atomic")
+    cluster.apply(gpu_pool())
+    start_joiner(**FAST)
+    cluster.apply(job("huge", ns, pods=2, gpus=16))
+    failed = eventually(lambda: first_request(cluster, ns, "Failed"), timeout=60, what="Failed=True")
+    assert true(failed, "Failed")
+    assert reason(failed, "Failed") == "CapacityCannotFit"
+    assert GPU in str((condition(failed, "Failed") or {}).get("message"))
+    assert nodeclaims(cluster) == []
+    assert cluster.get("job", "huge", namespace=ns)["spec"]["suspend"] is True
+    assert not cluster.items("pods", namespace=ns)
+
+
+def test_check_capacity_answers_without_buying(kueue: Cluster, start_joiner: Any) -> None:
+    cluster = kueue
+    ns = _namespace(cluster, "check")
+    cluster.apply(gpu_pool())
+    start_joiner(**FAST)
+    cluster.apply(job("probe", ns, pods=2))
+    answered = eventually(lambda: first_request(cluster, ns, "Provisioned"), timeout=60, what="an answer")
+    assert reason(answered, "Provisioned") == "CapacityIsNotFound"
+    wait_seconds(3)
+    assert nodeclaims(cluster) == [], "check-capacity buys nothing"
+    assert cluster.get("job", "probe", namespace=ns)["spec"]["suspend"] is True

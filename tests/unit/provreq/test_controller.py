@@ -1,0 +1,352 @@
+"""The ProvisioningRequest controller on the in-memory apiserver, with the real lifecycle, termination
+and kwok provider, on a fake clock: what Kueue (the asker) and a user of kubectl see."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from controller.kube.resources import (
+    KWOKNODECLASSES,
+    NODECLAIMS,
+    NODEPOOLS,
+    PODS,
+    PODTEMPLATES,
+    PROVISIONING_REQUESTS,
+)
+from controller.nodeclaim.lifecycle import LifecycleController
+from controller.provisioning.provisioner import Provisioner
+from controller.provreq.controller import LABEL_REQUEST_UID, ProvisioningRequestController
+from controller.settings import Settings
+from controller.state.cluster import WATCHED
+from controller.termination.controller import TerminationController
+from tests.unit.nodeclaim.harness import Harness, make_harness
+
+Obj = dict[str, Any]
+NS = "team"
+ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+CHECK = "check-capacity.autoscaling.x-k8s.io"
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[Harness]:
+    h = await make_harness(
+        Settings(provisioning_request_booking_seconds=600.0),
+        watched=(*WATCHED, PROVISIONING_REQUESTS, PODTEMPLATES),
+    )
+    h.start(LifecycleController(h.ctx), TerminationController(h.ctx))
+    await h.create_nodeclass()
+    await h.kube.create(
+        NODEPOOLS,
+        {
+            "apiVersion": "joiner.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "gpu"},
+            "spec": {
+                "template": {
+                    "spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}
+                }
+            },
+        },
+    )
+    await h.cached("NodePool", "gpu")
+    try:
+        yield h
+    finally:
+        await h.close()
+
+
+def start(h: Harness) -> None:
+    h.tasks.append(asyncio.create_task(ProvisioningRequestController(h.ctx).run(), name="provreq"))
+
+
+async def template(h: Harness, name: str, *, gpus: int = 1, cpu: str = "1") -> None:
+    requests = {"cpu": cpu, "memory": "1Gi"}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    await h.kube.create(
+        PODTEMPLATES,
+        {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": name, "namespace": NS},
+            "template": {
+                "metadata": {"labels": {"app": "train"}},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]},
+            },
+        },
+        namespace=NS,
+    )
+
+
+async def request(
+    h: Harness, name: str, *, sets: list[tuple[str, int]], klass: str = ATOMIC, params: dict[str, str] | None = None
+) -> Obj:
+    obj: Obj = {
+        "apiVersion": "autoscaling.x-k8s.io/v1",
+        "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "provisioningClassName": klass,
+            "podSets": [{"podTemplateRef": {"name": t}, "count": n} for t, n in sets],
+        },
+    }
+    if params:
+        obj["spec"]["parameters"] = params
+    return await h.kube.create(PROVISIONING_REQUESTS, obj, namespace=NS)
+
+
+def pr(h: Harness, name: str) -> Obj:
+    found = h.kube.obj(PROVISIONING_REQUESTS, name, NS)
+    assert found is not None
+    return found
+
+
+def cond(h: Harness, name: str, ctype: str) -> Obj | None:
+    found = h.kube.obj(PROVISIONING_REQUESTS, name, NS)
+    for c in ((found or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return dict(c)
+    return None
+
+
+def is_true(h: Harness, name: str, ctype: str) -> bool:
+    c = cond(h, name, ctype)
+    return c is not None and c["status"] == "True"
+
+
+def claims_of(h: Harness, name: str) -> dict[str, Obj]:
+    uid = pr(h, name)["metadata"]["uid"]
+    return {
+        n: c
+        for n, c in h.kube.objects(NODECLAIMS).items()
+        if c["metadata"]["labels"].get(LABEL_REQUEST_UID) == uid and not c["metadata"].get("deletionTimestamp")
+    }
+
+
+def reasons(h: Harness, name: str) -> list[str]:
+    return [e["reason"] for e in h.kube.events(name)]
+
+
+async def ready(h: Harness, names: list[str]) -> None:
+    for n in names:
+        await h.eventually(lambda n=n: h.condition_status(n, "Registered") == "True", f"{n} registered")  # type: ignore[misc]
+        await h.make_ready(n)
+    await h.eventually(lambda: all(h.condition_status(n, "Initialized") == "True" for n in names), "initialized")
+
+
+async def consumer(h: Harness, name: str, request_name: str, *, gpus: int = 1) -> Obj:
+    return await h.kube.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "labels": {"app": "train"},
+                "annotations": {
+                    "autoscaling.x-k8s.io/consume-provisioning-request": request_name,
+                    "autoscaling.x-k8s.io/provisioning-class-name": ATOMIC,
+                },
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "x",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}},
+                    }
+                ]
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            },
+        },
+        namespace=NS,
+    )
+
+
+# --- atomic ---------------------------------------------------------------------------------------
+
+
+async def test_an_atomic_request_is_provisioned_only_when_every_node_is_initialized(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 4)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 4, "4 NodeClaims, one per 1-GPU pod")
+    await h.eventually(lambda: cond(h, "job", "Provisioned") is not None, "the request says what it buys")
+    assert is_true(h, "job", "Accepted")
+    provisioned = cond(h, "job", "Provisioned")
+    assert provisioned is not None
+    assert provisioned["status"] == "False"
+    assert "Provisioned when every node is Initialized" in provisioned["message"]
+    claims = claims_of(h, "job")
+    for c in claims.values():
+        assert c["metadata"]["annotations"]["joiner.sh/provisioning-request"] == f"{NS}/job"
+        assert "joiner.sh/gang" not in c["metadata"]["labels"]
+        assert not [t for t in c["spec"].get("taints") or [] if t["key"] == "joiner.sh/gang"]
+        zones = [r["values"] for r in c["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"]
+        assert zones == [["zone-a"]] or zones == [["zone-b"]]
+    assert len({str(c["spec"]["requirements"]) for c in claims.values()}) == 1, "one zone for the whole request"
+    assert "Provisioning" in reasons(h, "job")
+
+    names = sorted(claims)
+    await ready(h, names[:3])
+    await h.settle(200)
+    assert not is_true(h, "job", "Provisioned"), "not while a node is missing"
+    await ready(h, names[3:])
+    await h.eventually(lambda: is_true(h, "job", "Provisioned"), "Provisioned=True")
+    provisioned = cond(h, "job", "Provisioned")
+    assert provisioned is not None
+    assert provisioned["reason"] == "CapacityIsProvisioned"
+    assert "Provisioned" in reasons(h, "job")
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "the capacity is booked")
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None
+    assert booking.nodes == frozenset(names)
+    assert sum(len(p) for p in booking.held.values()) == 4, "room held for the four pods to come"
+
+
+async def test_arriving_pods_are_nominated_onto_the_booked_nodes_and_not_planned_again(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
+    names = sorted(claims_of(h, "job"))
+    await ready(h, names)
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    h.start(Provisioner(h.ctx))
+    for n in ("job-0", "job-1"):
+        await consumer(h, n, "job")
+
+    def nominated() -> set[str]:
+        return {
+            str((h.kube.obj(PODS, n, NS) or {}).get("status", {}).get("nominatedNodeName")) for n in ("job-0", "job-1")
+        }
+
+    await h.eventually(lambda: nominated() == set(names), "each pod nominated onto a booked node")
+    for _ in range(4):
+        await h.advance(5)
+    assert len(h.kube.objects(NODECLAIMS)) == 2, "the provisioner bought nothing for the request's pods"
+
+
+async def test_the_booking_expires_when_the_pods_do_not_come(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 1)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
+    await ready(h, sorted(claims_of(h, "job")))
+    await h.eventually(lambda: is_true(h, "job", "Provisioned"), "provisioned")
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    for _ in range(11):
+        await h.advance(60)
+    await h.eventually(lambda: is_true(h, "job", "BookingExpired"), "BookingExpired=True")
+    expired = cond(h, "job", "BookingExpired")
+    assert expired is not None
+    assert expired["reason"] == "CapacityReservationTimeExpired"
+    assert h.ctx.bookings.get(f"{NS}/job") is None
+    assert "BookingExpired" in reasons(h, "job")
+
+
+async def test_a_request_that_can_never_fit_fails_at_once_and_buys_nothing(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-big-main", gpus=16)
+    await request(h, "big", sets=[("ppt-big-main", 2)])
+    start(h)
+    await h.eventually(lambda: is_true(h, "big", "Failed"), "Failed=True")
+    failed = cond(h, "big", "Failed")
+    assert failed is not None
+    assert failed["reason"] == "CapacityCannotFit"
+    assert "nvidia.com/gpu" in failed["message"]
+    assert h.kube.objects(NODECLAIMS) == {}
+    assert "ProvisioningFailed" in reasons(h, "big")
+
+
+async def test_a_capacity_refusal_rolls_the_attempt_back_and_the_retry_buys_elsewhere(world: Harness) -> None:
+    h = world
+    await h.kube.patch(
+        KWOKNODECLASSES,
+        "default",
+        {"spec": {"failures": {"insufficientCapacity": [{"instanceType": "gpu-1", "zone": "zone-b"}]}}},
+    )
+    await h.cached("KWOKNodeClass", "default")
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: "ProvisioningRolledBack" in reasons(h, "job"), "rolled back")
+    assert not is_true(h, "job", "Provisioned")
+    rolled = cond(h, "job", "Provisioned")
+    assert rolled is not None
+    assert rolled["reason"] == "CapacityIsNotFound"
+    assert "InsufficientCapacity" in rolled["message"]
+    await h.advance(1)
+    await h.eventually(
+        lambda: (
+            len(claims_of(h, "job")) == 2
+            and all("zone-a" in str(c["spec"]["requirements"]) for c in claims_of(h, "job").values())
+        ),
+        "a second attempt in the zone that has capacity",
+    )
+    await ready(h, sorted(claims_of(h, "job")))
+    await h.eventually(lambda: is_true(h, "job", "Provisioned"), "provisioned on the retry")
+
+
+async def test_deleting_a_request_mid_provisioning_leaves_nothing_behind(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 3)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 3, "3 NodeClaims")
+    await h.kube.delete(PROVISIONING_REQUESTS, "job", namespace=NS)
+    await h.eventually(
+        lambda: all(c["metadata"].get("deletionTimestamp") for c in h.kube.objects(NODECLAIMS).values()),
+        "every NodeClaim of the request deleted",
+    )
+
+
+async def test_requests_of_other_classes_are_left_alone(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-x-main", gpus=1)
+    await request(h, "other", sets=[("ppt-x-main", 1)], klass="queued-provisioning.gke.io")
+    start(h)
+    for _ in range(3):
+        await h.advance(5)
+    assert (pr(h, "other").get("status") or {}).get("conditions") is None
+    assert h.kube.objects(NODECLAIMS) == {}
+
+
+# --- check-capacity -------------------------------------------------------------------------------
+
+
+async def test_check_capacity_buys_nothing_and_says_whether_the_pods_fit_now(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-check-main", gpus=1)
+    await request(h, "check", sets=[("ppt-check-main", 1)], klass=CHECK)
+    start(h)
+    await h.eventually(lambda: cond(h, "check", "Provisioned") is not None, "an answer")
+    answer = cond(h, "check", "Provisioned")
+    assert answer is not None
+    assert answer["status"] == "False"
+    assert answer["reason"] == "CapacityIsNotFound"
+    assert h.kube.objects(NODECLAIMS) == {}, "check-capacity buys nothing"
+
+    # a 1-GPU node appears (bought for someone else): the next look finds room
+    await h.create_claim("spare", instance_types=["gpu-1"], requests={"cpu": "1", "nvidia.com/gpu": "1"})
+    await ready(h, ["spare"])
+    await h.advance(31)
+    await h.eventually(lambda: is_true(h, "check", "Provisioned"), "Provisioned=True")
+    answer = cond(h, "check", "Provisioned")
+    assert answer is not None
+    assert answer["reason"] == "CapacityIsFound"
+    assert len(h.kube.objects(NODECLAIMS)) == 1
+    booking = h.ctx.bookings.get(f"{NS}/check")
+    assert booking is not None
+    assert booking.nodes == frozenset({"spare"})
