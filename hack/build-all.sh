@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or reuses) everything `make test` needs from Go modules: the cluster binaries
-# (hack/build-binaries.sh) and helm, promtool and prometheus (hack/build-tools.sh), printing one
+# (hack/build-binaries.sh), helm, promtool and prometheus (hack/build-tools.sh) and Kueue's manager
+# for the ProvisioningRequest end-to-end tests (hack/build-kueue.sh), printing one
 # progress line per binary -- what it built, how long it took, what is left -- and sending
 # everything Go prints (`go: downloading ...`, compiler output) to a log file instead.
 #
@@ -13,7 +14,7 @@
 #   JOINER_CACHE_DIR   cache root (default: $XDG_CACHE_HOME/joiner or ~/.cache/joiner)
 #   JOINER_BUILD_LOG   where Go's output goes (default: $JOINER_CACHE_DIR/build.log)
 #
-#   bash hack/build-all.sh [binaries] [tools]     # default: both
+#   bash hack/build-all.sh [binaries] [tools] [kueue]     # default: all three
 #
 # On a failure it prints the log's last lines and exits non-zero.
 set -euo pipefail
@@ -25,6 +26,7 @@ mkdir -p "$(dirname "$golog")"
 
 BINARIES=(etcd kwok kube-apiserver kube-scheduler kube-controller-manager kubectl)
 TOOLS=(helm promtool prometheus)
+KUEUE=(kueue)
 start=$(date +%s)
 say() { echo "[build $(date +%H:%M:%S)] $*"; }
 
@@ -59,14 +61,15 @@ progress() {
 }
 
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(binaries tools)
+[ ${#want[@]} -gt 0 ] || want=(binaries tools kueue)
 for w in "${want[@]}"; do
-    case "$w" in binaries | tools) ;; *) echo "usage: $0 [binaries] [tools]" >&2; exit 2 ;; esac
+    case "$w" in binaries | tools | kueue) ;; *) echo "usage: $0 [binaries] [tools] [kueue]" >&2; exit 2 ;; esac
 done
 wanted() { [[ " ${want[*]} " == *" $1 "* ]]; }
 wanted binaries || BINARIES=()
 wanted tools || TOOLS=()
-say "building or reusing $(( ${#BINARIES[@]} + ${#TOOLS[@]} )) binaries (Go's output goes to $golog)"
+wanted kueue || KUEUE=()
+say "building or reusing $(( ${#BINARIES[@]} + ${#TOOLS[@]} + ${#KUEUE[@]} )) binaries (Go's output goes to $golog)"
 run() { # run <script> <what it builds...> -- <what later scripts build...>
     local script=$1
     shift
@@ -77,6 +80,7 @@ run() { # run <script> <what it builds...> -- <what later scripts build...>
         exit 1
     fi
 }
-if wanted binaries; then run build-binaries.sh "${BINARIES[@]}" -- "${TOOLS[@]}"; fi
-if wanted tools; then run build-tools.sh "${TOOLS[@]}" --; fi
+if wanted binaries; then run build-binaries.sh "${BINARIES[@]}" -- "${TOOLS[@]}" "${KUEUE[@]}"; fi
+if wanted tools; then run build-tools.sh "${TOOLS[@]}" -- "${KUEUE[@]}"; fi
+if wanted kueue; then run build-kueue.sh "${KUEUE[@]}" --; fi
 say "all ready in $(( $(date +%s) - start ))s"

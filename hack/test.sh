@@ -22,8 +22,8 @@ JOINER_BUILD_LOG="$out/go.log" nohup bash hack/build-all.sh >"$progress" 2>&1 </
 builder=$!
 echo "==> building the cluster binaries and tools in the background (pid $builder; progress in $progress, Go's output in $out/go.log)"
 
-echo "==> unit tests"
-"$BIN/pytest" tests/unit -q
+echo "==> unit tests (and the cloud providers' tests against their fake servers)"
+"$BIN/pytest" tests -q --ignore=tests/e2e --ignore=tests/helm
 unit=$?
 echo "==> lint (ruff, mypy --strict, layering, generated files, hadolint)"
 make --no-print-directory lint-fast
@@ -49,6 +49,6 @@ fi
 
 echo "==> deploy/controller/ generated from the Helm chart"
 "$BIN/python" hack/gen-manifests.py --check || exit 1
-echo "==> end-to-end tests (starts the KWOK cluster if it is not running)"
-"$BIN/pytest" tests/e2e -q || { echo "==> FAILED after $(elapsed): end-to-end tests"; exit 1; }
+echo "==> the Helm chart (helm, promtool) and end-to-end tests (starts the KWOK cluster if it is not running)"
+"$BIN/pytest" tests/helm tests/e2e -q || { echo "==> FAILED after $(elapsed): chart or end-to-end tests"; exit 1; }
 echo "==> all passed in $(elapsed)"

@@ -21,7 +21,7 @@ FAKE_GO = Path(__file__).parent / "data" / "fake-go"
 @pytest.fixture
 def skeleton(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
-    for script in ("build-all.sh", "build-binaries.sh", "build-tools.sh", "test.sh"):
+    for script in ("build-all.sh", "build-binaries.sh", "build-tools.sh", "build-kueue.sh", "test.sh"):
         (root / "hack").mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "hack" / script, root / "hack" / script)
     shutil.copytree(REPO / "hack" / "tools", root / "hack" / "tools")
@@ -57,9 +57,10 @@ def test_one_line_per_binary_with_what_is_left_and_go_in_a_log(skeleton: Path, t
         "built helm",
         "built promtool",
         "built prometheus",
+        "built kueue",
     ]
     assert built[0].endswith(
-        "8 left: kwok kube-apiserver kube-scheduler kube-controller-manager kubectl helm promtool prometheus"
+        "9 left: kwok kube-apiserver kube-scheduler kube-controller-manager kubectl helm promtool prometheus kueue"
     )
     assert built[-1].endswith("0 left")
     assert "go: downloading" not in done.stdout + done.stderr
@@ -94,11 +95,15 @@ def test_make_test_fails_when_the_background_build_fails_though_the_unit_tests_p
     done = run(["bash", "hack/test.sh"], skeleton, env(tmp_path, FAKE_GO_FAIL="kubectl"))
     assert done.returncode == 1, done.stdout
     out = done.stdout
-    assert out.index("pytest tests/unit -q") < out.index("lint-fast ran") < out.index("unit tests and lint passed")
+    assert (
+        out.index("pytest tests -q --ignore=tests/e2e")
+        < out.index("lint-fast ran")
+        < out.index("unit tests and lint passed")
+    )
     assert "./x.go:1: undefined: y" in out
     assert "FAILED after" in out
     assert "the build of the cluster binaries or tools failed" in out
-    assert "pytest tests/e2e" not in out
+    assert "pytest tests/helm tests/e2e" not in out
 
 
 def test_make_test_runs_e2e_after_the_build_and_gives_the_unit_verdict_first(skeleton: Path, tmp_path: Path) -> None:
@@ -106,11 +111,15 @@ def test_make_test_runs_e2e_after_the_build_and_gives_the_unit_verdict_first(ske
     done = run(["bash", "hack/test.sh"], skeleton, env(tmp_path))
     assert done.returncode == 0, done.stdout
     out = done.stdout
-    assert out.index("unit tests and lint passed") < out.index("built kubectl") < out.index("pytest tests/e2e -q")
+    assert (
+        out.index("unit tests and lint passed")
+        < out.index("built kubectl")
+        < out.index("pytest tests/helm tests/e2e -q")
+    )
     failing = tmp_path / "second"
     shutil.copytree(skeleton, failing, ignore=shutil.ignore_patterns(".venv", ".build"))
     fake_venv(failing, unit_rc=1)
     done = run(["bash", "hack/test.sh"], failing, env(tmp_path))
     assert done.returncode == 1
     assert "unit tests failed" in done.stdout
-    assert "pytest tests/e2e" not in done.stdout
+    assert "pytest tests/helm tests/e2e" not in done.stdout
