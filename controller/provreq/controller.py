@@ -297,7 +297,8 @@ class ProvisioningRequestController:
             return min(step.remaining, 60.0)
         if isinstance(step, ExpireBooking):
             self._release(req.key)
-            await self._status(req, (expired_update(),))
+            if not await self._status(req, (expired_update(),)):
+                return None
             await self._event(
                 req,
                 "BookingExpired",
@@ -311,7 +312,8 @@ class ProvisioningRequestController:
         if isinstance(step, Fail):
             self._release(req.key)
             await self._delete_claims(req.key, step.claims, reason="ProvisioningRequestFailed", message=step.message)
-            await self._status(req, (failed_update(step.reason, step.message),))
+            if not await self._status(req, (failed_update(step.reason, step.message),)):
+                return None
             await self._event(req, "ProvisioningFailed", step.message, True)
             metrics.REQUESTS.labels(req.class_name, "Failed").inc()
             log.warning("provisioningrequest.failed", request=req.key, reason=step.reason, message=step.message)
@@ -329,16 +331,18 @@ class ProvisioningRequestController:
 
     # --- writes ------------------------------------------------------------------------------
 
-    async def _status(self, req: ProvisioningRequest, updates: Sequence[ConditionUpdate]) -> None:
+    async def _status(self, req: ProvisioningRequest, updates: Sequence[ConditionUpdate]) -> bool:
+        """Write the conditions; whether this call changed them (False: already so, or the request
+        moved on since it was read -- its newer version queues it again)."""
         if not updates:
-            return
+            return False
         current = {c.type: c for c in req.conditions}
         if all(
             (c := current.get(u.type)) is not None
             and (c.status, c.reason, c.message) == (u.status, u.reason, u.message)
             for u in updates
         ):
-            return
+            return False
         conditions = with_conditions(req.raw, updates, now=self.ctx.clock.now())
         # the whole list is sent (a merge patch replaces a list): only over the version it was built
         # from, so a condition written since is never lost (a conflict comes back as a newer event)
@@ -352,7 +356,8 @@ class ProvisioningRequestController:
                 subresource="status",
             )
         except (NotFoundError, ConflictError):
-            return
+            return False
+        return True
 
     async def _event(self, req: ProvisioningRequest, reason: str, message: str, warning: bool) -> None:
         if self._told.get(req.key) == (reason, message):
@@ -468,11 +473,12 @@ class ProvisioningRequestController:
     async def _miss(self, view: RequestView, step: PlanAttempt, why: str, *, permanent: bool) -> float | None:
         req = view.request
         outcome = miss(req, why=why, permanent=permanent, knobs=self.knobs)
-        await self._status(req, (*step.accept, *outcome.updates))
+        written = await self._status(req, (*step.accept, *outcome.updates))
         if outcome.event is not None:
             await self._event(req, *outcome.event)
         if outcome.requeue is None:
-            metrics.REQUESTS.labels(req.class_name, "Failed").inc()
+            if written:
+                metrics.REQUESTS.labels(req.class_name, "Failed").inc()
             log.warning("provisioningrequest.failed", request=req.key, reason="never fits", message=why)
         else:
             log.info("provisioningrequest.waiting", request=req.key, reason="capacity", detail=why)
@@ -554,7 +560,8 @@ class ProvisioningRequestController:
     async def _provisioned(self, view: RequestView, step: MarkProvisioned) -> float | None:
         req = view.request
         message = f"every NodeClaim is Initialized: {', '.join(step.claims[:8])}"
-        await self._status(req, (provisioned_update(atomic=True, message=message),))
+        if not await self._status(req, (provisioned_update(atomic=True, message=message),)):
+            return None  # counted by the reconcile that wrote it
         await self._event(req, "Provisioned", message, False)
         metrics.REQUESTS.labels(req.class_name, "Provisioned").inc()
         if step.seconds is not None:
@@ -660,7 +667,8 @@ class ProvisioningRequestController:
                 return step_miss.requeue
             held = placements(plan, pods)
             self._publish(req, held=held, nodes=frozenset(held))
-        await self._status(req, (*step.accept, provisioned_update(atomic=False, message="")))
+        if not await self._status(req, (*step.accept, provisioned_update(atomic=False, message=""))):
+            return None
         await self._event(
             req,
             "Provisioned",

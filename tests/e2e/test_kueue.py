@@ -7,6 +7,7 @@ Run against your own cluster: JOINER_CLUSTER_DIR=/tmp/kwok-kueue pytest tests/e2
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -103,6 +104,27 @@ def _queues(klass: str, name: str) -> list[Obj]:
     ]
 
 
+KUEUE_KINDS = ("workloads", "clusterqueues", "admissionchecks", "provisioningrequestconfigs", "resourceflavors")
+
+
+def _remove_kueue_objects(cluster: Cluster) -> None:
+    """Kueue's objects of an earlier run, finalizers and all: with Kueue stopped nobody releases them,
+    and one left Terminating (a ResourceFlavor) would keep the new ClusterQueues inactive."""
+    for kind in KUEUE_KINDS:
+        listed = cluster.kubectl("get", f"{kind}.kueue.x-k8s.io", "-A", "-o", "json", check=False)
+        if listed.returncode != 0:
+            continue
+        for obj in json.loads(listed.stdout)["items"]:
+            meta = obj["metadata"]
+            where = ["-n", meta["namespace"]] if meta.get("namespace") else []
+            if meta.get("finalizers"):
+                cluster.kubectl(
+                    "patch", f"{kind}.kueue.x-k8s.io", meta["name"], *where, "--type=merge",
+                    "-p", '{"metadata":{"finalizers":null}}', check=False,
+                )  # fmt: skip
+            cluster.kubectl("delete", f"{kind}.kueue.x-k8s.io", meta["name"], *where, "--wait=true", check=False)
+
+
 @pytest.fixture(scope="module")
 def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Kueue's manager as a local process, with the queues of each provisioning class."""
@@ -112,7 +134,17 @@ def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     home = Path(built.stdout.strip().splitlines()[-1])
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(home / "crds" / "kueue"))
     for crd in ("workloads", "clusterqueues", "localqueues", "admissionchecks", "provisioningrequestconfigs"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}.kueue.x-k8s.io", "--timeout=60s")
+        # right after the apply a CRD may have no conditions yet, which `kubectl wait` takes as an error
+        eventually(
+            lambda crd=crd: (
+                cluster.kubectl(  # type: ignore[misc]
+                    "wait", "--for=condition=Established", f"crd/{crd}.kueue.x-k8s.io", "--timeout=30s", check=False
+                ).returncode
+                == 0
+            ),
+            timeout=90,
+            what=f"the {crd} CRD established",
+        )
     state = tmp_path_factory.mktemp("kueue")
     _selfsigned(state / "webhook-certs")
     # with its own certificate management off, Kueue reads the metrics certificate from this fixed path
@@ -146,6 +178,7 @@ def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             return False
 
     eventually(ready, timeout=120, interval=0.3, what="kueue /readyz")
+    _remove_kueue_objects(cluster)
     cluster.apply(
         [
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
@@ -161,8 +194,7 @@ def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-        for kind in ("clusterqueues", "admissionchecks", "provisioningrequestconfigs", "resourceflavors"):
-            cluster.kubectl("delete", f"{kind}.kueue.x-k8s.io", "--all", "--wait=false", check=False)
+        _remove_kueue_objects(cluster)
 
 
 def _namespace(cluster: Cluster, queue: str) -> str:
@@ -281,7 +313,8 @@ def test_a_queued_gpu_job_is_admitted_only_when_every_node_exists(kueue: Cluster
     claims = nodeclaims(cluster)
     assert len(claims) == 4, "nothing bought beyond the request"
     booked = {c["status"]["nodeName"] for c in claims}
-    assert {p["spec"]["nodeName"] for p in running} == booked, "every pod on a node booked for it"
+    # (kwok completes a Job's pods right after they run, so a node may take two in turn)
+    assert {p["spec"]["nodeName"] for p in running} <= booked, "every pod on a node booked for it"
     assert all(p["metadata"]["annotations"].get(CONSUME) == request["metadata"]["name"] for p in running)
     initialized = [condition(c, "Initialized") for c in claims]
     last_initialized = max(stamp(str(c["lastTransitionTime"])) for c in initialized if c is not None)
