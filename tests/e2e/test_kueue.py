@@ -15,7 +15,7 @@ import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +320,19 @@ def test_a_queued_gpu_job_is_admitted_only_when_every_node_exists(kueue: Cluster
     last_initialized = max(stamp(str(c["lastTransitionTime"])) for c in initialized if c is not None)
     created = min(stamp(p["metadata"]["creationTimestamp"]) for p in running)
     assert created >= last_initialized, "no pod of the Job existed before every node was Initialized"
+    job_created = stamp(cluster.get("job", "train", namespace=ns)["metadata"]["creationTimestamp"])
+    provisioned_at = stamp(str((condition(admitted, "Provisioned") or {})["lastTransitionTime"]))
+    first_claim = min(stamp(c["metadata"]["creationTimestamp"]) for c in claims)
+    # the timeline docs/performance.md reports (seconds from the Job's creation; -s shows it)
+    print(
+        "kueue timeline:",
+        f"request {(stamp(request['metadata']['creationTimestamp']) - job_created).total_seconds():.0f}s",
+        f"first NodeClaim {(first_claim - job_created).total_seconds():.0f}s",
+        f"last Initialized {(last_initialized - job_created).total_seconds():.0f}s",
+        f"Provisioned {(provisioned_at - job_created).total_seconds():.0f}s",
+        f"pods created {(created - job_created).total_seconds():.0f}s",
+        f"last pod Running {(datetime.now(UTC) - job_created).total_seconds():.0f}s (at most)",
+    )
     assert joiner.metric("joiner_provisioningrequests_total", outcome="Provisioned") == 1
     assert joiner.metric("joiner_nodeclaims_created_total", reason="provisioningrequest") == 4
     told = {
