@@ -229,6 +229,10 @@ class EC2NodeClassSpec(SpecModel):
     """Enable detailed CloudWatch monitoring."""
     associate_public_ip_address: bool | None = Field(default=None, alias="associatePublicIPAddress")
     """Give instances a public IPv4 address; unset: the subnet's default."""
+    instance_store_policy: Literal["RAID0"] | None = None
+    """``RAID0``: the instance's local NVMe drives become one RAID0 array holding the kubelet's and
+    the container runtime's data (ephemeral storage is then the drives' size); AL2023 and
+    Bottlerocket only. Unset: the drives are left alone."""
 
     @model_validator(mode="after")
     def _role_or_profile(self) -> Self:

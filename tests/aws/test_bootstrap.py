@@ -237,3 +237,19 @@ async def test_without_eks_or_settings_the_launch_fails_with_what_to_give(
         await provider.create(nodeclaim("nc-noboot", types=["m5.large"], nodeclass="al2023"))
     assert "--cluster-endpoint" in str(err.value)
     assert await provider.list() == []
+
+
+def test_raid0_makes_the_local_nvme_drives_one_array_on_al2023_and_bottlerocket() -> None:
+    out = user_data_for("al2023", CLUSTER, labels={}, taints=[], user_data=None, instance_store="RAID0")
+    assert out is not None
+    assert node_config(out)["spec"]["instance"] == {"localStorage": {"strategy": "RAID0"}}
+    none = user_data_for("al2023", CLUSTER, labels={}, taints=[], user_data=None)
+    assert none is not None
+    assert "instance" not in node_config(none)["spec"]
+    out = user_data_for("bottlerocket", CLUSTER, labels={}, taints=[], user_data=None, instance_store="RAID0")
+    assert out is not None
+    command = tomllib.loads(out)["settings"]["bootstrap-commands"]["000-joiner-instance-store-raid0"]
+    assert command["commands"][0] == ["apiclient", "ephemeral-storage", "init"]
+    assert command["commands"][1][:4] == ["apiclient", "ephemeral-storage", "bind", "--dirs"]
+    assert "/var/lib/kubelet" in command["commands"][1]
+    assert (command["mode"], command["essential"]) == ("always", True)

@@ -304,7 +304,8 @@ class AWSCloudProvider:
 
     async def _types_for(self, nodeclass: ResolvedNodeClass) -> _TypesCache:
         reservations = self._reservations(nodeclass)
-        key = (nodeclass.zones, reservations, self._root_volume_gib(nodeclass))
+        raid0 = nodeclass.model.spec.instance_store_policy == "RAID0"
+        key = (nodeclass.zones, reservations, self._root_volume_gib(nodeclass), raid0)
         cached = self._types.get(nodeclass.name)
         now = self._clock.monotonic()
         if cached is not None and cached.key == key and now - cached.at < self._ttl:
@@ -366,7 +367,7 @@ class AWSCloudProvider:
             )
             if not offerings:
                 continue
-            it = build_instance_type(row, root_volume_gib=root, offerings=offerings)
+            it = build_instance_type(row, root_volume_gib=root, offerings=offerings, raid0=raid0)
             types.append(it)
             arch[name] = it.labels.get("kubernetes.io/arch", "amd64")
             makers[name] = it.labels.get("joiner.sh/gpu-manufacturer", "")
@@ -592,7 +593,13 @@ class AWSCloudProvider:
         labels = {str(k): str(v) for k, v in ((nodeclaim.get("metadata") or {}).get("labels") or {}).items()}
         try:
             return user_data_for(
-                family, await self.cluster_info(), labels=labels, taints=taints, user_data=spec.user_data, max_pods=pods
+                family,
+                await self.cluster_info(),
+                labels=labels,
+                taints=taints,
+                user_data=spec.user_data,
+                max_pods=pods,
+                instance_store=spec.instance_store_policy,
             )
         except UserDataError as err:
             raise NodeClassNotReadyError(f"EC2NodeClass {nodeclass.name!r}: {err}") from None
