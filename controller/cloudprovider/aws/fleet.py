@@ -137,10 +137,12 @@ def template_data(
     reservation: Reservation | None,
     user_data: str | None,
     tags: Mapping[str, str] | None = None,
+    efa_interfaces: int = 0,
 ) -> Obj:
     """The launch template's data for the NodeClass, an image and a capacity reservation. ``tags`` go
     on the network interfaces and spot requests a launch from it creates (CreateFleet cannot tag those
-    itself)."""
+    itself). ``efa_interfaces``: that many EFA interfaces, one per network card (the first is the
+    primary interface), for NodeClaims that request ``vpc.amazonaws.com/efa``."""
     spec = nodeclass.model.spec
     data: Obj = {
         "ImageId": image,
@@ -154,7 +156,23 @@ def template_data(
         },
         "Monitoring": {"Enabled": spec.detailed_monitoring},
     }
-    if spec.associate_public_ip_address is None:
+    if efa_interfaces > 0:  # EC2 takes the groups on the interfaces then, not beside them
+        data["NetworkInterfaces"] = [
+            {
+                "NetworkCardIndex": card,
+                "DeviceIndex": 0 if card == 0 else 1,
+                "InterfaceType": "efa",
+                "Groups": list(nodeclass.security_group_ids),
+                # EC2 gives no public address to an instance with several interfaces
+                **(
+                    {"AssociatePublicIpAddress": spec.associate_public_ip_address}
+                    if efa_interfaces == 1 and spec.associate_public_ip_address is not None
+                    else {}
+                ),
+            }
+            for card in range(efa_interfaces)
+        ]
+    elif spec.associate_public_ip_address is None:
         data["SecurityGroupIds"] = list(nodeclass.security_group_ids)
     else:  # EC2 takes the groups on the interface then, not beside it
         data["NetworkInterfaces"] = [

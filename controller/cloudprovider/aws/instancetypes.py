@@ -57,6 +57,7 @@ LABEL_INSTANCE_MEMORY: Final = "joiner.sh/instance-memory"
 LABEL_INSTANCE_LOCAL_NVME: Final = "joiner.sh/instance-local-nvme"
 ARCHITECTURES: Final = {"x86_64": "amd64", "arm64": "arm64"}
 GPU_RESOURCES: Final = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"  # what the EFA device plugin registers
 PRICES_RESOURCE: Final = "prices.json"
 
 
@@ -130,6 +131,14 @@ def shape(row: Obj) -> Shape:
     return Shape(name=str(row["InstanceType"]), architecture=architecture(row), gpu_manufacturer=manufacturer)
 
 
+def efa_interfaces(row: Obj) -> int:
+    """The EFA interfaces the type takes (0 when it has no EFA)."""
+    net = row.get("NetworkInfo") or {}
+    if not net.get("EfaSupported"):
+        return 0
+    return int((net.get("EfaInfo") or {}).get("MaximumEfaInterfaces") or 0)
+
+
 def local_nvme_gb(row: Obj) -> int:
     """GB of local NVMe instance storage (0 when the type has none)."""
     storage = row.get("InstanceStorageInfo") or {}
@@ -167,6 +176,8 @@ def build_instance_type(
         LABEL_INSTANCE_CPU: str(vcpus),
         LABEL_INSTANCE_MEMORY: str(mib),
     }
+    if efa_interfaces(row):  # a pod asking for EFA gets a type that has it; the launch attaches them
+        capacity[EFA_RESOURCE] = str(efa_interfaces(row))
     gpus = (row.get("GpuInfo") or {}).get("Gpus") or []
     if gpus:
         gpu = gpus[0]

@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -71,9 +72,11 @@ from controller.cloudprovider.aws.gc import Collected
 from controller.cloudprovider.aws.gc import collect as collect_garbage
 from controller.cloudprovider.aws.instancetypes import (
     DEFAULT_ROOT_VOLUME_GIB,
+    EFA_RESOURCE,
     Reservation,
     build_instance_type,
     build_offerings,
+    efa_interfaces,
     latest_spot_prices,
     max_pods,
     on_demand_prices,
@@ -125,6 +128,7 @@ class _TypesCache:
     architectures: Mapping[str, str]
     gpu_makers: Mapping[str, str]
     max_pods: Mapping[str, int]  # what the kubelet of each type is told: the pods its capacity says
+    efa: Mapping[str, int] = dataclass_field(default_factory=dict)  # EFA interfaces per type
 
 
 class AWSCloudProvider:
@@ -355,6 +359,7 @@ class AWSCloudProvider:
         arch: dict[str, str] = {}
         makers: dict[str, str] = {}
         pods: dict[str, int] = {}
+        efa: dict[str, int] = {}
         for row in rows:
             name = str(row["InstanceType"])
             offerings = build_offerings(
@@ -372,7 +377,10 @@ class AWSCloudProvider:
             arch[name] = it.labels.get("kubernetes.io/arch", "amd64")
             makers[name] = it.labels.get("joiner.sh/gpu-manufacturer", "")
             pods[name] = max_pods(row)  # the same function the capacity's pods came from
-        entry = _TypesCache(at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers, max_pods=pods)
+            efa[name] = efa_interfaces(row)
+        entry = _TypesCache(
+            at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers, max_pods=pods, efa=efa
+        )
         self._types[nodeclass.name] = entry
         return entry
 
@@ -646,8 +654,10 @@ class AWSCloudProvider:
         subnets_by_zone = {zone: subnet for zone, (subnet, _) in zonal.items()}
         exhausted = {zone for zone, (_, left) in zonal.items() if left <= 0}
         candidates = sorted(candidates, key=lambda c: c.offering.zone in exhausted)  # stable: price order kept
-        # one launch template per image and kubelet maxPods: the user data tells the kubelet its pods
-        overrides_by_image: dict[tuple[str, int], list[Obj]] = {}
+        # one launch template per image, kubelet maxPods and EFA interfaces: the user data tells the
+        # kubelet its pods, and a NodeClaim that requests EFA gets every EFA interface of its type
+        wants_efa = _requests(nodeclaim, EFA_RESOURCE) > 0
+        overrides_by_image: dict[tuple[str, int, int], list[Obj]] = {}
         tried: list[OfferingId] = []
         for c in candidates:
             subnet = subnets_by_zone.get(c.offering.zone)
@@ -665,7 +675,8 @@ class AWSCloudProvider:
             if c.offering.capacity_type == CAPACITY_TYPE_ON_DEMAND:
                 override["Priority"] = float(len(tried))
             pods = cache.max_pods.get(c.instance_type.name, 0)
-            overrides_by_image.setdefault((image, pods), []).append(override)
+            efa = cache.efa.get(c.instance_type.name, 0) if wants_efa else 0
+            overrides_by_image.setdefault((image, pods, efa), []).append(override)
             tried.append(c.key)
             if len(tried) >= MAX_OVERRIDES:
                 break
@@ -681,9 +692,11 @@ class AWSCloudProvider:
             nodeclass=nodeclass,
             nodepool=str(((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")),
         )
-        for (image, pods), overrides in overrides_by_image.items():
+        for (image, pods, efa), overrides in overrides_by_image.items():
             user_data = await self._user_data(nodeclaim, nodeclass, pods=pods or None)
-            data = template_data(nodeclass, image=image, reservation=reservation, user_data=user_data, tags=tags)
+            data = template_data(
+                nodeclass, image=image, reservation=reservation, user_data=user_data, tags=tags, efa_interfaces=efa
+            )
             template = await self._launch_template(nodeclass, data, tags=tags)
             configs.append(
                 {
@@ -872,6 +885,15 @@ class AWSCloudProvider:
             f"CapacityBlockExpiring: Capacity Block {rid} ends at {end.isoformat()} ({max(0, int(left // 60))} min): "
             f"replaced before EC2 reclaims the instance"
         )
+
+
+def _requests(nodeclaim: Obj, resource: str) -> int:
+    """How much of ``resource`` the NodeClaim requests (0 when none or unreadable)."""
+    raw = (((nodeclaim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(resource)
+    try:
+        return int(str(raw or 0))
+    except ValueError:
+        return 0
 
 
 def _alive(raw: Obj) -> bool:
