@@ -39,7 +39,9 @@ HASHED_FIELDS: Final = (
     "detailedMonitoring",
     "associatePublicIPAddress",
     "instanceStorePolicy",
+    "placementGroup",
 )
+TAG_GANG: Final = "joiner.sh/gang"  # the gang an instance (and a per-gang placement group) belongs to
 # what EKS and the AWS cloud controller know a cluster's machines by (Karpenter tags it too)
 TAG_K8S_CLUSTER_PREFIX: Final = "kubernetes.io/cluster/"
 # CreateFleet tags these directly; the rest of what it creates is tagged through the launch template
@@ -110,6 +112,12 @@ def nodeclass_hash(nodeclass: ResolvedNodeClass) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def gang_placement_group(*, cluster_name: str, gang: str) -> str:
+    """The name of the cluster placement group joiner makes for a gang (at most 255 characters)."""
+    digest = hashlib.sha256(f"{cluster_name}/{gang}".encode()).hexdigest()[:12]
+    return f"joiner-{cluster_name}-gang-{digest}"[:255]
+
+
 def resource_tags(*, cluster_name: str, nodeclass: ResolvedNodeClass, nodepool: str) -> dict[str, str]:
     """The tags of everything a launch creates: ``spec.tags``, then joiner's own (which win), the
     ``kubernetes.io/cluster/<name>: owned`` tag, and a Name."""
@@ -138,6 +146,7 @@ def template_data(
     user_data: str | None,
     tags: Mapping[str, str] | None = None,
     efa_interfaces: int = 0,
+    placement_group: str | None = None,
 ) -> Obj:
     """The launch template's data for the NodeClass, an image and a capacity reservation. ``tags`` go
     on the network interfaces and spot requests a launch from it creates (CreateFleet cannot tag those
@@ -184,6 +193,8 @@ def template_data(
         ]
     if tags:
         data["TagSpecifications"] = tag_specifications(TEMPLATE_TAGGED, tags)
+    if placement_group:
+        data["Placement"] = {"GroupName": placement_group}
     if nodeclass.instance_profile:
         data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
     if user_data:
@@ -249,6 +260,9 @@ def fleet_request(
     )
     if reservation is not None:
         tags[TAG_RESERVATION] = reservation.id
+    gang = (meta.get("labels") or {}).get(TAG_GANG)
+    if gang:
+        tags[TAG_GANG] = str(gang)
     if capacity_type == CAPACITY_TYPE_SPOT:
         default = "spot"
     elif reservation is not None and reservation.capacity_block:

@@ -53,6 +53,7 @@ from controller.cloudprovider.aws.fleet import (
     MAX_OVERRIDES,
     SPOT_ROLE_FIX,
     TAG_CLUSTER,
+    TAG_GANG,
     TAG_NODECLAIM,
     TAG_NODECLAIM_UID,
     TAG_NODECLASS,
@@ -61,6 +62,7 @@ from controller.cloudprovider.aws.fleet import (
     UNAVAILABLE_CODES,
     Refusal,
     fleet_request,
+    gang_placement_group,
     image_for,
     nodeclass_hash,
     refused_offerings,
@@ -105,6 +107,7 @@ DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
 DRIFT_CACHE_SECONDS: Final = 30.0
 SUBNET_CACHE_SECONDS: Final = 60.0
 CAPACITY_BLOCK_DRAIN_SECONDS: Final = 40 * 60.0
+GROUP_GRACE_SECONDS: Final = 600.0  # a per-gang placement group a launch just used is not collected
 UNKNOWN_FREE_IPS: Final = 1 << 20  # a subnet DescribeSubnets did not count is not taken for full
 
 
@@ -166,6 +169,7 @@ class AWSCloudProvider:
         self._pricing_refresh = pricing_refresh_seconds
         self._cluster = cluster_source or ClusterInfoSource(api, cluster_name, cluster_settings)
         self._gc_seconds = gc_seconds
+        self._groups_ensured: dict[str, float] = {}  # placement group -> when a launch last used it
         self._template_used: dict[str, float] = {}  # launch template -> when this process last used it
         self._started = clock.monotonic()
         self._ips_free: dict[str, int] = {}  # subnet id -> AvailableIpAddressCount last read
@@ -203,6 +207,7 @@ class AWSCloudProvider:
                 needed.add(instance_profile_name(cluster=self.cluster_name, nodeclass=name, role=str(role)))
         in_use: set[str] = set()
         classes_in_use: set[str] = set()
+        gangs_in_use: set[str] = set()
         for raw in await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}]):
             arn = str((raw.get("IamInstanceProfile") or {}).get("Arn") or "")
             if arn:
@@ -210,6 +215,8 @@ class AWSCloudProvider:
             tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
             if tags.get(TAG_NODECLASS):
                 classes_in_use.add(str(tags[TAG_NODECLASS]))
+            if tags.get(TAG_GANG):
+                gangs_in_use.add(str(tags[TAG_GANG]))
         now = self._clock.monotonic()
         found = await collect_garbage(
             self.api,
@@ -218,6 +225,8 @@ class AWSCloudProvider:
             needed_profiles=needed,
             profiles_in_use=in_use,
             classes_in_use=classes_in_use,
+            gangs_in_use=gangs_in_use,
+            groups_just_used={n for n, at in self._groups_ensured.items() if now - at < GROUP_GRACE_SECONDS},
             used_templates={name: now - at for name, at in self._template_used.items()},
             now=self._clock.now(),
             uptime_seconds=now - self._started,
@@ -641,6 +650,37 @@ class AWSCloudProvider:
                 best[zone] = (sid, left)
         return best
 
+    async def _placement_group(self, nodeclass: ResolvedNodeClass, nodeclaim: Obj) -> str | None:
+        """The placement group a NodeClaim launches into: the class's named one, or with ``perGang``
+        its gang's own cluster group, created on the gang's first launch (None outside a gang)."""
+        spec = nodeclass.model.spec.placement_group
+        if spec is None:
+            return None
+        if spec.name:
+            return spec.name
+        gang = str(((nodeclaim.get("metadata") or {}).get("labels") or {}).get(TAG_GANG) or "")
+        if not gang:
+            return None
+        name = gang_placement_group(cluster_name=self.cluster_name, gang=gang)
+        self._groups_ensured[name] = self._clock.monotonic()
+        try:
+            await self.api.call(
+                "ec2",
+                "create_placement_group",
+                GroupName=name,
+                Strategy="cluster",
+                TagSpecifications=tag_specifications(
+                    ("placement-group",), {TAG_CLUSTER: self.cluster_name, TAG_GANG: gang}
+                ),
+            )
+            log.info("aws.placement_group_created", name=name, gang=gang, reason="the gang's first launch")
+        except AWSError as err:
+            if err.code != "InvalidPlacementGroup.Duplicate":
+                raise CreateError(
+                    f"cannot create the placement group of gang {gang}: {err.code}: {err.message}", reason=err.code
+                ) from None
+        return name
+
     async def _launch_configs(
         self,
         *,
@@ -692,10 +732,17 @@ class AWSCloudProvider:
             nodeclass=nodeclass,
             nodepool=str(((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")),
         )
+        group = await self._placement_group(nodeclass, nodeclaim)
         for (image, pods, efa), overrides in overrides_by_image.items():
             user_data = await self._user_data(nodeclaim, nodeclass, pods=pods or None)
             data = template_data(
-                nodeclass, image=image, reservation=reservation, user_data=user_data, tags=tags, efa_interfaces=efa
+                nodeclass,
+                image=image,
+                reservation=reservation,
+                user_data=user_data,
+                tags=tags,
+                efa_interfaces=efa,
+                placement_group=group,
             )
             template = await self._launch_template(nodeclass, data, tags=tags)
             configs.append(
