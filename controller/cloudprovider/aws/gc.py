@@ -127,12 +127,16 @@ async def collect(
                 continue
         deleted_profiles.append(name)
         log.info("aws.instance_profile_deleted", name=name, reason="no EC2NodeClass or instance needs it")
-    groups = await api.collect(
-        "ec2",
-        "describe_placement_groups",
-        key="PlacementGroups",
-        Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}],
-    )
+    try:
+        groups = await api.collect(
+            "ec2",
+            "describe_placement_groups",
+            key="PlacementGroups",
+            Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}],
+        )
+    except AWSError as err:  # the rest was collected; the groups are tried at the next pass
+        log.warning("aws.placement_groups_not_listed", code=err.code, error=err.message)
+        groups = []
     deleted_groups = []
     for group in groups:
         name = str(group.get("GroupName") or "")
