@@ -180,6 +180,33 @@ class MetadataOptions(SpecModel):
     """``required``: IMDSv2 only."""
 
 
+class PlacementGroup(SpecModel):
+    """A cluster placement group: the instances on one network spine, for collective communication."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel_rule(
+                    "has(self.name) != (has(self.perGang) && self.perGang)",
+                    "set exactly one of 'name' or 'perGang: true'",
+                )
+            ]
+        }
+    )
+
+    name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    """An existing placement group every instance of the class launches into."""
+    per_gang: bool = False
+    """``true``: joiner creates a cluster placement group per gang, launches the gang's NodeClaims into
+    it, and deletes it when none of its instances is left. NodeClaims outside a gang get none."""
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        if (self.name is not None) == self.per_gang:
+            raise PydanticCustomError("placement_group", "set exactly one of 'name' or 'perGang: true'")
+        return self
+
+
 class EC2NodeClassSpec(SpecModel):
     """How EC2 instances are launched for NodePools that reference this class."""
 
@@ -229,6 +256,12 @@ class EC2NodeClassSpec(SpecModel):
     """Enable detailed CloudWatch monitoring."""
     associate_public_ip_address: bool | None = Field(default=None, alias="associatePublicIPAddress")
     """Give instances a public IPv4 address; unset: the subnet's default."""
+    placement_group: PlacementGroup | None = None
+    """A cluster placement group for the instances (an existing one, or one per gang)."""
+    instance_store_policy: Literal["RAID0"] | None = None
+    """``RAID0``: the instance's local NVMe drives become one RAID0 array holding the kubelet's and
+    the container runtime's data (ephemeral storage is then the drives' size); AL2023 and
+    Bottlerocket only. Unset: the drives are left alone."""
 
     @model_validator(mode="after")
     def _role_or_profile(self) -> Self:

@@ -330,6 +330,54 @@ def serve_ssm_parameters(proxy: FaultProxy, parameters: dict[str, str]) -> list[
     return asked
 
 
+def serve_placement_groups(proxy: FaultProxy) -> dict[str, dict[str, str]]:
+    """EC2's placement group calls, which moto lacks: Create (with tags), Describe (by tag filter),
+    Delete. Returns the groups by name, with their tags."""
+    groups: dict[str, dict[str, str]] = {}
+    xmlns = 'xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"'
+
+    def item(name: str) -> str:
+        tags = "".join(f"<item><key>{k}</key><value>{v}</value></item>" for k, v in groups[name].items())
+        return (
+            f"<groupName>{name}</groupName><state>available</state><strategy>cluster</strategy>"
+            f"<groupId>pg-{abs(hash(name)) % 10**12:012d}</groupId><tagSet>{tags}</tagSet>"
+        )
+
+    def rule(action: str, params: Params) -> tuple[int, str] | None:
+        if action == "CreatePlacementGroup":
+            name = params["GroupName"]
+            if name in groups:
+                return 400, ec2_error(
+                    "InvalidPlacementGroup.Duplicate", f"The placement group '{name}' already exists."
+                )
+            tags = {}
+            for key, value in params.items():
+                if key.startswith("TagSpecification.1.Tag.") and key.endswith(".Key"):
+                    tags[value] = params[key.removesuffix(".Key") + ".Value"]
+            groups[name] = tags
+            body = f"<requestId>x</requestId><placementGroup>{item(name)}</placementGroup>"
+            return 200, f"<CreatePlacementGroupResponse {xmlns}>{body}</CreatePlacementGroupResponse>"
+        if action == "DescribePlacementGroups":
+            wanted = {
+                params[k].removeprefix("tag:"): params[k.removesuffix("Name") + "Value.1"]
+                for k in params
+                if k.startswith("Filter.") and k.endswith(".Name")
+            }
+            found = [n for n, tags in groups.items() if all(tags.get(k) == v for k, v in wanted.items())]
+            items = "".join(f"<item>{item(n)}</item>" for n in found)
+            body = f"<requestId>x</requestId><placementGroupSet>{items}</placementGroupSet>"
+            return 200, f"<DescribePlacementGroupsResponse {xmlns}>{body}</DescribePlacementGroupsResponse>"
+        if action == "DeletePlacementGroup":
+            if groups.pop(params["GroupName"], None) is None:
+                return 400, ec2_error("InvalidPlacementGroup.Unknown", "The placement group is unknown.")
+            body = "<requestId>x</requestId><return>true</return>"
+            return 200, f"<DeletePlacementGroupResponse {xmlns}>{body}</DeletePlacementGroupResponse>"
+        return None
+
+    proxy.rules.append(rule)
+    return groups
+
+
 def named_image(world: World, name: str, *, arch: str = "x86_64") -> str:
     """An image in the moto account with an EKS-style name (a copy of one moto ships)."""
     found = world.ec2.describe_images(ImageIds=[world.images[0 if arch == "x86_64" else 1]])["Images"][0]

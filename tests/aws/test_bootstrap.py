@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from controller.cloudprovider.aws import toml
@@ -166,6 +166,8 @@ toml_values = st.recursive(
 
 
 @given(st.dictionaries(toml_keys, toml_values, max_size=5))
+@example({"0\n": {}})  # a key ending in a newline is not bare (found by this test)
+@example({"0\n": []})
 def test_toml_written_reads_back_the_same(document: dict[str, Any]) -> None:
     assert tomllib.loads(toml.dumps(document)) == document
 
@@ -237,3 +239,19 @@ async def test_without_eks_or_settings_the_launch_fails_with_what_to_give(
         await provider.create(nodeclaim("nc-noboot", types=["m5.large"], nodeclass="al2023"))
     assert "--cluster-endpoint" in str(err.value)
     assert await provider.list() == []
+
+
+def test_raid0_makes_the_local_nvme_drives_one_array_on_al2023_and_bottlerocket() -> None:
+    out = user_data_for("al2023", CLUSTER, labels={}, taints=[], user_data=None, instance_store="RAID0")
+    assert out is not None
+    assert node_config(out)["spec"]["instance"] == {"localStorage": {"strategy": "RAID0"}}
+    none = user_data_for("al2023", CLUSTER, labels={}, taints=[], user_data=None)
+    assert none is not None
+    assert "instance" not in node_config(none)["spec"]
+    out = user_data_for("bottlerocket", CLUSTER, labels={}, taints=[], user_data=None, instance_store="RAID0")
+    assert out is not None
+    command = tomllib.loads(out)["settings"]["bootstrap-commands"]["000-joiner-instance-store-raid0"]
+    assert command["commands"][0] == ["apiclient", "ephemeral-storage", "init"]
+    assert command["commands"][1][:4] == ["apiclient", "ephemeral-storage", "bind", "--dirs"]
+    assert "/var/lib/kubelet" in command["commands"][1]
+    assert (command["mode"], command["essential"]) == ("always", True)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from controller.clock import FakeClock
 from controller.cloudprovider.aws.api import AWSApi
 from controller.cloudprovider.aws.provider import AWSCloudProvider
-from tests.aws.conftest import TEST_PRICES, World, nodeclaim, resolve_into
+from tests.aws.conftest import TEST_PRICES, FaultProxy, World, nodeclaim, resolve_into, serve_placement_groups
 
 
 def templates(world: World) -> set[str]:
@@ -25,8 +25,9 @@ def profiles(world: World) -> set[str]:
 
 
 async def test_what_a_deleted_nodeclass_left_is_collected_once_its_instances_are_gone(
-    world: World, api: AWSApi
+    world: World, api: AWSApi, proxy: FaultProxy
 ) -> None:
+    serve_placement_groups(proxy)  # moto has none; the collector asks for them too
     clock = FakeClock(start=datetime.now(UTC))  # launch templates carry moto's wall-clock CreateTime
     provider = AWSCloudProvider(
         api=api, cluster_name=world.cluster, nodeclasses=lambda: world.classes, clock=clock, prices=TEST_PRICES
@@ -58,7 +59,8 @@ async def test_what_a_deleted_nodeclass_left_is_collected_once_its_instances_are
     assert len(gone) == 1  # the other cluster's is not ours to delete
 
 
-async def test_a_launch_template_unused_for_an_hour_is_collected(world: World, api: AWSApi) -> None:
+async def test_a_launch_template_unused_for_an_hour_is_collected(world: World, api: AWSApi, proxy: FaultProxy) -> None:
+    serve_placement_groups(proxy)
     clock = FakeClock(start=datetime.now(UTC))
     provider = AWSCloudProvider(
         api=api, cluster_name=world.cluster, nodeclasses=lambda: world.classes, clock=clock, prices=TEST_PRICES

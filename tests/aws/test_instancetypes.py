@@ -179,3 +179,16 @@ async def test_offerings_are_listed_without_an_instance_type_filter(
     for params in asked:
         filters = {v for k, v in params.items() if k.startswith("Filter.") and k.endswith(".Name")}
         assert filters == {"location"}  # EC2 limits a filter's values; the priced types are hundreds
+
+
+async def test_with_raid0_ephemeral_storage_is_the_local_nvme(
+    provider: AWSCloudProvider, world: World, api: AWSApi, clock: FakeClock
+) -> None:
+    before = {it.name: it for it in await provider.instance_types(POOL)}
+    assert before["p5.48xlarge"].capacity.to_quantities()["ephemeral-storage"] == "200Gi"  # the root volume
+    await resolve_into(world, world.nodeclass(instanceStorePolicy="RAID0"), api=api, clock=clock)
+    after = {it.name: it for it in await provider.instance_types(POOL)}
+    nvme_gb = int(after["p5.48xlarge"].labels["joiner.sh/instance-local-nvme"])
+    assert nvme_gb >= 7600  # 8 NVMe drives
+    assert after["p5.48xlarge"].capacity.to_quantities()["ephemeral-storage"] == f"{nvme_gb * 1000**3 // 1024**2}Mi"
+    assert after["m5.large"].capacity.to_quantities()["ephemeral-storage"] == "200Gi"  # no local drives

@@ -92,7 +92,13 @@ def _yaml_str(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _node_config(cluster: ClusterInfo, labels: Mapping[str, str], taints: list[BootTaint], max_pods: int | None) -> str:
+def _node_config(
+    cluster: ClusterInfo,
+    labels: Mapping[str, str],
+    taints: list[BootTaint],
+    max_pods: int | None,
+    instance_store: str | None = None,
+) -> str:
     flags = []
     if labels:
         flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
@@ -106,6 +112,7 @@ def _node_config(cluster: ClusterInfo, labels: Mapping[str, str], taints: list[B
         f"    apiServerEndpoint: {_yaml_str(cluster.endpoint)}",
         f"    certificateAuthority: {_yaml_str(cluster.ca_bundle)}",
         f"    cidr: {_yaml_str(cluster.service_cidr)}",
+        *(["  instance:", "    localStorage:", f"      strategy: {instance_store}"] if instance_store else []),
         "  kubelet:",
         *(["    config:", f"      maxPods: {int(max_pods)}"] if max_pods else []),
         "    flags:",
@@ -155,13 +162,14 @@ def al2023_user_data(
     taints: Iterable[BootTaint],
     user_data: str | None,
     max_pods: int | None = None,
+    instance_store: str | None = None,
 ) -> str:
     """A MIME multi-part document: the user's parts, then joiner's NodeConfig (nodeadm merges them
-    in order, so joiner's cluster, maxPods, labels and taints apply over the user's)."""
-    parts = [
-        *_mime_parts(user_data or ""),
-        ("application/node.eks.aws", _node_config(cluster, kubelet_labels(labels), boot_taints(taints), max_pods)),
-    ]
+    in order, so joiner's cluster, maxPods, labels and taints apply over the user's). With
+    ``instance_store="RAID0"`` nodeadm makes the local NVMe drives one array for the kubelet and
+    containerd (``instance.localStorage.strategy``)."""
+    config = _node_config(cluster, kubelet_labels(labels), boot_taints(taints), max_pods, instance_store)
+    parts = [*_mime_parts(user_data or ""), ("application/node.eks.aws", config)]
     out = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{BOUNDARY}"', ""]
     for ctype, body in parts:
         out += [f"--{BOUNDARY}", f'Content-Type: {ctype}; charset="us-ascii"', "", body.rstrip("\n"), ""]
@@ -177,6 +185,8 @@ class UserDataError(ValueError):
 # the solver packed against. The user's values for them are replaced; node-labels and node-taints
 # are merged (joiner's keys win); every other setting is the user's.
 BOTTLEROCKET_OWNED: Final = ("cluster-name", "api-server", "cluster-certificate", "max-pods")
+RAID0_COMMAND: Final = "000-joiner-instance-store-raid0"
+RAID0_DIRS: Final = ("/var/lib/containerd", "/var/lib/kubelet", "/var/log/pods")
 
 
 def bottlerocket_user_data(
@@ -186,9 +196,12 @@ def bottlerocket_user_data(
     taints: Iterable[BootTaint],
     user_data: str | None,
     max_pods: int | None = None,
+    instance_store: str | None = None,
 ) -> str:
     """Bottlerocket settings TOML: the user's document parsed, joiner's ``settings.kubernetes`` merged
-    in (see ``BOTTLEROCKET_OWNED``), written out again as one valid document."""
+    in (see ``BOTTLEROCKET_OWNED``), written out again as one valid document. With
+    ``instance_store="RAID0"`` a bootstrap command makes the local NVMe drives one array and binds
+    the kubelet's, containerd's and the pod logs' directories onto it."""
     try:
         document: dict[str, Any] = tomllib.loads(user_data or "")
     except tomllib.TOMLDecodeError as err:
@@ -209,6 +222,18 @@ def bottlerocket_user_data(
         grouped.setdefault(t.key, []).append(f"{t.value}:{t.effect}" if t.value else f":{t.effect}")
     node_taints = k8s.get("node-taints")
     k8s["node-taints"] = {**(node_taints if isinstance(node_taints, dict) else {}), **grouped}
+    if instance_store == "RAID0":
+        commands = settings.setdefault("bootstrap-commands", {})
+        if not isinstance(commands, dict):
+            raise UserDataError("spec.userData: `settings.bootstrap-commands` must be a table")
+        commands[RAID0_COMMAND] = {
+            "commands": [
+                ["apiclient", "ephemeral-storage", "init"],
+                ["apiclient", "ephemeral-storage", "bind", "--dirs", *RAID0_DIRS],
+            ],
+            "mode": "always",
+            "essential": True,
+        }
     return toml.dumps(document)
 
 
@@ -220,6 +245,7 @@ def user_data_for(
     taints: Iterable[BootTaint],
     user_data: str | None,
     max_pods: int | None = None,
+    instance_store: str | None = None,
 ) -> str | None:
     """The instance's user data for ``family`` (None: none at all). ``max_pods``: what the kubelet
     is told (the instance type's ENI limit, the pods the solver packs against). UserDataError when
@@ -227,5 +253,9 @@ def user_data_for(
     if family not in FAMILIES_WITH_BOOTSTRAP or cluster is None:
         return user_data or None
     if family == "al2023":
-        return al2023_user_data(cluster, labels=labels, taints=taints, user_data=user_data, max_pods=max_pods)
-    return bottlerocket_user_data(cluster, labels=labels, taints=taints, user_data=user_data, max_pods=max_pods)
+        return al2023_user_data(
+            cluster, labels=labels, taints=taints, user_data=user_data, max_pods=max_pods, instance_store=instance_store
+        )
+    return bottlerocket_user_data(
+        cluster, labels=labels, taints=taints, user_data=user_data, max_pods=max_pods, instance_store=instance_store
+    )

@@ -39,7 +39,9 @@ HASHED_FIELDS: Final = (
     "detailedMonitoring",
     "associatePublicIPAddress",
     "instanceStorePolicy",
+    "placementGroup",
 )
+TAG_GANG: Final = "joiner.sh/gang"  # the gang an instance (and a per-gang placement group) belongs to
 # what EKS and the AWS cloud controller know a cluster's machines by (Karpenter tags it too)
 TAG_K8S_CLUSTER_PREFIX: Final = "kubernetes.io/cluster/"
 # CreateFleet tags these directly; the rest of what it creates is tagged through the launch template
@@ -110,6 +112,12 @@ def nodeclass_hash(nodeclass: ResolvedNodeClass) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def gang_placement_group(*, cluster_name: str, gang: str) -> str:
+    """The name of the cluster placement group joiner makes for a gang (at most 255 characters)."""
+    digest = hashlib.sha256(f"{cluster_name}/{gang}".encode()).hexdigest()[:12]
+    return f"joiner-{cluster_name}-gang-{digest}"[:255]
+
+
 def resource_tags(*, cluster_name: str, nodeclass: ResolvedNodeClass, nodepool: str) -> dict[str, str]:
     """The tags of everything a launch creates: ``spec.tags``, then joiner's own (which win), the
     ``kubernetes.io/cluster/<name>: owned`` tag, and a Name."""
@@ -137,10 +145,13 @@ def template_data(
     reservation: Reservation | None,
     user_data: str | None,
     tags: Mapping[str, str] | None = None,
+    efa_interfaces: int = 0,
+    placement_group: str | None = None,
 ) -> Obj:
     """The launch template's data for the NodeClass, an image and a capacity reservation. ``tags`` go
     on the network interfaces and spot requests a launch from it creates (CreateFleet cannot tag those
-    itself)."""
+    itself). ``efa_interfaces``: that many EFA interfaces, one per network card (the first is the
+    primary interface), for NodeClaims that request ``vpc.amazonaws.com/efa``."""
     spec = nodeclass.model.spec
     data: Obj = {
         "ImageId": image,
@@ -154,7 +165,23 @@ def template_data(
         },
         "Monitoring": {"Enabled": spec.detailed_monitoring},
     }
-    if spec.associate_public_ip_address is None:
+    if efa_interfaces > 0:  # EC2 takes the groups on the interfaces then, not beside them
+        data["NetworkInterfaces"] = [
+            {
+                "NetworkCardIndex": card,
+                "DeviceIndex": 0 if card == 0 else 1,
+                "InterfaceType": "efa",
+                "Groups": list(nodeclass.security_group_ids),
+                # EC2 gives no public address to an instance with several interfaces
+                **(
+                    {"AssociatePublicIpAddress": spec.associate_public_ip_address}
+                    if efa_interfaces == 1 and spec.associate_public_ip_address is not None
+                    else {}
+                ),
+            }
+            for card in range(efa_interfaces)
+        ]
+    elif spec.associate_public_ip_address is None:
         data["SecurityGroupIds"] = list(nodeclass.security_group_ids)
     else:  # EC2 takes the groups on the interface then, not beside it
         data["NetworkInterfaces"] = [
@@ -166,6 +193,8 @@ def template_data(
         ]
     if tags:
         data["TagSpecifications"] = tag_specifications(TEMPLATE_TAGGED, tags)
+    if placement_group:
+        data["Placement"] = {"GroupName": placement_group}
     if nodeclass.instance_profile:
         data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
     if user_data:
@@ -231,6 +260,9 @@ def fleet_request(
     )
     if reservation is not None:
         tags[TAG_RESERVATION] = reservation.id
+    gang = (meta.get("labels") or {}).get(TAG_GANG)
+    if gang:
+        tags[TAG_GANG] = str(gang)
     if capacity_type == CAPACITY_TYPE_SPOT:
         default = "spot"
     elif reservation is not None and reservation.capacity_block:

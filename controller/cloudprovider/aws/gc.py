@@ -1,4 +1,5 @@
-"""Garbage collection of what joiner makes beside instances: launch templates and instance profiles.
+"""Garbage collection of what joiner makes beside instances: launch templates, instance profiles and
+per-gang placement groups.
 
 A launch template is deleted when its EC2NodeClass is gone, or when it is stale: created more than
 ``stale_seconds`` ago and not used by this process for as long (a changed image, user data or pod
@@ -6,13 +7,16 @@ count made a new one; instances launched from it do not need it any more). An in
 joiner made (``joiner-<cluster>-<10 hex>``) is deleted when no EC2NodeClass with ``spec.role`` needs
 it any more and no live instance of the cluster still runs with it (an instance's credentials come
 from its profile): not named by a live instance, and no live instance of the NodeClass it was made
-for (its ``joiner.sh/ec2nodeclass`` tag). Only what is tagged or named for this cluster is ever touched.
+for (its ``joiner.sh/ec2nodeclass`` tag). A per-gang placement group (tagged ``joiner.sh/gang``) is
+deleted when no live instance of the gang is left and no launch used it in the last ten minutes.
+Only what is tagged or named for this cluster is ever touched.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -20,7 +24,7 @@ from typing import Any, Final
 import structlog
 
 from controller.cloudprovider.aws.api import AWSApi, AWSError
-from controller.cloudprovider.aws.fleet import TAG_CLUSTER, TAG_NODECLASS
+from controller.cloudprovider.aws.fleet import TAG_CLUSTER, TAG_GANG, TAG_NODECLASS
 
 log = structlog.get_logger()
 Obj = dict[str, Any]
@@ -31,6 +35,7 @@ STALE_SECONDS: Final = 3600.0
 class Collected:
     launch_templates: tuple[str, ...] = ()
     instance_profiles: tuple[str, ...] = ()
+    placement_groups: tuple[str, ...] = ()
 
 
 def profile_pattern(cluster: str) -> re.Pattern[str]:
@@ -70,6 +75,8 @@ async def collect(
     needed_profiles: set[str],
     profiles_in_use: set[str],
     classes_in_use: set[str],
+    gangs_in_use: AbstractSet[str] = frozenset(),
+    groups_just_used: AbstractSet[str] = frozenset(),
     used_templates: Mapping[str, float],
     now: datetime,
     uptime_seconds: float,
@@ -120,4 +127,32 @@ async def collect(
                 continue
         deleted_profiles.append(name)
         log.info("aws.instance_profile_deleted", name=name, reason="no EC2NodeClass or instance needs it")
-    return Collected(launch_templates=tuple(deleted_templates), instance_profiles=tuple(deleted_profiles))
+    try:
+        groups = await api.collect(
+            "ec2",
+            "describe_placement_groups",
+            key="PlacementGroups",
+            Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}],
+        )
+    except AWSError as err:  # the rest was collected; the groups are tried at the next pass
+        log.warning("aws.placement_groups_not_listed", code=err.code, error=err.message)
+        groups = []
+    deleted_groups = []
+    for group in groups:
+        name = str(group.get("GroupName") or "")
+        gang = {t.get("Key"): t.get("Value") for t in group.get("Tags") or []}.get(TAG_GANG)
+        if not gang or gang in gangs_in_use or name in groups_just_used:
+            continue  # not a per-gang group of joiner's, or the gang still has instances
+        try:
+            await api.call("ec2", "delete_placement_group", GroupName=name)
+        except AWSError as err:
+            if not err.code.startswith("InvalidPlacementGroup.Unknown"):
+                log.warning("aws.placement_group_not_deleted", name=name, code=err.code, error=err.message)
+                continue
+        deleted_groups.append(name)
+        log.info("aws.placement_group_deleted", name=name, gang=gang, reason="no instance of the gang is left")
+    return Collected(
+        launch_templates=tuple(deleted_templates),
+        instance_profiles=tuple(deleted_profiles),
+        placement_groups=tuple(deleted_groups),
+    )

@@ -57,6 +57,7 @@ LABEL_INSTANCE_MEMORY: Final = "joiner.sh/instance-memory"
 LABEL_INSTANCE_LOCAL_NVME: Final = "joiner.sh/instance-local-nvme"
 ARCHITECTURES: Final = {"x86_64": "amd64", "arm64": "arm64"}
 GPU_RESOURCES: Final = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+EFA_RESOURCE: Final = "vpc.amazonaws.com/efa"  # what the EFA device plugin registers
 PRICES_RESOURCE: Final = "prices.json"
 
 
@@ -130,19 +131,42 @@ def shape(row: Obj) -> Shape:
     return Shape(name=str(row["InstanceType"]), architecture=architecture(row), gpu_manufacturer=manufacturer)
 
 
+def efa_interfaces(row: Obj) -> int:
+    """The EFA interfaces the type takes (0 when it has no EFA)."""
+    net = row.get("NetworkInfo") or {}
+    if not net.get("EfaSupported"):
+        return 0
+    return int((net.get("EfaInfo") or {}).get("MaximumEfaInterfaces") or 0)
+
+
+def local_nvme_gb(row: Obj) -> int:
+    """GB of local NVMe instance storage (0 when the type has none)."""
+    storage = row.get("InstanceStorageInfo") or {}
+    if storage.get("NvmeSupport") in ("required", "supported") and storage.get("TotalSizeInGB"):
+        return int(storage["TotalSizeInGB"])
+    return 0
+
+
 def build_instance_type(
-    row: Obj, *, root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB, offerings: tuple[Offering, ...] = ()
+    row: Obj,
+    *,
+    root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
+    offerings: tuple[Offering, ...] = (),
+    raid0: bool = False,
 ) -> InstanceType:
-    """The solver's InstanceType for one DescribeInstanceTypes row (see the module docstring)."""
+    """The solver's InstanceType for one DescribeInstanceTypes row (see the module docstring). With
+    ``raid0`` (instanceStorePolicy RAID0) a type with local NVMe keeps its ephemeral storage there."""
     name = str(row["InstanceType"])
     vcpus = int((row.get("VCpuInfo") or {}).get("DefaultVCpus") or 0)
     mib = int((row.get("MemoryInfo") or {}).get("SizeInMiB") or 0)
     pods = max_pods(row)
+    nvme_gb = local_nvme_gb(row) if raid0 else 0
+    ephemeral_mib = nvme_gb * 1000**3 // 1024**2 if nvme_gb else root_volume_gib * 1024
     capacity: dict[str, str] = {
         "cpu": str(vcpus),
         "memory": f"{int(mib * (1 - VM_MEMORY_OVERHEAD))}Mi",
         "pods": str(pods),
-        "ephemeral-storage": f"{root_volume_gib}Gi",
+        "ephemeral-storage": f"{ephemeral_mib}Mi" if nvme_gb else f"{root_volume_gib}Gi",
     }
     labels: dict[str, str] = {
         LABEL_INSTANCE_TYPE: name,
@@ -152,6 +176,8 @@ def build_instance_type(
         LABEL_INSTANCE_CPU: str(vcpus),
         LABEL_INSTANCE_MEMORY: str(mib),
     }
+    if efa_interfaces(row):  # a pod asking for EFA gets a type that has it; the launch attaches them
+        capacity[EFA_RESOURCE] = str(efa_interfaces(row))
     gpus = (row.get("GpuInfo") or {}).get("Gpus") or []
     if gpus:
         gpu = gpus[0]
@@ -164,13 +190,12 @@ def build_instance_type(
         labels[LABEL_GPU_COUNT] = str(count)
         labels[LABEL_GPU_MEMORY] = str(int((gpu.get("MemoryInfo") or {}).get("SizeInMiB") or 0))
         labels[LABEL_GPU_MANUFACTURER] = manufacturer
-    storage = row.get("InstanceStorageInfo") or {}
-    if storage.get("NvmeSupport") in ("required", "supported") and storage.get("TotalSizeInGB"):
-        labels[LABEL_INSTANCE_LOCAL_NVME] = str(int(storage["TotalSizeInGB"]))
+    if local_nvme_gb(row):
+        labels[LABEL_INSTANCE_LOCAL_NVME] = str(local_nvme_gb(row))
     overhead = {
         "cpu": f"{kube_reserved_millicores(vcpus)}m",
         "memory": f"{11 * pods + 255 + EVICTION_MIB}Mi",
-        "ephemeral-storage": f"{root_volume_gib * 1024 // 10}Mi",
+        "ephemeral-storage": f"{ephemeral_mib // 10}Mi",
     }
     return InstanceType(
         name=name,

@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -52,6 +53,7 @@ from controller.cloudprovider.aws.fleet import (
     MAX_OVERRIDES,
     SPOT_ROLE_FIX,
     TAG_CLUSTER,
+    TAG_GANG,
     TAG_NODECLAIM,
     TAG_NODECLAIM_UID,
     TAG_NODECLASS,
@@ -60,6 +62,7 @@ from controller.cloudprovider.aws.fleet import (
     UNAVAILABLE_CODES,
     Refusal,
     fleet_request,
+    gang_placement_group,
     image_for,
     nodeclass_hash,
     refused_offerings,
@@ -71,9 +74,11 @@ from controller.cloudprovider.aws.gc import Collected
 from controller.cloudprovider.aws.gc import collect as collect_garbage
 from controller.cloudprovider.aws.instancetypes import (
     DEFAULT_ROOT_VOLUME_GIB,
+    EFA_RESOURCE,
     Reservation,
     build_instance_type,
     build_offerings,
+    efa_interfaces,
     latest_spot_prices,
     max_pods,
     on_demand_prices,
@@ -102,6 +107,7 @@ DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
 DRIFT_CACHE_SECONDS: Final = 30.0
 SUBNET_CACHE_SECONDS: Final = 60.0
 CAPACITY_BLOCK_DRAIN_SECONDS: Final = 40 * 60.0
+GROUP_GRACE_SECONDS: Final = 600.0  # a per-gang placement group a launch just used is not collected
 UNKNOWN_FREE_IPS: Final = 1 << 20  # a subnet DescribeSubnets did not count is not taken for full
 
 
@@ -125,6 +131,7 @@ class _TypesCache:
     architectures: Mapping[str, str]
     gpu_makers: Mapping[str, str]
     max_pods: Mapping[str, int]  # what the kubelet of each type is told: the pods its capacity says
+    efa: Mapping[str, int] = dataclass_field(default_factory=dict)  # EFA interfaces per type
 
 
 class AWSCloudProvider:
@@ -162,6 +169,7 @@ class AWSCloudProvider:
         self._pricing_refresh = pricing_refresh_seconds
         self._cluster = cluster_source or ClusterInfoSource(api, cluster_name, cluster_settings)
         self._gc_seconds = gc_seconds
+        self._groups_ensured: dict[str, float] = {}  # placement group -> when a launch last used it
         self._template_used: dict[str, float] = {}  # launch template -> when this process last used it
         self._started = clock.monotonic()
         self._ips_free: dict[str, int] = {}  # subnet id -> AvailableIpAddressCount last read
@@ -199,6 +207,7 @@ class AWSCloudProvider:
                 needed.add(instance_profile_name(cluster=self.cluster_name, nodeclass=name, role=str(role)))
         in_use: set[str] = set()
         classes_in_use: set[str] = set()
+        gangs_in_use: set[str] = set()
         for raw in await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}]):
             arn = str((raw.get("IamInstanceProfile") or {}).get("Arn") or "")
             if arn:
@@ -206,6 +215,8 @@ class AWSCloudProvider:
             tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
             if tags.get(TAG_NODECLASS):
                 classes_in_use.add(str(tags[TAG_NODECLASS]))
+            if tags.get(TAG_GANG):
+                gangs_in_use.add(str(tags[TAG_GANG]))
         now = self._clock.monotonic()
         found = await collect_garbage(
             self.api,
@@ -214,6 +225,8 @@ class AWSCloudProvider:
             needed_profiles=needed,
             profiles_in_use=in_use,
             classes_in_use=classes_in_use,
+            gangs_in_use=gangs_in_use,
+            groups_just_used={n for n, at in self._groups_ensured.items() if now - at < GROUP_GRACE_SECONDS},
             used_templates={name: now - at for name, at in self._template_used.items()},
             now=self._clock.now(),
             uptime_seconds=now - self._started,
@@ -304,7 +317,8 @@ class AWSCloudProvider:
 
     async def _types_for(self, nodeclass: ResolvedNodeClass) -> _TypesCache:
         reservations = self._reservations(nodeclass)
-        key = (nodeclass.zones, reservations, self._root_volume_gib(nodeclass))
+        raid0 = nodeclass.model.spec.instance_store_policy == "RAID0"
+        key = (nodeclass.zones, reservations, self._root_volume_gib(nodeclass), raid0)
         cached = self._types.get(nodeclass.name)
         now = self._clock.monotonic()
         if cached is not None and cached.key == key and now - cached.at < self._ttl:
@@ -354,6 +368,7 @@ class AWSCloudProvider:
         arch: dict[str, str] = {}
         makers: dict[str, str] = {}
         pods: dict[str, int] = {}
+        efa: dict[str, int] = {}
         for row in rows:
             name = str(row["InstanceType"])
             offerings = build_offerings(
@@ -366,12 +381,15 @@ class AWSCloudProvider:
             )
             if not offerings:
                 continue
-            it = build_instance_type(row, root_volume_gib=root, offerings=offerings)
+            it = build_instance_type(row, root_volume_gib=root, offerings=offerings, raid0=raid0)
             types.append(it)
             arch[name] = it.labels.get("kubernetes.io/arch", "amd64")
             makers[name] = it.labels.get("joiner.sh/gpu-manufacturer", "")
             pods[name] = max_pods(row)  # the same function the capacity's pods came from
-        entry = _TypesCache(at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers, max_pods=pods)
+            efa[name] = efa_interfaces(row)
+        entry = _TypesCache(
+            at=now, key=key, types=tuple(types), architectures=arch, gpu_makers=makers, max_pods=pods, efa=efa
+        )
         self._types[nodeclass.name] = entry
         return entry
 
@@ -592,7 +610,13 @@ class AWSCloudProvider:
         labels = {str(k): str(v) for k, v in ((nodeclaim.get("metadata") or {}).get("labels") or {}).items()}
         try:
             return user_data_for(
-                family, await self.cluster_info(), labels=labels, taints=taints, user_data=spec.user_data, max_pods=pods
+                family,
+                await self.cluster_info(),
+                labels=labels,
+                taints=taints,
+                user_data=spec.user_data,
+                max_pods=pods,
+                instance_store=spec.instance_store_policy,
             )
         except UserDataError as err:
             raise NodeClassNotReadyError(f"EC2NodeClass {nodeclass.name!r}: {err}") from None
@@ -626,6 +650,37 @@ class AWSCloudProvider:
                 best[zone] = (sid, left)
         return best
 
+    async def _placement_group(self, nodeclass: ResolvedNodeClass, nodeclaim: Obj) -> str | None:
+        """The placement group a NodeClaim launches into: the class's named one, or with ``perGang``
+        its gang's own cluster group, created on the gang's first launch (None outside a gang)."""
+        spec = nodeclass.model.spec.placement_group
+        if spec is None:
+            return None
+        if spec.name:
+            return spec.name
+        gang = str(((nodeclaim.get("metadata") or {}).get("labels") or {}).get(TAG_GANG) or "")
+        if not gang:
+            return None
+        name = gang_placement_group(cluster_name=self.cluster_name, gang=gang)
+        self._groups_ensured[name] = self._clock.monotonic()
+        try:
+            await self.api.call(
+                "ec2",
+                "create_placement_group",
+                GroupName=name,
+                Strategy="cluster",
+                TagSpecifications=tag_specifications(
+                    ("placement-group",), {TAG_CLUSTER: self.cluster_name, TAG_GANG: gang}
+                ),
+            )
+            log.info("aws.placement_group_created", name=name, gang=gang, reason="the gang's first launch")
+        except AWSError as err:
+            if err.code != "InvalidPlacementGroup.Duplicate":
+                raise CreateError(
+                    f"cannot create the placement group of gang {gang}: {err.code}: {err.message}", reason=err.code
+                ) from None
+        return name
+
     async def _launch_configs(
         self,
         *,
@@ -639,8 +694,10 @@ class AWSCloudProvider:
         subnets_by_zone = {zone: subnet for zone, (subnet, _) in zonal.items()}
         exhausted = {zone for zone, (_, left) in zonal.items() if left <= 0}
         candidates = sorted(candidates, key=lambda c: c.offering.zone in exhausted)  # stable: price order kept
-        # one launch template per image and kubelet maxPods: the user data tells the kubelet its pods
-        overrides_by_image: dict[tuple[str, int], list[Obj]] = {}
+        # one launch template per image, kubelet maxPods and EFA interfaces: the user data tells the
+        # kubelet its pods, and a NodeClaim that requests EFA gets every EFA interface of its type
+        wants_efa = _requests(nodeclaim, EFA_RESOURCE) > 0
+        overrides_by_image: dict[tuple[str, int, int], list[Obj]] = {}
         tried: list[OfferingId] = []
         for c in candidates:
             subnet = subnets_by_zone.get(c.offering.zone)
@@ -658,7 +715,8 @@ class AWSCloudProvider:
             if c.offering.capacity_type == CAPACITY_TYPE_ON_DEMAND:
                 override["Priority"] = float(len(tried))
             pods = cache.max_pods.get(c.instance_type.name, 0)
-            overrides_by_image.setdefault((image, pods), []).append(override)
+            efa = cache.efa.get(c.instance_type.name, 0) if wants_efa else 0
+            overrides_by_image.setdefault((image, pods, efa), []).append(override)
             tried.append(c.key)
             if len(tried) >= MAX_OVERRIDES:
                 break
@@ -674,9 +732,18 @@ class AWSCloudProvider:
             nodeclass=nodeclass,
             nodepool=str(((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")),
         )
-        for (image, pods), overrides in overrides_by_image.items():
+        group = await self._placement_group(nodeclass, nodeclaim)
+        for (image, pods, efa), overrides in overrides_by_image.items():
             user_data = await self._user_data(nodeclaim, nodeclass, pods=pods or None)
-            data = template_data(nodeclass, image=image, reservation=reservation, user_data=user_data, tags=tags)
+            data = template_data(
+                nodeclass,
+                image=image,
+                reservation=reservation,
+                user_data=user_data,
+                tags=tags,
+                efa_interfaces=efa,
+                placement_group=group,
+            )
             template = await self._launch_template(nodeclass, data, tags=tags)
             configs.append(
                 {
@@ -865,6 +932,15 @@ class AWSCloudProvider:
             f"CapacityBlockExpiring: Capacity Block {rid} ends at {end.isoformat()} ({max(0, int(left // 60))} min): "
             f"replaced before EC2 reclaims the instance"
         )
+
+
+def _requests(nodeclaim: Obj, resource: str) -> int:
+    """How much of ``resource`` the NodeClaim requests (0 when none or unreadable)."""
+    raw = (((nodeclaim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(resource)
+    try:
+        return int(str(raw or 0))
+    except ValueError:
+        return 0
 
 
 def _alive(raw: Obj) -> bool:

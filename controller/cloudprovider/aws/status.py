@@ -207,7 +207,15 @@ async def render_user_data(
         return spec.user_data
     rows = await api.collect("ec2", "describe_instance_types", key="InstanceTypes", InstanceTypes=[instance_type])
     pods = max_pods(rows[0]) if rows else None
-    return user_data_for(family, await source.get(), labels={}, taints=[], user_data=spec.user_data, max_pods=pods)
+    return user_data_for(
+        family,
+        await source.get(),
+        labels={},
+        taints=[],
+        user_data=spec.user_data,
+        max_pods=pods,
+        instance_store=spec.instance_store_policy,
+    )
 
 
 async def preflight_validation(

@@ -18,7 +18,7 @@ _ESCAPES: Final = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\
 
 
 def _key(key: str) -> str:
-    return key if _BARE.match(key) else _string(key)
+    return key if _BARE.fullmatch(key) else _string(key)
 
 
 def _string(value: str) -> str:
