@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from api.v1 import labels as wk
 from api.v1.ec2nodeclass import EC2NodeClass
+from api.v1.gcenodeclass import GCENodeClass
 from api.v1.kwoknodeclass import KWOKNodeClass
 from api.v1.meta import describe_fields
 from api.v1.nodeclaim import NodeClaim
@@ -146,6 +147,17 @@ KINDS: Final = (
             PrinterColumn("InstanceProfile", ".status.instanceProfile", priority=1),
             PrinterColumn("AMI", ".status.amis[0].id", priority=1),
             PrinterColumn("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
+        ),
+    ),
+    Kind(
+        model=GCENodeClass,
+        plural="gcenodeclasses",
+        short_names=("gcenc",),
+        columns=(
+            PrinterColumn("Project", ".spec.project"),
+            PrinterColumn("Region", ".spec.region"),
+            _AGE,
+            PrinterColumn("ServiceAccount", ".spec.serviceAccount.email", priority=1),
         ),
     ),
 )

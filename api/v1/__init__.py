@@ -1,4 +1,4 @@
-"""The joiner.sh/v1 API: NodePool, NodeClaim, KWOKNodeClass and EC2NodeClass as pydantic v2 models.
+"""The joiner.sh/v1 API: NodePool, NodeClaim, KWOKNodeClass, EC2NodeClass and GCENodeClass as pydantic v2 models.
 
 These models are the single source of truth for the CRDs (``python -m api.crdgen``). Nothing in
 this package does I/O or reads a clock.
@@ -49,6 +49,15 @@ if TYPE_CHECKING:
         MetadataOptions,
         SecurityGroupSelectorTerm,
         SubnetSelectorTerm,
+    )
+    from api.v1.gcenodeclass import (
+        Disk,
+        GCENodeClass,
+        GCENodeClassSpec,
+        ImageSelectorTerm,
+        ReservationSelectorTerm,
+        ServiceAccount,
+        SubnetworkSelectorTerm,
     )
     from api.v1.kwoknodeclass import (
         CATALOG_CONFIGMAP_KEY,
@@ -133,9 +142,25 @@ _MODULES: Final[dict[str, tuple[str, ...]]] = {
         "EC2NodeClass",
         "EC2NodeClassSpec",
         "EC2NodeClassStatus",
+    "Disk",
+    "GCENodeClass",
+    "GCENodeClassSpec",
+    "ImageSelectorTerm",
+    "ReservationSelectorTerm",
+    "ServiceAccount",
+    "SubnetworkSelectorTerm",
         "MetadataOptions",
         "SecurityGroupSelectorTerm",
         "SubnetSelectorTerm",
+    ),
+    "api.v1.gcenodeclass": (
+        "Disk",
+        "GCENodeClass",
+        "GCENodeClassSpec",
+        "ImageSelectorTerm",
+        "ReservationSelectorTerm",
+        "ServiceAccount",
+        "SubnetworkSelectorTerm",
     ),
     "api.v1.kwoknodeclass": (
         "CATALOG_CONFIGMAP_KEY",
@@ -234,6 +259,7 @@ __all__ = [
     "ConditionStatus",
     "ConsolidationPolicy",
     "CronSchedule",
+    "Disk",
     "Disruption",
     "DisruptionReason",
     "Duration",
@@ -242,7 +268,10 @@ __all__ = [
     "EC2NodeClassStatus",
     "FailureInjection",
     "FieldError",
+    "GCENodeClass",
+    "GCENodeClassSpec",
     "HasConditions",
+    "ImageSelectorTerm",
     "InvalidObjectError",
     "JoinerObject",
     "KWOKNodeClass",
@@ -270,11 +299,14 @@ __all__ = [
     "Quantity",
     "RequirementBase",
     "RequirementOperator",
+    "ReservationSelectorTerm",
     "ResourceRequirements",
     "SecurityGroupSelectorTerm",
+    "ServiceAccount",
     "SpecModel",
     "StatusModel",
     "SubnetSelectorTerm",
+    "SubnetworkSelectorTerm",
     "Taint",
     "TaintEffect",
     "conditions",

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import structlog
 
-from api.v1.labels import LABEL_GANG
+from api.v1.labels import ANNOTATION_GANG_CLAIMS, LABEL_GANG
 from controller.cloudprovider.types import OfferingId
 from controller.context import Context
 from controller.gang import claims as cl
@@ -51,6 +51,7 @@ from controller.gang.decide import (
 )
 from controller.gang.markers import (
     ANNOTATION_GANG_NAME,
+    ANNOTATION_GANG_OFFERING,
     POLICY_RESTART_GANG,
     GangMarker,
     gang_marker,
@@ -748,6 +749,14 @@ class GangController:
                 same_zone=result.same_zone,
             )
             manifests.append(NewClaim(node, manifest))
+        # every member names the attempt's new NodeClaims and their offerings: a provider that can buy
+        # a gang in one all-or-nothing request (gcp: bulkInsert with minCount) does so
+        members = ",".join(
+            f"{m.manifest['metadata']['name']}={m.manifest['metadata']['annotations'][ANNOTATION_GANG_OFFERING]}"
+            for m in manifests
+        )
+        for m in manifests:
+            m.manifest["metadata"]["annotations"][ANNOTATION_GANG_CLAIMS] = members
         reused: list[str] = []
         for node_name, placed in plan.existing_placements.items():
             if not placed:
