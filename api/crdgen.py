@@ -156,8 +156,11 @@ KINDS: Final = (
         columns=(
             PrinterColumn("Project", ".spec.project"),
             PrinterColumn("Region", ".spec.region"),
+            _READY,
             _AGE,
             PrinterColumn("ServiceAccount", ".spec.serviceAccount.email", priority=1),
+            PrinterColumn("Image", ".status.images[0].image", priority=1),
+            PrinterColumn("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
         ),
     ),
 )

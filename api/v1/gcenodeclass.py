@@ -15,8 +15,9 @@ from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from api.v1.common import cel_rule
+from api.v1.conditions import Condition
 from api.v1.labels import API_VERSION
-from api.v1.meta import ObjectMeta, SpecModel
+from api.v1.meta import ObjectMeta, SpecModel, StatusModel
 
 MAX_SELECTOR_TERMS: Final = 30
 GCE_NAME_PATTERN: Final = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -167,6 +168,42 @@ class GCENodeClassSpec(SpecModel):
         return self
 
 
+class ImageStatus(StatusModel):
+    """A resolved boot image."""
+
+    image: str
+    gpu: bool | None = None
+    instance_template: str | None = None
+
+
+class ReservationStatus(StatusModel):
+    """A resolved specific reservation."""
+
+    name: str
+    project: str
+    zone: str
+    instance_type: str
+    available: int = 0
+
+
+class GCENodeClassStatus(StatusModel):
+    """What the NodeClass resolved to, written by joiner."""
+
+    zones: list[str] = Field(default_factory=list)
+    """The zones offered."""
+    subnetwork: str | None = None
+    """The subnetwork instances are placed in (``projects/<p>/regions/<r>/subnetworks/<name>``)."""
+    images: list[ImageStatus] = Field(default_factory=list)
+    """The boot images, resolved (a family to its newest image, a template to its boot image)."""
+    reservations: list[ReservationStatus] = Field(default_factory=list)
+    """The reservations found, with the machines they still have room for."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """``Ready``: the region, a subnetwork and every image resolved; otherwise the message says what did not."""
+
+
 class GCENodeClass(SpecModel):
     """A GCENodeClass: settings of the gcp cloud provider."""
 
@@ -178,6 +215,8 @@ class GCENodeClass(SpecModel):
     """Standard object metadata."""
     spec: GCENodeClassSpec
     """How instances are launched."""
+    status: GCENodeClassStatus | None = None
+    """Observed state, written by joiner."""
 
     @property
     def name(self) -> str:

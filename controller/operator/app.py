@@ -18,7 +18,7 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.client import ApiError, KubeClient, NotFoundError
 from controller.kube.events import EventRecorder
-from controller.kube.resources import CRDS, EC2NODECLASSES
+from controller.kube.resources import CRDS, EC2NODECLASSES, GCENODECLASSES
 from controller.metrics import REGISTRY
 from controller.operator.leader import LeaderElector
 from controller.operator.metrics import LEADER, LOOP_RESTARTS, record_start
@@ -31,6 +31,7 @@ from controller.state.writer import NodeClaimWriter
 log = structlog.get_logger()
 REQUIRED_CRDS = ("nodepools.joiner.sh", "nodeclaims.joiner.sh", "kwoknodeclasses.joiner.sh")
 AWS_CRDS = ("ec2nodeclasses.joiner.sh",)
+GCP_CRDS = ("gcenodeclasses.joiner.sh",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,19 @@ class AWSOptions:
     cluster_cidr: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class GCPOptions:
+    """Settings of the gcp provider (credentials: Application Default Credentials, unless an endpoint
+    that checks none is given)."""
+
+    cluster_name: str
+    region: str = "us-central1"
+    compute_endpoint: str | None = None
+    pubsub_endpoint: str | None = None
+    interruption_subscription: str | None = None
+    anonymous: bool = False  # send no credentials (a local fake API server)
+
+
 @runtime_checkable
 class Runnable(Protocol):
     async def run(self) -> None: ...
@@ -61,7 +75,32 @@ def build_cloud_provider(
     clock: RealClock,
     unavailable: UnavailableOfferings,
     aws: AWSOptions | None = None,
+    gcp: GCPOptions | None = None,
 ) -> CloudProvider:
+    if provider == "gcp":
+        from controller.cloudprovider.gcp.api import COMPUTE_ENDPOINT, PUBSUB_ENDPOINT, GCPApi, NoToken
+        from controller.cloudprovider.gcp.provider import GCPCloudProvider
+        from controller.cloudprovider.gcp.status import GCENodeClassStatusController
+
+        if gcp is None or not gcp.cluster_name:
+            raise ValueError("the gcp provider needs --cluster-name")
+        gcp_api = GCPApi(
+            compute_endpoint=gcp.compute_endpoint or COMPUTE_ENDPOINT,
+            pubsub_endpoint=gcp.pubsub_endpoint or PUBSUB_ENDPOINT,
+            tokens=NoToken() if gcp.anonymous else None,
+            sleep=clock.sleep,
+        )
+        return GCPCloudProvider(
+            api=gcp_api,
+            cluster_name=gcp.cluster_name,
+            nodeclasses=lambda: cluster.store(GCENODECLASSES.kind),
+            clock=clock,
+            region=gcp.region,
+            unavailable=unavailable,
+            status_loop=lambda resolver: GCENodeClassStatusController(
+                resolver=resolver, client=client, cluster=cluster, clock=clock
+            ),
+        )
     if provider == "aws":
         from controller.cloudprovider.aws.api import AWSApi
         from controller.cloudprovider.aws.cluster import ClusterSettings
@@ -145,7 +184,8 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
 
 async def missing_crds(client: KubeClient, *, provider: str = "kwok") -> list[str]:
     missing = []
-    for name in (*REQUIRED_CRDS, *(AWS_CRDS if provider == "aws" else ())):
+    extra = {"aws": AWS_CRDS, "gcp": GCP_CRDS}.get(provider, ())
+    for name in (*REQUIRED_CRDS, *extra):
         try:
             await client.get(CRDS, name)
         except NotFoundError:
@@ -162,6 +202,7 @@ async def run_operator(
     leader_namespace: str,
     catalog: str | None,
     aws: AWSOptions | None = None,
+    gcp: GCPOptions | None = None,
 ) -> int:
     clock = RealClock()
     client = await KubeClient.connect(kubeconfig)
@@ -177,8 +218,8 @@ async def run_operator(
         await client.close()
         return 1
 
-    # the aws provider reads EC2NodeClasses from the cache too
-    watched = (*WATCHED, EC2NODECLASSES) if provider == "aws" else WATCHED
+    # the aws and gcp providers read their NodeClasses from the cache too
+    watched = {"aws": (*WATCHED, EC2NODECLASSES), "gcp": (*WATCHED, GCENODECLASSES)}.get(provider, WATCHED)
     cluster = ClusterState(
         source=client, clock=clock, watched=watched, watch_timeout_seconds=settings.watch_timeout_seconds
     )
@@ -191,6 +232,7 @@ async def run_operator(
         clock=clock,
         unavailable=unavailable,
         aws=aws,
+        gcp=gcp,
     )
     cloud = MeteredCloudProvider(raw_cloud, clock=clock)
     # a provider may run its own loop (the kwok provider creates Nodes after the registration delay)
@@ -213,6 +255,15 @@ async def run_operator(
         assert isinstance(raw_cloud, AWSCloudProvider)
         source = SQSSource(api=raw_cloud.api, queue_url=aws.interruption_queue)
         provider_loops.append(InterruptionController(ctx, source=source))
+    if gcp is not None and gcp.interruption_subscription:
+        from controller.cloudprovider.gcp.provider import GCPCloudProvider
+        from controller.cloudprovider.gcp.pubsub import PubSubSource
+        from controller.cloudprovider.gcp.pubsub import parse as parse_audit_log
+        from controller.interruption.controller import InterruptionController
+
+        assert isinstance(raw_cloud, GCPCloudProvider)
+        pubsub = PubSubSource(api=raw_cloud.api, subscription=gcp.interruption_subscription)
+        provider_loops.append(InterruptionController(ctx, source=pubsub, parse=parse_audit_log))
     if provider == "kwok":
         # the fake cloud's interruptions: NodeClaims annotated joiner.sh/interruption
         from controller.interruption.controller import InterruptionController

@@ -14,7 +14,13 @@ from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_DIR = Path(os.environ.get("JOINER_CLUSTER_DIR", ROOT / ".kwok"))
-JOINER_KINDS = ("nodeclaims.joiner.sh", "nodepools.joiner.sh", "kwoknodeclasses.joiner.sh", "ec2nodeclasses.joiner.sh")
+JOINER_KINDS = (
+    "nodeclaims.joiner.sh",
+    "nodepools.joiner.sh",
+    "kwoknodeclasses.joiner.sh",
+    "ec2nodeclasses.joiner.sh",
+    "gcenodeclasses.joiner.sh",
+)
 T = TypeVar("T")
 
 

@@ -140,7 +140,7 @@ def test_rbac_grants_what_the_controller_calls_and_no_more(tools: Path) -> None:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
     # the user's objects: read, and status written; never created or deleted by joiner
-    for resource in ("nodepools", "kwoknodeclasses", "ec2nodeclasses"):
+    for resource in ("nodepools", "kwoknodeclasses", "ec2nodeclasses", "gcenodeclasses"):
         assert granted[("joiner.sh", resource)] == {"list", "watch"}
     assert granted[("joiner.sh", "nodepools/status")] == {"patch"}
     assert granted[("joiner.sh", "nodeclaims")] == {"get", "list", "watch", "create", "patch", "delete"}

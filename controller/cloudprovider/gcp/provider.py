@@ -149,7 +149,10 @@ class GCPCloudProvider:
         unavailable: UnavailableOfferings | None = None,
         prices: Prices | None = None,
         cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
+        status_loop: Callable[[NodeClassResolver], Any] | None = None,
     ) -> None:
+        """``status_loop`` makes the GCENodeClass status controller over this provider's resolver (so
+        the status shows what launches use); :meth:`run` runs it."""
         self.api = api
         self.cluster_name = cluster_name
         self.cluster_label = _label_value(cluster_name)
@@ -161,6 +164,18 @@ class GCPCloudProvider:
         self._types: dict[str, _TypesCache] = {}
         self._bulks: dict[str, _Bulk] = {}
         self._listed: tuple[float, dict[str, Obj]] | None = None
+        self._loop = status_loop(self._resolver) if status_loop is not None else None
+
+    @property
+    def resolver(self) -> NodeClassResolver:
+        return self._resolver
+
+    async def run(self) -> None:
+        """The GCENodeClass status controller, when one was given; the supervisor expects run() to last."""
+        if self._loop is not None:
+            await self._loop.run()
+        else:
+            await asyncio.Event().wait()
 
     async def aclose(self) -> None:
         await self.api.close()
@@ -324,6 +339,10 @@ class GCPCloudProvider:
                     continue
                 raise CreateError(f"instances.insert of {name} failed: {err}", reason=err.reason) from None
             except OperationError as err:
+                if "RESOURCE_ALREADY_EXISTS" in err.codes:  # a concurrent insert of the same name won
+                    found = await self._find(nodeclass, name)
+                    if found is not None:
+                        return self._instance(found, refused=tuple(refused))
                 if err.codes and all(code in CAPACITY_CODES for code in err.codes):
                     refused.append(c.key)
                     errors.append(f"{c.key.instance_type}/{zone}/{c.key.capacity_type}: {','.join(err.codes)}")
