@@ -8,8 +8,7 @@ Each message's data is one audit ``LogEntry`` (JSON). Understood (``protoPayload
 * ``compute.instances.hostError``: the host failed and the instance was restarted or stopped ->
   a scheduled change (``hostError``);
 * ``compute.instances.terminateOnHostMaintenance``: maintenance stops the instance (GPU machines
-  cannot live-migrate) -> a scheduled change (``terminateOnHostMaintenance``);
-* ``compute.instances.upcomingMaintenance``: maintenance is scheduled -> a scheduled change.
+  cannot live-migrate) -> a scheduled change (``terminateOnHostMaintenance``).
 
 Other audit entries parse to no notices; data that is not a LogEntry raises MalformedMessage.
 """
@@ -29,7 +28,6 @@ METHODS: Final = {
     "compute.instances.preempted": SPOT_INTERRUPTION,
     "compute.instances.hostError": SCHEDULED_CHANGE,
     "compute.instances.terminateOnHostMaintenance": SCHEDULED_CHANGE,
-    "compute.instances.upcomingMaintenance": SCHEDULED_CHANGE,
 }
 
 
