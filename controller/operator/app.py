@@ -57,6 +57,7 @@ class GCPOptions:
     region: str = "us-central1"
     compute_endpoint: str | None = None
     pubsub_endpoint: str | None = None
+    billing_endpoint: str | None = None
     interruption_subscription: str | None = None
     anonymous: bool = False  # send no credentials (a local fake API server)
 
@@ -78,7 +79,13 @@ def build_cloud_provider(
     gcp: GCPOptions | None = None,
 ) -> CloudProvider:
     if provider == "gcp":
-        from controller.cloudprovider.gcp.api import COMPUTE_ENDPOINT, PUBSUB_ENDPOINT, GCPApi, NoToken
+        from controller.cloudprovider.gcp.api import (
+            BILLING_ENDPOINT,
+            COMPUTE_ENDPOINT,
+            PUBSUB_ENDPOINT,
+            GCPApi,
+            NoToken,
+        )
         from controller.cloudprovider.gcp.provider import GCPCloudProvider
         from controller.cloudprovider.gcp.status import GCENodeClassStatusController
 
@@ -87,6 +94,7 @@ def build_cloud_provider(
         gcp_api = GCPApi(
             compute_endpoint=gcp.compute_endpoint or COMPUTE_ENDPOINT,
             pubsub_endpoint=gcp.pubsub_endpoint or PUBSUB_ENDPOINT,
+            billing_endpoint=gcp.billing_endpoint or BILLING_ENDPOINT,
             tokens=NoToken() if gcp.anonymous else None,
             sleep=clock.sleep,
         )

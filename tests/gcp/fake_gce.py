@@ -66,6 +66,17 @@ ACCELERATOR_TYPES: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "nvidia-tesla-a100": ("NVIDIA A100 40GB", 16, ZONES),
     "nvidia-h100-80gb": ("NVIDIA H100 80GB", 8, ("us-central1-a", "us-central1-c")),
 }
+# Cloud Billing Catalog rates of us-central1, USD per hour: (family, per vCPU, per GiB) on demand;
+# spot is 30 % of it. GPUs per GPU.
+CORE_RAM_RATES = {
+    "E2": (0.021811, 0.002923),
+    "N2": (0.031611, 0.004237),
+    "N1": (0.031611, 0.004237),
+    "G2": (0.02505, 0.002934),
+    "A2": (0.031611, 0.004237),
+    "A3": (0.0294, 0.0031),
+}
+GPU_RATES = {"Nvidia L4": 0.56, "Nvidia Tesla A100": 2.933908, "Nvidia H100 80GB": 9.7996, "Nvidia Tesla T4": 0.35}
 CAPACITY_MESSAGES = {
     "ZONE_RESOURCE_POOL_EXHAUSTED": "The zone '{zone}' does not have enough resources available to fulfill the "
     "request.  Try a different zone, or try again later.",
@@ -137,6 +148,7 @@ class FakeGCE:
         self.templates: dict[str, Obj] = {}  # "project/name" -> instance template
         self.subnetworks: dict[str, Obj] = {}  # "project/region/name" -> subnetwork
         self.reservations: dict[tuple[str, str, str], Obj] = {}  # (project, zone, name) -> reservation
+        self.billing_enabled = False  # a project's default: the Cloud Billing API is off
         self.subscriptions = {f"projects/{PROJECT}/subscriptions/interruptions": Subscription()}
         self.world()
         self.app = self._app()
@@ -522,6 +534,7 @@ class FakeGCE:
         app.router.add_get(z + "/operations/{name}", self.get_operation)
         app.router.add_post(z + "/operations/{name}/wait", self.wait_operation)
         app.router.add_post("/v1/projects/{project}/subscriptions/{sub}", self.pubsub)
+        app.router.add_get("/v1/services/{service}/skus", self.skus)
         app.router.add_post("/_fake/capacity", self.fake_capacity)
         app.router.add_post("/_fake/throttle", self.fake_throttle)
         app.router.add_post("/_fake/event", self.fake_event)
@@ -724,6 +737,95 @@ class FakeGCE:
         while op["status"] != "DONE" and time.monotonic() < deadline:  # noqa: ASYNC110 (a poll, as GCE's)
             await asyncio.sleep(0.01)
         return web.json_response(op)
+
+    def sku_list(self) -> list[Obj]:
+        """The catalog's SKUs as cloudbilling.googleapis.com lists them (a few it must ignore too)."""
+
+        def sku(description: str, group: str, usage: str, price: float, regions: list[str], unit: str) -> Obj:
+            units, nanos = int(price), round((price - int(price)) * 1e9)
+            return {
+                "name": f"services/6F81-5844-456A/skus/{next(self.ids):X}",
+                "skuId": f"{next(self.ids):X}",
+                "description": description,
+                "category": {
+                    "serviceDisplayName": "Compute Engine",
+                    "resourceFamily": "Compute",
+                    "resourceGroup": group,
+                    "usageType": usage,
+                },
+                "serviceRegions": regions,
+                "pricingInfo": [
+                    {
+                        "pricingExpression": {
+                            "usageUnit": unit,
+                            "tieredRates": [
+                                {
+                                    "startUsageAmount": 0,
+                                    "unitPrice": {"currencyCode": "USD", "units": str(units), "nanos": nanos},
+                                }
+                            ],
+                        }
+                    }
+                ],
+            }
+
+        here = [REGION, "us-east1"]
+        out: list[Obj] = []
+        for family, (core, ram) in CORE_RAM_RATES.items():
+            infix = "Predefined " if family == "N1" else ""
+            for prefix, usage, factor in (("", "OnDemand", 1.0), ("Spot Preemptible ", "Preemptible", 0.3)):
+                out.append(
+                    sku(
+                        f"{prefix}{family} {infix}Instance Core running in Americas",
+                        "CPU",
+                        usage,
+                        core * factor,
+                        here,
+                        "h",
+                    )
+                )
+                out.append(
+                    sku(
+                        f"{prefix}{family} {infix}Instance Ram running in Americas",
+                        "RAM",
+                        usage,
+                        ram * factor,
+                        here,
+                        "GiBy.h",
+                    )
+                )
+            out.append(
+                sku(f"Commitment v1: {family} Cpu in Americas for 1 Year", "CPU", "Commit1Yr", core * 0.6, here, "h")
+            )
+        for name, price in GPU_RATES.items():
+            out.append(sku(f"{name} GPU running in Americas", "GPU", "OnDemand", price, here, "h"))
+            out.append(
+                sku(
+                    f"{name} GPU attached to Spot Preemptible VMs running in Americas",
+                    "GPU",
+                    "Preemptible",
+                    price * 0.3,
+                    here,
+                    "h",
+                )
+            )
+        out.append(sku("E2 Instance Core running in Belgium", "CPU", "OnDemand", 0.5, ["europe-west1"], "h"))
+        return out
+
+    async def skus(self, request: web.Request) -> web.Response:
+        if not self.billing_enabled:
+            message = (
+                "Cloud Billing API has not been used in project joiner-test before or it is disabled. "
+                "Enable it by visiting https://console.developers.google.com/apis/api/cloudbilling.googleapis.com"
+            )
+            return _error(403, "accessNotConfigured", message)
+        rows = self.sku_list()
+        start = int(request.query.get("pageToken") or 0)
+        size = 10
+        page: Obj = {"skus": rows[start : start + size], "nextPageToken": ""}
+        if start + size < len(rows):
+            page["nextPageToken"] = str(start + size)
+        return web.json_response(page)
 
     async def pubsub(self, request: web.Request) -> web.Response:
         m = request.match_info

@@ -36,6 +36,7 @@ Obj = dict[str, Any]
 
 COMPUTE_ENDPOINT: Final = "https://compute.googleapis.com/compute/v1/"
 PUBSUB_ENDPOINT: Final = "https://pubsub.googleapis.com/v1/"
+BILLING_ENDPOINT: Final = "https://cloudbilling.googleapis.com/v1/"
 SCOPE: Final = "https://www.googleapis.com/auth/cloud-platform"
 RATE_LIMIT_REASONS: Final = frozenset(
     {"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED", "backendError"}
@@ -139,6 +140,7 @@ class GCPApi:
         *,
         compute_endpoint: str = COMPUTE_ENDPOINT,
         pubsub_endpoint: str = PUBSUB_ENDPOINT,
+        billing_endpoint: str = BILLING_ENDPOINT,
         tokens: TokenSource | None = None,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
@@ -146,6 +148,7 @@ class GCPApi:
     ) -> None:
         self.compute_endpoint = compute_endpoint.rstrip("/") + "/"
         self.pubsub_endpoint = pubsub_endpoint.rstrip("/") + "/"
+        self.billing_endpoint = billing_endpoint.rstrip("/") + "/"
         self._tokens: TokenSource = tokens if tokens is not None else DefaultCredentials()
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -168,6 +171,9 @@ class GCPApi:
 
     async def pubsub(self, method: str, path: str, *, body: Obj | None = None) -> Obj:
         return await self.call("pubsub", method, self.pubsub_endpoint + path, body=body)
+
+    async def billing(self, method: str, path: str, *, params: Obj | None = None) -> Obj:
+        return await self.call("billing", method, self.billing_endpoint + path, params=params)
 
     async def compute_list(self, path: str, *, params: Obj | None = None) -> list[Obj]:
         """Every item of a Compute list call, following ``nextPageToken``."""
@@ -268,6 +274,7 @@ _COLLECTIONS: Final = frozenset(
         "reservations",
         "instanceTemplates",
         "subscriptions",
+        "skus",
     }
 )
 _ACTIONS: Final = frozenset({"bulkInsert", "wait", "getFromFamily", "setLabels"})

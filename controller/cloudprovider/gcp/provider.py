@@ -39,6 +39,7 @@ from api.v1.labels import (
 )
 from controller.clock import Clock
 from controller.cloudprovider.gcp.api import GCPApi, GCPError, OperationError
+from controller.cloudprovider.gcp.billing import Rates, fetch_rates, priced
 from controller.cloudprovider.gcp.instancetypes import (
     Prices,
     Reservation,
@@ -92,6 +93,8 @@ LIVE_STATES: Final = ("PROVISIONING", "STAGING", "RUNNING", "STOPPING", "SUSPEND
 MAX_ATTEMPTS: Final = 4
 DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
 DRIFT_CACHE_SECONDS: Final = 30.0
+BILLING_REFRESH_SECONDS: Final = 12 * 3600.0
+BILLING_RETRY_SECONDS: Final = 3600.0
 BULK_RESULT_SECONDS: Final = 120.0
 GCE_NAME: Final = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -150,15 +153,21 @@ class GCPCloudProvider:
         prices: Prices | None = None,
         cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
         status_loop: Callable[[NodeClassResolver], Any] | None = None,
+        billing: bool = True,
     ) -> None:
         """``status_loop`` makes the GCENodeClass status controller over this provider's resolver (so
-        the status shows what launches use); :meth:`run` runs it."""
+        the status shows what launches use); :meth:`run` runs it. ``billing``: read prices from the
+        Cloud Billing Catalog API (every 12 hours), the shipped table filling in what it lacks."""
         self.api = api
         self.cluster_name = cluster_name
         self.cluster_label = _label_value(cluster_name)
         self._clock = clock
         self._unavailable = unavailable
         self._prices = prices if prices is not None else shipped_prices(region)
+        self._region = region
+        self._billing = billing
+        self._rates: Rates = Rates()
+        self._rates_at: float | None = None  # when the catalog was last asked (read or failed)
         self._ttl = cache_ttl_seconds
         self._resolver = NodeClassResolver(api, nodeclasses=nodeclasses, clock=clock)
         self._types: dict[str, _TypesCache] = {}
@@ -215,25 +224,27 @@ class GCPCloudProvider:
         wanted = set(self._prices.on_demand) | {split_name(r.instance_type).machine_type for r in reservations}
         zones_of: dict[str, set[str]] = {}
         found: dict[str, tuple[Shape, Obj]] = {}
+        per_zone: list[tuple[str, list[Obj], list[Obj]]] = []
         try:
             for zone in nodeclass.zones:
                 machines = await self.api.compute_list(f"projects/{project}/zones/{zone}/machineTypes")
                 accelerators = await self.api.compute_list(f"projects/{project}/zones/{zone}/acceleratorTypes")
-                in_zone = shapes([m for m in machines if m.get("name") in wanted], accelerators, self._prices)
-                for name, entry in in_zone.items():
-                    found.setdefault(name, entry)
-                    zones_of.setdefault(name, set()).add(zone)
+                per_zone.append((zone, [m for m in machines if m.get("name") in wanted], accelerators))
         except GCPError as err:
             if cached is not None:
                 log.warning("gcp.instance_types_not_refreshed", nodeclass=nodeclass.name, error=str(err))
                 return cached
             raise NodeClassNotReadyError(f"cannot list Compute Engine machine types: {err}") from None
+        rows = {str(m["name"]): m for _, machines, _ in per_zone for m in machines}
+        prices = priced(self._prices, await self._catalog_rates(), rows)
+        for zone, machines, accelerators in per_zone:
+            for name, shaped in shapes(machines, accelerators, prices).items():
+                found.setdefault(name, shaped)
+                zones_of.setdefault(name, set()).add(zone)
         types: list[InstanceType] = []
         by_name: dict[str, Shape] = {}
         for name, (shape, row) in sorted(found.items()):
-            offerings = build_offerings(
-                shape=shape, zones=zones_of[name], prices=self._prices, reservations=reservations
-            )
+            offerings = build_offerings(shape=shape, zones=zones_of[name], prices=prices, reservations=reservations)
             if not offerings:
                 continue
             types.append(build_instance_type(shape, row, boot_disk_gib=nodeclass.boot_disk_gib, offerings=offerings))
@@ -241,6 +252,28 @@ class GCPCloudProvider:
         result = _TypesCache(at=now, key=key, types=tuple(types), shapes=by_name)
         self._types[nodeclass.name] = result
         return result
+
+    async def _catalog_rates(self) -> Rates:
+        """The Cloud Billing Catalog's rates, read at most every 12 hours (an hour after a failure:
+        the shipped table prices meanwhile)."""
+        if not self._billing:
+            return self._rates
+        now = self._clock.monotonic()
+        wait = BILLING_REFRESH_SECONDS if self._rates else BILLING_RETRY_SECONDS
+        if self._rates_at is not None and now - self._rates_at < wait:
+            return self._rates
+        self._rates_at = now
+        try:
+            self._rates = await fetch_rates(self.api, self._region)
+        except GCPError as err:
+            log.warning(
+                "gcp.billing_catalog_unavailable",
+                error=str(err),
+                reason="prices come from the shipped table (enable cloudbilling.googleapis.com to read the catalog)",
+            )
+            return self._rates
+        log.info("gcp.billing_catalog_read", families=len({f for f, _ in self._rates.core}), gpus=len(self._rates.gpu))
+        return self._rates
 
     # --- create ------------------------------------------------------------------------------
 
