@@ -52,15 +52,29 @@ class SubnetworkSelectorTerm(SpecModel):
     """The project owning the subnetwork (Shared VPC host); default the NodeClass's project."""
 
 
+class GKENodePool(SpecModel):
+    """A node pool of a GKE cluster, whose instance template new machines copy."""
+
+    project: GCEName | None = None
+    """The cluster's project; default the NodeClass's."""
+    location: Annotated[str, Field(pattern=r"^[a-z]+-[a-z]+[0-9]+(-[a-z])?$")]
+    """The cluster's region or zone, e.g. ``us-central1``."""
+    cluster: GCEName
+    """The cluster's name."""
+    name: GCEName
+    """The node pool's name."""
+
+
 class ImageSelectorTerm(SpecModel):
-    """The boot image: a source image or image family, or the instance template to copy."""
+    """The boot image: a source image or image family, an instance template to copy, or the GKE node
+    pool whose instance template to copy."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel_rule(
-                    "has(self.image) != has(self.instanceTemplate)",
-                    "an image selector term sets exactly one of 'image' or 'instanceTemplate'",
+                    "[has(self.image), has(self.instanceTemplate), has(self.gkeNodePool)].filter(x, x).size() == 1",
+                    "an image selector term sets exactly one of 'image', 'instanceTemplate' or 'gkeNodePool'",
                 )
             ]
         }
@@ -73,15 +87,18 @@ class ImageSelectorTerm(SpecModel):
     """The name of an instance template (global, in the NodeClass's project) to copy: the boot image,
     metadata, service account, network tags and labels of a GKE node pool's template. joiner's own
     settings (machine type, zone, provisioning model, labels, the fields set here) win."""
+    gke_node_pool: GKENodePool | None = Field(default=None, alias="gkeNodePool")
+    """A GKE node pool: joiner follows it to its instance group's template (and again when GKE makes a
+    new one at an upgrade: the old machines then drift) and copies that as ``instanceTemplate`` does."""
     gpu: bool | None = None
     """Use this term only for GPU machines (true) or only for machines without GPUs (false); unset:
     for both."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
-        if (self.image is None) == (self.instance_template is None):
+        if sum(x is not None for x in (self.image, self.instance_template, self.gke_node_pool)) != 1:
             raise PydanticCustomError(
-                "image_selector_term", "imageSelectorTerms: set exactly one of image, instanceTemplate"
+                "image_selector_term", "imageSelectorTerms: set exactly one of image, instanceTemplate, gkeNodePool"
             )
         return self
 
@@ -174,6 +191,7 @@ class ImageStatus(StatusModel):
     image: str
     gpu: bool | None = None
     instance_template: str | None = None
+    """The template copied (``projects/<p>/global|regions/<r>/instanceTemplates/<name>``)."""
 
 
 class ReservationStatus(StatusModel):

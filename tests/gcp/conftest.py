@@ -45,6 +45,7 @@ async def api(fake: tuple[FakeGCE, str]) -> AsyncIterator[GCPApi]:
         compute_endpoint=f"{url}/compute/v1/",
         pubsub_endpoint=f"{url}/v1/",
         billing_endpoint=f"{url}/v1/",
+        container_endpoint=f"{url}/v1/",
         tokens=NoToken(),
         retry=RetryPolicy(attempts=4, base_seconds=0.001, cap_seconds=0.01),
         operation_poll_seconds=0.01,

@@ -195,6 +195,40 @@ class FakeGCE:
             },
         }
 
+        # a GKE cluster "ml" whose node pool "gpu-pool" has one instance group, using a regional template
+        self.node_pools: dict[str, Obj] = {}  # "project/location/cluster/pool" -> node pool
+        self.group_managers: dict[str, Obj] = {}  # "project/zone/name" -> instance group manager
+        self.upgrade_node_pool("gpu-node-v1", version="v1")
+
+    def upgrade_node_pool(self, image: str, *, version: str) -> str:
+        """What a GKE upgrade of ml/gpu-pool does: a new (regional) template, the group pointed at it."""
+        template = f"gke-ml-gpu-pool-{version}"
+        properties = json.loads(json.dumps(self.templates[f"{PROJECT}/gke-gpu-pool"]["properties"]))
+        properties["disks"][0]["initializeParams"]["sourceImage"] = f"{BASE}projects/{PROJECT}/global/images/{image}"
+        link = f"{BASE}projects/{PROJECT}/regions/{REGION}/instanceTemplates/{template}"
+        self.templates[f"{PROJECT}/{REGION}/{template}"] = {
+            "name": template,
+            "selfLink": link,
+            "properties": properties,
+        }
+        group = "gke-ml-gpu-pool-grp"
+        self.group_managers[f"{PROJECT}/us-central1-a/{group}"] = {
+            "kind": "compute#instanceGroupManager",
+            "name": group,
+            "zone": f"{BASE}projects/{PROJECT}/zones/us-central1-a",
+            "instanceTemplate": link,
+            "instanceGroup": f"{BASE}projects/{PROJECT}/zones/us-central1-a/instanceGroups/{group}",
+            "targetSize": 0,
+        }
+        self.node_pools[f"{PROJECT}/{REGION}/ml/gpu-pool"] = {
+            "name": "gpu-pool",
+            "config": {"machineType": "g2-standard-8"},
+            "instanceGroupUrls": [f"{BASE}projects/{PROJECT}/zones/us-central1-a/instanceGroupManagers/{group}"],
+            "status": "RUNNING",
+            "version": "1.33.5-gke.1000000",
+        }
+        return f"projects/{PROJECT}/regions/{REGION}/instanceTemplates/{template}"
+
     def add_image(self, project: str, name: str, *, family: str | None = None) -> Obj:
         image = {
             "kind": "compute#image",
@@ -523,6 +557,11 @@ class FakeGCE:
         app.router.add_get(c + "/global/images/family/{family}", self.get_family)
         app.router.add_get(c + "/global/images/{name}", self.get_image)
         app.router.add_get(c + "/global/instanceTemplates/{name}", self.get_template)
+        app.router.add_get(c + "/regions/{region}/instanceTemplates/{name}", self.get_regional_template)
+        app.router.add_get(z + "/instanceGroupManagers/{name}", self.get_group_manager)
+        app.router.add_get(
+            "/v1/projects/{project}/locations/{location}/clusters/{cluster}/nodePools/{name}", self.get_node_pool
+        )
         app.router.add_get(z + "/machineTypes", self.list_machine_types)
         app.router.add_get(z + "/acceleratorTypes", self.list_accelerator_types)
         app.router.add_get(z + "/reservations/{name}", self.get_reservation)
@@ -587,6 +626,23 @@ class FakeGCE:
     async def get_template(self, request: web.Request) -> web.Response:
         found = self.templates.get(f"{request.match_info['project']}/{request.match_info['name']}")
         return web.json_response(found) if found else not_found(request.path)
+
+    async def get_regional_template(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        found = self.templates.get(f"{m['project']}/{m['region']}/{m['name']}")
+        return web.json_response(found) if found else not_found(request.path)
+
+    async def get_group_manager(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        found = self.group_managers.get(f"{m['project']}/{m['zone']}/{m['name']}")
+        return web.json_response(found) if found else not_found(request.path)
+
+    async def get_node_pool(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        found = self.node_pools.get(f"{m['project']}/{m['location']}/{m['cluster']}/{m['name']}")
+        if found is None:  # the GKE API's own error shape is Google's too
+            return _error(404, "notFound", f'Not found: node pool "{m["name"]}" not found.')
+        return web.json_response(found)
 
     def _page(self, request: web.Request, items: list[Obj], kind: str) -> web.Response:
         start = int(request.query.get("pageToken") or 0)

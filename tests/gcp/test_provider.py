@@ -350,3 +350,30 @@ def test_provider_ids_round_trip() -> None:
     assert parse_provider_id("gce://p/us-central1-a/nc-1") == ("p", "us-central1-a", "nc-1")
     assert parse_provider_id("aws:///us-east-1a/i-123") is None
     assert parse_provider_id("gce://p/zone") is None
+
+
+async def test_a_gke_node_pool_is_followed_to_its_template_and_an_upgrade_is_drift(
+    provider: GCPCloudProvider, gce: FakeGCE, nodeclasses: dict[str, Obj], clock: Any
+) -> None:
+    pool = {"location": "us-central1", "cluster": "ml", "name": "gpu-pool"}
+    nodeclasses["gpu"] = nodeclass(imageSelectorTerms=[{"gkeNodePool": pool}])
+    claim = nodeclaim("nc-pool", types=["g2-standard-8"], capacity_types=["on-demand"])
+    inst = await provider.create(claim)
+    [body] = inserts(gce)
+    items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    assert items["kube-env"].startswith("KUBERNETES_MASTER_NAME")  # the pool's template, copied
+    assert inst.image_id == f"projects/{PROJECT}/global/images/gpu-node-v1"
+    assert ("GET", f"/compute/v1/projects/{PROJECT}/zones/us-central1-a/instanceGroupManagers/gke-ml-gpu-pool-grp") in (
+        gce.requests
+    )
+    claim["status"] = {"providerID": inst.provider_id}
+    assert await provider.is_drifted(claim) is None
+    gce.add_image(PROJECT, "gpu-node-v2")
+    gce.upgrade_node_pool("gpu-node-v2", version="v2")  # GKE upgrades the pool: a new template
+    await clock.advance(61)
+    reason = await provider.is_drifted(claim)
+    assert reason is not None
+    assert reason.startswith("ImageDrift")
+    nodeclasses["gpu"] = nodeclass(imageSelectorTerms=[{"gkeNodePool": {**pool, "name": "no-such-pool"}}])
+    with pytest.raises(NodeClassNotReadyError, match="no-such-pool"):
+        await provider.create(nodeclaim("nc-none", types=["g2-standard-8"]))

@@ -91,7 +91,11 @@ async def test_the_status_controller_writes_what_the_class_resolves_to(
     assert written["status"]["zones"] == ["us-central1-a", "us-central1-b", "us-central1-c"]
     assert written["status"]["subnetwork"] == "projects/joiner-test/regions/us-central1/subnetworks/gpu-nodes"
     assert written["status"]["images"] == [
-        {"image": "projects/joiner-test/global/images/gpu-node-v1", "gpu": True, "instanceTemplate": "gke-gpu-pool"},
+        {
+            "image": "projects/joiner-test/global/images/gpu-node-v1",
+            "gpu": True,
+            "instanceTemplate": "projects/joiner-test/global/instanceTemplates/gke-gpu-pool",
+        },
         {"image": "projects/cos-cloud/global/images/cos-109-17800-66"},
     ]
     assert written["status"]["reservations"] == [

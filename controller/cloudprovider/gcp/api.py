@@ -37,6 +37,7 @@ Obj = dict[str, Any]
 COMPUTE_ENDPOINT: Final = "https://compute.googleapis.com/compute/v1/"
 PUBSUB_ENDPOINT: Final = "https://pubsub.googleapis.com/v1/"
 BILLING_ENDPOINT: Final = "https://cloudbilling.googleapis.com/v1/"
+CONTAINER_ENDPOINT: Final = "https://container.googleapis.com/v1/"
 SCOPE: Final = "https://www.googleapis.com/auth/cloud-platform"
 RATE_LIMIT_REASONS: Final = frozenset(
     {"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED", "backendError"}
@@ -141,6 +142,7 @@ class GCPApi:
         compute_endpoint: str = COMPUTE_ENDPOINT,
         pubsub_endpoint: str = PUBSUB_ENDPOINT,
         billing_endpoint: str = BILLING_ENDPOINT,
+        container_endpoint: str = CONTAINER_ENDPOINT,
         tokens: TokenSource | None = None,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
@@ -149,6 +151,7 @@ class GCPApi:
         self.compute_endpoint = compute_endpoint.rstrip("/") + "/"
         self.pubsub_endpoint = pubsub_endpoint.rstrip("/") + "/"
         self.billing_endpoint = billing_endpoint.rstrip("/") + "/"
+        self.container_endpoint = container_endpoint.rstrip("/") + "/"
         self._tokens: TokenSource = tokens if tokens is not None else DefaultCredentials()
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -174,6 +177,10 @@ class GCPApi:
 
     async def billing(self, method: str, path: str, *, params: Obj | None = None) -> Obj:
         return await self.call("billing", method, self.billing_endpoint + path, params=params)
+
+    async def container(self, method: str, path: str) -> Obj:
+        """A GKE API call (``projects/p/locations/l/clusters/c/nodePools/n``)."""
+        return await self.call("container", method, self.container_endpoint + path)
 
     async def compute_list(self, path: str, *, params: Obj | None = None) -> list[Obj]:
         """Every item of a Compute list call, following ``nextPageToken``."""
@@ -275,6 +282,8 @@ _COLLECTIONS: Final = frozenset(
         "instanceTemplates",
         "subscriptions",
         "skus",
+        "nodePools",
+        "instanceGroupManagers",
     }
 )
 _ACTIONS: Final = frozenset({"bulkInsert", "wait", "getFromFamily", "setLabels"})

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from api.v1.gcenodeclass import GCENodeClass, GCENodeClassSpec
+from api.v1.gcenodeclass import GCENodeClass, GCENodeClassSpec, GKENodePool
 from controller.clock import Clock
 from controller.cloudprovider.gcp.api import GCPApi, GCPError
 from controller.cloudprovider.gcp.instancetypes import Reservation
@@ -30,6 +30,7 @@ class ImageChoice:
     gpu: bool | None  # the term applies to GPU machines (True), others (False), or both (None)
     image: str  # the resolved source image (a selfLink path ``projects/<p>/global/images/<name>``)
     template: Obj | None = None  # the instance template's ``properties`` when the term names one
+    template_path: str = ""  # ``projects/<p>/global|regions/<r>/instanceTemplates/<name>``
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,18 +146,23 @@ class NodeClassResolver:
             if image_term.image is not None:
                 image = await self._api.compute("GET", short_path(image_term.image))
                 images.append(ImageChoice(gpu=image_term.gpu, image=short_path(str(image.get("selfLink") or ""))))
-            elif image_term.instance_template is not None:
-                template = await self._api.compute(
-                    "GET", f"projects/{project}/global/instanceTemplates/{image_term.instance_template}"
-                )
+            else:
+                if image_term.instance_template is not None:
+                    path = f"projects/{project}/global/instanceTemplates/{image_term.instance_template}"
+                    what = f"instance template {image_term.instance_template!r}"
+                else:
+                    assert image_term.gke_node_pool is not None  # the model admits one of the three
+                    path = await self._node_pool_template(name, image_term.gke_node_pool, project=project)
+                    what = f"the template of GKE node pool {image_term.gke_node_pool.name!r}"
+                template = await self._api.compute("GET", path)
                 properties: Obj = template.get("properties") or {}
                 boot: Obj = next((d for d in properties.get("disks") or [] if d.get("boot")), {})
                 source = str((boot.get("initializeParams") or {}).get("sourceImage") or "")
                 if not source:
-                    raise NodeClassNotReadyError(
-                        f"GCENodeClass {name!r}: instance template {image_term.instance_template!r} has no boot image"
-                    )
-                images.append(ImageChoice(gpu=image_term.gpu, image=short_path(source), template=properties))
+                    raise NodeClassNotReadyError(f"GCENodeClass {name!r}: {what} has no boot image")
+                images.append(
+                    ImageChoice(gpu=image_term.gpu, image=short_path(source), template=properties, template_path=path)
+                )
         reservations: list[Reservation] = []
         for r in spec.reservation_selector_terms:
             owner = r.project or project
@@ -176,6 +182,23 @@ class NodeClassResolver:
             images=tuple(images),
             reservations=tuple(reservations),
         )
+
+    async def _node_pool_template(self, name: str, pool: GKENodePool, *, project: str) -> str:
+        """The instance template a GKE node pool's instance groups use now (GKE API, then the group)."""
+        owner = pool.project or project
+        found = await self._api.container(
+            "GET", f"projects/{owner}/locations/{pool.location}/clusters/{pool.cluster}/nodePools/{pool.name}"
+        )
+        groups = [short_path(str(u)) for u in found.get("instanceGroupUrls") or []]
+        if not groups:
+            raise NodeClassNotReadyError(
+                f"GCENodeClass {name!r}: GKE node pool {pool.name!r} of cluster {pool.cluster!r} has no instance group"
+            )
+        group = await self._api.compute("GET", groups[0].replace("/instanceGroups/", "/instanceGroupManagers/"))
+        template = short_path(str(group.get("instanceTemplate") or ""))
+        if not template:
+            raise NodeClassNotReadyError(f"GCENodeClass {name!r}: instance group {groups[0]} has no template")
+        return template
 
     def _reservation(self, raw: Obj, *, owner: str, zone: str) -> Reservation:
         specific = raw.get("specificReservation") or {}

@@ -35,9 +35,9 @@ def resolved_status(view: ResolvedNodeClass, resolver: NodeClassResolver) -> Obj
             {
                 "image": c.image,
                 **({"gpu": c.gpu} if c.gpu is not None else {}),
-                **({"instanceTemplate": t.instance_template} if (t := _term(view, i)) is not None else {}),
+                **({"instanceTemplate": c.template_path} if c.template_path else {}),
             }
-            for i, c in enumerate(view.images)
+            for c in view.images
         ],
         "reservations": [
             {
@@ -50,11 +50,6 @@ def resolved_status(view: ResolvedNodeClass, resolver: NodeClassResolver) -> Obj
             for r in view.reservations
         ],
     }
-
-
-def _term(view: ResolvedNodeClass, index: int) -> Any:
-    term = view.spec.image_selector_terms[index]
-    return term if term.instance_template else None
 
 
 def desired_status(obj: Obj, resolved: Obj, *, ready: bool, reason: str, message: str, now: str) -> Obj:
