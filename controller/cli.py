@@ -72,6 +72,7 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--gcp-billing-endpoint", metavar="URL", help="gcp: the Cloud Billing API root (tests: a fake server)"
     )
+    p.add_argument("--gcp-container-endpoint", metavar="URL", help="gcp: the GKE API root (tests: a fake server)")
     p.add_argument("--interruption-queue", metavar="URL", help="aws: SQS queue URL of interruption events")
     p.add_argument("--aws-endpoint-url", metavar="URL", help="aws: send AWS calls here (tests, e.g. a moto server)")
     p.add_argument(
@@ -393,6 +394,7 @@ def _run(args: argparse.Namespace) -> int:
                 compute_endpoint=args.gcp_compute_endpoint,
                 pubsub_endpoint=args.gcp_pubsub_endpoint,
                 billing_endpoint=args.gcp_billing_endpoint,
+                container_endpoint=args.gcp_container_endpoint,
                 interruption_subscription=args.interruption_subscription,
                 anonymous=str(args.gcp_compute_endpoint or "").startswith("http://"),
             )

@@ -58,6 +58,7 @@ class GCPOptions:
     compute_endpoint: str | None = None
     pubsub_endpoint: str | None = None
     billing_endpoint: str | None = None
+    container_endpoint: str | None = None
     interruption_subscription: str | None = None
     anonymous: bool = False  # send no credentials (a local fake API server)
 
@@ -82,6 +83,7 @@ def build_cloud_provider(
         from controller.cloudprovider.gcp.api import (
             BILLING_ENDPOINT,
             COMPUTE_ENDPOINT,
+            CONTAINER_ENDPOINT,
             PUBSUB_ENDPOINT,
             GCPApi,
             NoToken,
@@ -95,6 +97,7 @@ def build_cloud_provider(
             compute_endpoint=gcp.compute_endpoint or COMPUTE_ENDPOINT,
             pubsub_endpoint=gcp.pubsub_endpoint or PUBSUB_ENDPOINT,
             billing_endpoint=gcp.billing_endpoint or BILLING_ENDPOINT,
+            container_endpoint=gcp.container_endpoint or CONTAINER_ENDPOINT,
             tokens=NoToken() if gcp.anonymous else None,
             sleep=clock.sleep,
         )

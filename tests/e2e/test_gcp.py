@@ -145,6 +145,7 @@ def test_pods_run_on_gce_instances_and_a_preempted_gang_member_restarts_the_gang
             gcp_compute_endpoint=f"{fake_gce}/compute/v1/",
             gcp_pubsub_endpoint=f"{fake_gce}/v1/",
             gcp_billing_endpoint=f"{fake_gce}/v1/",
+            gcp_container_endpoint=f"{fake_gce}/v1/",
             interruption_subscription=SUBSCRIPTION,
             **{**FAST_GANGS, "unavailable_offering_ttl": "600"},
         )

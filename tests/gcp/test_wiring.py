@@ -112,3 +112,18 @@ async def test_the_status_controller_writes_what_the_class_resolves_to(
     assert broken is not None
     assert ready(broken)["status"] == "False"
     assert "no subnetwork" in ready(broken)["message"]
+
+
+def test_default_credentials_come_from_google_auth(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Application Default Credentials from a key file (here an authorized-user file, which needs no
+    network until the first refresh), with the urllib3 transport the image ships."""
+    key = tmp_path / "adc.json"
+    key.write_text(
+        '{"type": "authorized_user", "client_id": "id", "client_secret": "secret", "refresh_token": "token"}'
+    )
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "joiner-test")
+    from controller.cloudprovider.gcp.api import DefaultCredentials
+
+    credentials = DefaultCredentials()
+    assert credentials.project == "joiner-test"

@@ -100,10 +100,12 @@ class DefaultCredentials:
 
     def __init__(self) -> None:
         import google.auth
-        import google.auth.transport.requests
+        import google.auth.transport.urllib3
+        import urllib3
 
         self._credentials, self.project = google.auth.default(scopes=[SCOPE])
-        self._request = google.auth.transport.requests.Request()
+        # urllib3 is already in the image (botocore's); the requests transport would add requests
+        self._request = google.auth.transport.urllib3.Request(urllib3.PoolManager())
         self._lock = asyncio.Lock()
 
     async def token(self) -> str | None:
