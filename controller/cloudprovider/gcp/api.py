@@ -105,7 +105,7 @@ class DefaultCredentials:
 
         self._credentials, self.project = google.auth.default(scopes=[SCOPE])
         # urllib3 is already in the image (botocore's); the requests transport would add requests
-        self._request = google.auth.transport.urllib3.Request(urllib3.PoolManager())
+        self._request = google.auth.transport.urllib3.Request(urllib3.PoolManager())  # type: ignore[no-untyped-call]
         self._lock = asyncio.Lock()
 
     async def token(self) -> str | None:
