@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from controller.cloudprovider.gcp.api import RETRIES
-from controller.cloudprovider.gcp.provider import GCPCloudProvider, parse_provider_id
+from controller.cloudprovider.gcp.instance import parse_provider_id
+from controller.cloudprovider.gcp.provider import GCPCloudProvider
 from controller.cloudprovider.types import (
     CreateError,
     InsufficientCapacityError,

@@ -1,8 +1,8 @@
 """The gcp cloud provider: NodeClaims become Compute Engine instances named after them.
 
 * ``instance_types``: the ``machineTypes`` and ``acceleratorTypes`` of the GCENodeClass's zones, priced
-  from the shipped table (on-demand and spot), plus ``reserved`` offerings for the selected specific
-  reservations; cached for ``cache_ttl_seconds``.
+  from the Cloud Billing Catalog (:mod:`.billing`) over the shipped table (on-demand and spot), plus
+  ``reserved`` offerings for the selected specific reservations; cached for ``cache_ttl_seconds``.
 * ``create``: the instance is named after the NodeClaim, so a retried call finds it (``instances.get``,
   or the ``alreadyExists`` answer of a racing insert) instead of buying a second one. Offerings are
   tried one ``instances.insert`` at a time, reserved first while a reservation has room, then the
@@ -16,30 +16,42 @@
 * ``delete``/``get``/``list`` see only instances labelled ``joiner-cluster=<cluster name>``.
 * ``is_drifted``: the instance's image (the ``joiner-image`` metadata item it was launched with),
   subnetwork or service account is no longer what the GCENodeClass resolves to.
+
+What one insert or bulkInsert asks for is built by the pure functions of :mod:`.instance`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
 
-from api.v1.gcenodeclass import LOCAL_SSD_GIB
 from api.v1.labels import (
-    ANNOTATION_GANG_CLAIMS,
     CAPACITY_TYPE_ON_DEMAND,
     CAPACITY_TYPE_RESERVED,
     CAPACITY_TYPE_SPOT,
-    LABEL_NODEPOOL,
     LABEL_REGION,
 )
 from controller.clock import Clock
 from controller.cloudprovider.gcp.api import GCPApi, GCPError, OperationError
 from controller.cloudprovider.gcp.billing import Rates, fetch_rates, priced
+from controller.cloudprovider.gcp.instance import (
+    ANNOTATION_GANG_ATTEMPT,
+    CAPACITY_CODES,
+    GCE_NAME,
+    LABEL_CLUSTER,
+    METADATA_IMAGE,
+    alive,
+    bulk_insert_body,
+    gang_members,
+    instance_properties,
+    label_value,
+    parse_provider_id,
+    provider_id_of,
+)
 from controller.cloudprovider.gcp.instancetypes import (
     Prices,
     Reservation,
@@ -51,7 +63,6 @@ from controller.cloudprovider.gcp.instancetypes import (
     split_name,
 )
 from controller.cloudprovider.gcp.nodeclass import (
-    ImageChoice,
     NodeClassResolver,
     ResolvedNodeClass,
     last_segment,
@@ -72,56 +83,12 @@ from controller.scheduling.instancetypes import InstanceType
 log = structlog.get_logger()
 Obj = dict[str, Any]
 
-PROVIDER_ID_PREFIX: Final = "gce://"
-LABEL_CLUSTER: Final = "joiner-cluster"
-LABEL_NODECLAIM_UID: Final = "joiner-nodeclaim-uid"
-LABEL_NODECLASS: Final = "joiner-nodeclass"
-LABEL_GCE_NODEPOOL: Final = "joiner-nodepool"
-LABEL_GANG_ATTEMPT: Final = "joiner-gang-attempt"
-METADATA_IMAGE: Final = "joiner-image"
-ANNOTATION_GANG_ATTEMPT: Final = "joiner.sh/gang-attempt"  # as controller.gang.markers writes it
-CAPACITY_CODES: Final = frozenset(
-    {
-        "ZONE_RESOURCE_POOL_EXHAUSTED",
-        "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-        "QUOTA_EXCEEDED",
-        "RESOURCE_POOL_EXHAUSTED",
-        "STOCKOUT",
-    }
-)
-LIVE_STATES: Final = ("PROVISIONING", "STAGING", "RUNNING", "STOPPING", "SUSPENDING", "SUSPENDED", "REPAIRING")
 MAX_ATTEMPTS: Final = 4
 DEFAULT_CACHE_TTL_SECONDS: Final = 300.0
 DRIFT_CACHE_SECONDS: Final = 30.0
 BILLING_REFRESH_SECONDS: Final = 12 * 3600.0
 BILLING_RETRY_SECONDS: Final = 3600.0
 BULK_RESULT_SECONDS: Final = 120.0
-GCE_NAME: Final = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-def provider_id_of(*, project: str, zone: str, name: str) -> str:
-    return f"{PROVIDER_ID_PREFIX}{project}/{zone}/{name}"
-
-
-def parse_provider_id(provider_id: str | None) -> tuple[str, str, str] | None:
-    """(project, zone, name) of ``gce://<project>/<zone>/<name>``; None for any other providerID."""
-    if not provider_id or not provider_id.startswith(PROVIDER_ID_PREFIX):
-        return None
-    parts = provider_id.removeprefix(PROVIDER_ID_PREFIX).split("/")
-    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
-
-
-def gang_members(nodeclaim: Obj) -> dict[str, OfferingId]:
-    """The gang attempt's NodeClaims and their planned offerings, from ``joiner.sh/gang-claims``
-    (``name=type/zone/capacity-type,...``); empty for a NodeClaim outside a gang."""
-    raw = str(((nodeclaim.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GANG_CLAIMS) or "")
-    out: dict[str, OfferingId] = {}
-    for item in filter(None, raw.split(",")):
-        name, _, offering = item.partition("=")
-        parts = offering.split("/")
-        if len(parts) == 3:
-            out[name.strip()] = OfferingId(instance_type=parts[0], zone=parts[1], capacity_type=parts[2])
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +127,7 @@ class GCPCloudProvider:
         Cloud Billing Catalog API (every 12 hours), the shipped table filling in what it lacks."""
         self.api = api
         self.cluster_name = cluster_name
-        self.cluster_label = _label_value(cluster_name)
+        self.cluster_label = label_value(cluster_name)
         self._clock = clock
         self._unavailable = unavailable
         self._prices = prices if prices is not None else shipped_prices(region)
@@ -349,13 +316,14 @@ class GCPCloudProvider:
             zone = c.offering.zone
             tried_zones_types.add((c.instance_type.name, zone, c.offering.capacity_type))
             shape = cache.shapes[c.instance_type.name]
-            body = self._properties(
+            body = instance_properties(
                 nodeclaim,
                 nodeclass,
                 shape=shape,
                 zone=zone,
                 capacity_type=c.offering.capacity_type,
                 reservation=reservation,
+                cluster_label=self.cluster_label,
             )
             body["name"] = name
             try:
@@ -464,22 +432,17 @@ class GCPCloudProvider:
                     f"no reservation of {offering.instance_type} in {zone} has room for {len(names)} machines",
                     offerings=(offering,),
                 )
-        properties = self._properties(
-            nodeclaim, nodeclass, shape=shape, zone=zone, capacity_type=offering.capacity_type, reservation=reservation
+        properties = instance_properties(
+            nodeclaim,
+            nodeclass,
+            shape=shape,
+            zone=zone,
+            capacity_type=offering.capacity_type,
+            reservation=reservation,
+            cluster_label=self.cluster_label,
         )
         attempt = str((nodeclaim["metadata"].get("annotations") or {}).get(ANNOTATION_GANG_ATTEMPT) or "")
-        labels = dict(properties.get("labels") or {})
-        labels.pop(LABEL_NODECLAIM_UID, None)  # one set of labels for every member
-        if attempt:
-            labels[LABEL_GANG_ATTEMPT] = _label_value(attempt)
-        properties["labels"] = labels
-        properties.pop("name", None)
-        body = {
-            "count": len(names),
-            "minCount": len(names),
-            "perInstanceProperties": {n: {} for n in names},
-            "instanceProperties": _template_form(properties),
-        }
+        body = bulk_insert_body(properties, names, attempt=attempt)
         try:
             path = f"projects/{project}/zones/{zone}/instances/bulkInsert"
             operation = await self.api.compute("POST", path, body=body)
@@ -516,127 +479,6 @@ class GCPCloudProvider:
         )
         return out
 
-    def _properties(
-        self,
-        nodeclaim: Obj,
-        nodeclass: ResolvedNodeClass,
-        *,
-        shape: Shape,
-        zone: str,
-        capacity_type: str,
-        reservation: Reservation | None,
-    ) -> Obj:
-        """An instance resource for ``instances.insert`` (zonal URLs; :func:`_template_form` makes
-        the bulkInsert form of it)."""
-        spec = nodeclass.spec
-        project = spec.project
-        choice: ImageChoice | None = nodeclass.image_for(gpu=shape.gpus > 0)
-        if choice is None:
-            raise CreateError(
-                f"GCENodeClass {nodeclass.name!r} has no imageSelectorTerm for "
-                f"{'GPU' if shape.gpus else 'CPU'} machines ({shape.name})",
-                reason="NoImage",
-            )
-        template: Obj = dict(choice.template or {})
-        meta = nodeclaim.get("metadata") or {}
-        labels = {**(template.get("labels") or {}), **spec.labels}
-        labels.update(
-            {
-                LABEL_CLUSTER: self.cluster_label,
-                LABEL_NODECLASS: _label_value(nodeclass.name),
-                LABEL_GCE_NODEPOOL: _label_value(str((meta.get("labels") or {}).get(LABEL_NODEPOOL) or "")),
-            }
-        )
-        if meta.get("uid"):
-            labels[LABEL_NODECLAIM_UID] = _label_value(str(meta["uid"]))
-        metadata_items: dict[str, str] = {
-            str(i.get("key")): str(i.get("value") or "") for i in (template.get("metadata") or {}).get("items") or []
-        }
-        metadata_items.update(spec.metadata)
-        if spec.startup_script:
-            metadata_items["startup-script"] = spec.startup_script
-        metadata_items[METADATA_IMAGE] = choice.image
-        disks: list[Obj] = [
-            {
-                "boot": True,
-                "autoDelete": True,
-                "initializeParams": {
-                    "sourceImage": choice.image,
-                    "diskSizeGb": str(nodeclass.boot_disk_gib),
-                    "diskType": f"zones/{zone}/diskTypes/"
-                    + next((d.category for d in spec.disks if d.boot), "pd-balanced"),
-                },
-            }
-        ]
-        for d in spec.disks:
-            if d.boot:
-                continue
-            for _ in range(d.count):
-                if d.category == "local-ssd":
-                    disks.append(
-                        {
-                            "type": "SCRATCH",
-                            "interface": "NVME",
-                            "autoDelete": True,
-                            "initializeParams": {
-                                "diskType": f"zones/{zone}/diskTypes/local-ssd",
-                                "diskSizeGb": str(LOCAL_SSD_GIB),
-                            },
-                        }
-                    )
-                else:
-                    disks.append(
-                        {
-                            "autoDelete": True,
-                            "initializeParams": {
-                                "diskType": f"zones/{zone}/diskTypes/{d.category}",
-                                "diskSizeGb": str(d.size_gib or 100),
-                            },
-                        }
-                    )
-        scheduling: Obj = {"onHostMaintenance": "TERMINATE" if shape.gpus else "MIGRATE", "automaticRestart": False}
-        if capacity_type == CAPACITY_TYPE_SPOT:
-            scheduling.update({"provisioningModel": "SPOT", "instanceTerminationAction": "DELETE"})
-        else:
-            scheduling["provisioningModel"] = "STANDARD"
-        body: Obj = {
-            "machineType": f"zones/{zone}/machineTypes/{shape.machine_type}",
-            "labels": labels,
-            "metadata": {"items": [{"key": k, "value": v} for k, v in sorted(metadata_items.items())]},
-            "disks": disks,
-            "networkInterfaces": [{"subnetwork": nodeclass.subnetwork}],
-            "scheduling": scheduling,
-            "tags": {"items": sorted({*((template.get("tags") or {}).get("items") or []), *spec.network_tags})},
-        }
-        email = nodeclass.service_account(choice)
-        if email:
-            scopes = (
-                spec.service_account.scopes
-                if spec.service_account is not None
-                else ((template.get("serviceAccounts") or [{}])[0].get("scopes") or [])
-            )
-            body["serviceAccounts"] = [{"email": email, "scopes": list(scopes)}]
-        if shape.attached:
-            body["guestAccelerators"] = [
-                {
-                    "acceleratorType": f"zones/{zone}/acceleratorTypes/{shape.accelerator}",
-                    "acceleratorCount": shape.gpus,
-                }
-            ]
-        if reservation is not None:
-            body["reservationAffinity"] = {
-                "consumeReservationType": "SPECIFIC_RESERVATION",
-                "key": "compute.googleapis.com/reservation-name",
-                "values": [
-                    reservation.name
-                    if reservation.project == project
-                    else f"projects/{reservation.project}/reservations/{reservation.name}"
-                ],
-            }
-        else:
-            body["reservationAffinity"] = {"consumeReservationType": "NO_RESERVATION"}
-        return body
-
     # --- delete / get / list -----------------------------------------------------------------
 
     async def _find(self, nodeclass: ResolvedNodeClass, name: str, *, zones: Sequence[str] = ()) -> Obj | None:
@@ -649,7 +491,7 @@ class GCPCloudProvider:
                 if err.status == 404:
                     continue
                 raise
-            if (raw.get("labels") or {}).get(LABEL_CLUSTER) == self.cluster_label and _alive(raw):
+            if (raw.get("labels") or {}).get(LABEL_CLUSTER) == self.cluster_label and alive(raw):
                 return raw
         return None
 
@@ -731,7 +573,7 @@ class GCPCloudProvider:
                 await self._resolver.resolve(name, who="garbage collection")
             except NodeClassNotReadyError:
                 continue
-        return [self._instance(i) for i in await self._list_raw() if _alive(i)]
+        return [self._instance(i) for i in await self._list_raw() if alive(i)]
 
     async def get(self, provider_id: str) -> Instance:
         parsed = parse_provider_id(provider_id)
@@ -744,7 +586,7 @@ class GCPCloudProvider:
             if err.status == 404:
                 raise NodeClaimNotFoundError(f"no instance {name} in {zone}") from None
             raise
-        if (raw.get("labels") or {}).get(LABEL_CLUSTER) != self.cluster_label or not _alive(raw):
+        if (raw.get("labels") or {}).get(LABEL_CLUSTER) != self.cluster_label or not alive(raw):
             raise NodeClaimNotFoundError(f"no live instance {name} of cluster {self.cluster_name} in {zone}")
         return self._instance(raw)
 
@@ -783,7 +625,7 @@ class GCPCloudProvider:
         now = self._clock.monotonic()
         if self._listed is None or now - self._listed[0] >= DRIFT_CACHE_SECONDS:
             found = await self._list_raw()
-            self._listed = (now, {str(i.get("name")): i for i in found if _alive(i)})
+            self._listed = (now, {str(i.get("name")): i for i in found if alive(i)})
         return self._listed[1]
 
     async def is_drifted(self, nodeclaim: Obj) -> str | None:
@@ -819,33 +661,3 @@ class GCPCloudProvider:
                 f"GCENodeClass {nodeclass.name} says {wanted or 'none'}"
             )
         return None
-
-
-def _alive(raw: Obj) -> bool:
-    return str(raw.get("status") or "") in LIVE_STATES
-
-
-def _label_value(value: str) -> str:
-    """A GCE label value: lower-case letters, digits, '-' and '_', at most 63 characters."""
-    return re.sub(r"[^-_a-z0-9]", "-", value.lower())[:63]
-
-
-def _template_form(properties: Obj) -> Obj:
-    """bulkInsert's ``instanceProperties`` take bare names where ``instances.insert`` takes zonal
-    URLs (machine type, disk types, accelerator types)."""
-    out = dict(properties)
-    out["machineType"] = last_segment(str(properties["machineType"]))
-    disks = []
-    for d in properties.get("disks") or []:
-        disk = dict(d)
-        params = dict(disk.get("initializeParams") or {})
-        if "diskType" in params:
-            params["diskType"] = last_segment(str(params["diskType"]))
-        disk["initializeParams"] = params
-        disks.append(disk)
-    out["disks"] = disks
-    if properties.get("guestAccelerators"):
-        out["guestAccelerators"] = [
-            {**a, "acceleratorType": last_segment(str(a["acceleratorType"]))} for a in properties["guestAccelerators"]
-        ]
-    return out
