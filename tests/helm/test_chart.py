@@ -31,7 +31,7 @@ def one(docs: list[Obj], kind: str) -> Obj:
     return found
 
 
-@pytest.mark.parametrize("values", ["values-kwok.yaml", "values-aws.yaml"])
+@pytest.mark.parametrize("values", ["values-kwok.yaml", "values-aws.yaml", "values-gcp.yaml"])
 def test_the_chart_lints_clean(tools: Path, values: str) -> None:
     result = helm(tools, "lint", str(CHART), "--strict", "-f", str(CHART / "examples" / values))
     assert "0 chart(s) failed" in result.stdout, result.stdout + result.stderr
@@ -120,7 +120,8 @@ def test_settings_flags_and_switches(tools: Path) -> None:
     ("settings", "message"),
     [
         ("settings.provider=aws", "settings.clusterName is required with settings.provider=aws"),
-        ("settings.provider=gce", 'settings.provider must be kwok or aws, got "gce"'),
+        ("settings.provider=gcp", "settings.clusterName is required with settings.provider=gcp"),
+        ("settings.provider=gce", 'settings.provider must be kwok, aws or gcp, got "gce"'),
     ],
 )
 def test_settings_that_cannot_work_are_refused_with_a_reason(tools: Path, settings: str, message: str) -> None:
