@@ -119,8 +119,8 @@ NodeClaim's ``GPUIdle`` condition), even when no controller would recreate it.""
 ANNOTATION_GANG_SIZE: Final = "joiner.sh/gang-size"
 """On a gang pod: the number of pods in the gang (decimal string)."""
 ANNOTATION_GANG_CLAIMS: Final = "joiner.sh/gang-claims"
-"""On a gang's NodeClaim: every NodeClaim of its attempt with its planned offering
-(``name=type/zone/capacity-type,...``), so a provider can launch the gang in one request."""
+"""On a gang's NodeClaim: every new NodeClaim of its attempt and NodePool with its planned offering
+(``name=type/zone/capacity-type,...``), so a provider can launch them in one request."""
 ANNOTATION_KWOK_NODE: Final = "kwok.x-k8s.io/node"
 """On a Node: ``fake`` tells the KWOK controller to manage it (make it Ready, run its pods)."""
 KWOK_NODE_FAKE: Final = "fake"

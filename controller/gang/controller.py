@@ -749,14 +749,15 @@ class GangController:
                 same_zone=result.same_zone,
             )
             manifests.append(NewClaim(node, manifest))
-        # every member names the attempt's new NodeClaims and their offerings: a provider that can buy
-        # a gang in one all-or-nothing request (gcp: bulkInsert with minCount) does so
-        members = ",".join(
-            f"{m.manifest['metadata']['name']}={m.manifest['metadata']['annotations'][ANNOTATION_GANG_OFFERING]}"
-            for m in manifests
-        )
+        # every member names the attempt's new NodeClaims of its NodePool (same NodeClass, labels and
+        # taints) and their offerings: a provider that can buy them in one all-or-nothing request
+        # (gcp: bulkInsert with minCount) does so
+        by_pool: dict[str, list[str]] = defaultdict(list)
         for m in manifests:
-            m.manifest["metadata"]["annotations"][ANNOTATION_GANG_CLAIMS] = members
+            meta = m.manifest["metadata"]
+            by_pool[m.node.node_pool].append(f"{meta['name']}={meta['annotations'][ANNOTATION_GANG_OFFERING]}")
+        for m in manifests:
+            m.manifest["metadata"]["annotations"][ANNOTATION_GANG_CLAIMS] = ",".join(by_pool[m.node.node_pool])
         reused: list[str] = []
         for node_name, placed in plan.existing_placements.items():
             if not placed:

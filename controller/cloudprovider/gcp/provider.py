@@ -9,8 +9,9 @@
   cheapest; an operation that fails with a capacity error (``ZONE_RESOURCE_POOL_EXHAUSTED``,
   ``QUOTA_EXCEEDED``, a stockout) moves on to the next offering, up to ``MAX_ATTEMPTS``, and the
   refused offerings are reported so they are marked unavailable.
-* A gang's NodeClaims (``joiner.sh/gang-claims`` names the attempt's members and their planned
-  offering) launch together with one ``instances.bulkInsert`` whose ``minCount`` is the gang size:
+* A gang's NodeClaims (``joiner.sh/gang-claims`` names the attempt's members of one NodePool and
+  their planned offering) launch together with one ``instances.bulkInsert`` whose ``minCount`` is
+  their number:
   GCE creates all of them or none, so a zone short of one machine refuses the whole gang and no
   member is left to roll back. The members' concurrent ``create`` calls share that one request.
 * ``delete``/``get``/``list`` see only instances labelled ``joiner-cluster=<cluster name>``.
