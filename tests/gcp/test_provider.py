@@ -378,3 +378,19 @@ async def test_a_gke_node_pool_is_followed_to_its_template_and_an_upgrade_is_dri
     nodeclasses["gpu"] = nodeclass(imageSelectorTerms=[{"gkeNodePool": {**pool, "name": "no-such-pool"}}])
     with pytest.raises(NodeClassNotReadyError, match="no-such-pool"):
         await provider.create(nodeclaim("nc-none", types=["g2-standard-8"]))
+
+
+async def test_a_second_controller_bulk_inserting_the_same_gang_gets_the_first_ones_machines(
+    provider: GCPCloudProvider, gce: FakeGCE, api: Any, nodeclasses: dict[str, Obj], clock: Any
+) -> None:
+    """An old leader's bulkInsert still running when a new leader launches the same gang: the second
+    bulkInsert fails with RESOURCE_ALREADY_EXISTS, and the new leader returns the machines the first made."""
+    gce.operation_seconds = 0.3
+    other = GCPCloudProvider(api=api, cluster_name=CLUSTER, nodeclasses=lambda: nodeclasses, clock=clock)
+    claims = gang(["gpu-gc1-0", "gpu-gc1-1"], "a2-highgpu-1g/us-central1-b/on-demand", attempt="c1")
+    first = asyncio.gather(*(provider.create(c) for c in claims))
+    await asyncio.sleep(0.1)  # the first bulkInsert is running
+    second = await asyncio.gather(*(other.create(c) for c in claims))
+    assert [i.provider_id for i in await first] == [i.provider_id for i in second]
+    assert len(posts(gce, "/instances/bulkInsert")) == 2
+    assert sorted(n for (_, _, n) in gce.instances) == ["gpu-gc1-0", "gpu-gc1-1"]

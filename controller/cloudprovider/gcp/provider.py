@@ -448,20 +448,14 @@ class GCPCloudProvider:
             path = f"projects/{project}/zones/{zone}/instances/bulkInsert"
             operation = await self.api.compute("POST", path, body=body)
             await self.api.wait_zone_operation(project, zone, operation)
-        except OperationError as err:
-            if err.codes and all(code in CAPACITY_CODES for code in err.codes):
-                raise InsufficientCapacityError(
-                    f"bulkInsert of the gang's {len(names)} machines ({offering.instance_type} in {zone}) created "
-                    f"none: {', '.join(err.codes)}",
-                    offerings=(offering,),
-                ) from None
-            raise CreateError(f"bulkInsert of {len(names)} machines failed: {err}", reason=err.codes[0]) from None
-        except GCPError as err:
-            if err.reason in CAPACITY_CODES:
-                raise InsufficientCapacityError(
-                    f"bulkInsert of the gang's machines refused: {err}", offerings=(offering,)
-                ) from None
-            raise CreateError(f"bulkInsert of {len(names)} machines failed: {err}", reason=err.reason) from None
+        except (OperationError, GCPError) as err:
+            exists = isinstance(err, GCPError) and (err.status == 409 or err.reason == "alreadyExists")
+            if exists or (isinstance(err, OperationError) and "RESOURCE_ALREADY_EXISTS" in err.codes):
+                # an earlier bulkInsert of this attempt (before a restart) made them: find them all
+                made = {n: raw for n in names if (raw := await self._find(nodeclass, n, zones=(zone,))) is not None}
+                if len(made) == len(names):
+                    return made
+            raise self._bulk_error(err, names=names, offering=offering) from None
         if reservation is not None:
             for _ in names:
                 self._resolver.consumed(reservation)
@@ -479,6 +473,18 @@ class GCPCloudProvider:
             reason="bulkInsert with minCount = the gang's size",
         )
         return out
+
+    @staticmethod
+    def _bulk_error(err: OperationError | GCPError, *, names: list[str], offering: OfferingId) -> Exception:
+        """A failed bulkInsert as the lifecycle reads it: no capacity for the offering, or another failure."""
+        codes = err.codes if isinstance(err, OperationError) else (err.reason,)
+        where = f"{offering.instance_type} in {offering.zone}"
+        if codes and all(code in CAPACITY_CODES for code in codes):
+            return InsufficientCapacityError(
+                f"bulkInsert of the gang's {len(names)} machines ({where}) created none: {', '.join(codes)}",
+                offerings=(offering,),
+            )
+        return CreateError(f"bulkInsert of {len(names)} machines ({where}) failed: {err}", reason=codes[0] or "Unknown")
 
     # --- delete / get / list -----------------------------------------------------------------
 
