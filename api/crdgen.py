@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel
 
 from api.v1 import labels as wk
+from api.v1.aksnodeclass import AKSNodeClass
 from api.v1.ec2nodeclass import EC2NodeClass
 from api.v1.gcenodeclass import GCENodeClass
 from api.v1.kwoknodeclass import KWOKNodeClass
@@ -161,6 +162,18 @@ KINDS: Final = (
             PrinterColumn("ServiceAccount", ".spec.serviceAccount.email", priority=1),
             PrinterColumn("Image", ".status.images[0].image", priority=1),
             PrinterColumn("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
+        ),
+    ),
+    Kind(
+        model=AKSNodeClass,
+        plural="aksnodeclasses",
+        short_names=("aksnc",),
+        columns=(
+            PrinterColumn("Location", ".spec.location"),
+            PrinterColumn("ResourceGroup", ".spec.resourceGroup"),
+            _READY,
+            _AGE,
+            PrinterColumn("Image", ".spec.imageID", priority=1),
         ),
     ),
 )

@@ -46,11 +46,12 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "case, e.g. BATCH_MAX_DURATION=10s; durations take Go's form (10s, 1m30s, 15m) or seconds.",
     )
     p.add_argument(
-        "--provider", choices=["kwok", "aws", "gcp"], default="kwok", help="the cloud provider (default: kwok)"
+        "--provider", choices=["kwok", "aws", "gcp", "azure"], default="kwok", help="the cloud provider (default: kwok)"
     )
     p.add_argument(
         "--cluster-name",
-        help="aws, gcp: the cluster's name; instances are tagged joiner.sh/cluster=NAME (gcp: label joiner-cluster)",
+        help="aws, gcp, azure: the cluster's name; instances are tagged joiner.sh/cluster=NAME "
+        "(gcp: label joiner-cluster, azure: tag joiner-cluster)",
     )
     p.add_argument(
         "--region",
@@ -73,6 +74,12 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--gcp-billing-endpoint", metavar="URL", help="gcp: the Cloud Billing API root (tests: a fake server)"
     )
     p.add_argument("--gcp-container-endpoint", metavar="URL", help="gcp: the GKE API root (tests: a fake server)")
+    p.add_argument(
+        "--azure-endpoint",
+        metavar="URL",
+        help="azure: the Resource Manager root (tests: a fake server); an http:// endpoint is sent no credentials",
+    )
+    p.add_argument("--azure-prices-endpoint", metavar="URL", help="azure: the Retail Prices API root (tests)")
     p.add_argument("--interruption-queue", metavar="URL", help="aws: SQS queue URL of interruption events")
     p.add_argument("--aws-endpoint-url", metavar="URL", help="aws: send AWS calls here (tests, e.g. a moto server)")
     p.add_argument(
@@ -302,7 +309,7 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from controller.operator.app import AWSOptions, GCPOptions, run_operator
+    from controller.operator.app import AWSOptions, AzureOptions, GCPOptions, run_operator
     from controller.operator.leader import LeaderElectionError, check_timings
     from controller.operator.logging import configure
     from controller.settings import Settings
@@ -334,7 +341,7 @@ def _run(args: argparse.Namespace) -> int:
         if not args.gpu_idle_poll > 0:
             print(f"joiner run: --gpu-idle-poll must be longer than zero, got {args.gpu_idle_poll}", file=sys.stderr)
             return 2
-    if args.provider in ("aws", "gcp") and not args.cluster_name:
+    if args.provider in ("aws", "gcp", "azure") and not args.cluster_name:
         print(f"joiner run: --provider {args.provider} needs --cluster-name", file=sys.stderr)
         return 2
     configure(level=args.log_level, json_output=None if args.log_format == "auto" else args.log_format == "json")
@@ -399,6 +406,13 @@ def _run(args: argparse.Namespace) -> int:
                 anonymous=str(args.gcp_compute_endpoint or "").startswith("http://"),
             )
             if args.provider == "gcp"
+            else None,
+            azure=AzureOptions(
+                cluster_name=args.cluster_name,
+                endpoint=args.azure_endpoint,
+                prices_endpoint=args.azure_prices_endpoint,
+            )
+            if args.provider == "azure"
             else None,
         )
     )

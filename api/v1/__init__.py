@@ -1,4 +1,4 @@
-"""The joiner.sh/v1 API: NodePool, NodeClaim, KWOKNodeClass, EC2NodeClass and GCENodeClass as pydantic v2 models.
+"""The joiner.sh/v1 API: NodePool, NodeClaim and the NodeClasses (KWOK, EC2, GCE, AKS) as pydantic v2 models.
 
 These models are the single source of truth for the CRDs (``python -m api.crdgen``). Nothing in
 this package does I/O or reads a clock.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 from api.v1 import conditions, labels
 
 if TYPE_CHECKING:
+    from api.v1.aksnodeclass import AKSNodeClass, AKSNodeClassSpec, AKSNodeClassStatus
     from api.v1.common import (
         NODECLAIM_KEY_RULES,
         NODEPOOL_KEY_RULES,
@@ -148,6 +149,7 @@ _MODULES: Final[dict[str, tuple[str, ...]]] = {
         "SecurityGroupSelectorTerm",
         "SubnetSelectorTerm",
     ),
+    "api.v1.aksnodeclass": ("AKSNodeClass", "AKSNodeClassSpec", "AKSNodeClassStatus"),
     "api.v1.gcenodeclass": (
         "Disk",
         "GCENodeClass",
@@ -246,6 +248,9 @@ __all__ = [
     "NODECLAIM_KEY_RULES",
     "NODEPOOL_KEY_RULES",
     "VERSION",
+    "AKSNodeClass",
+    "AKSNodeClassSpec",
+    "AKSNodeClassStatus",
     "AMISelectorTerm",
     "BlockDeviceMapping",
     "Budget",

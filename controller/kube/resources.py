@@ -43,6 +43,7 @@ NODEPOOLS = Resource("joiner.sh", "v1", "nodepools", "NodePool", namespaced=Fals
 NODECLAIMS = Resource("joiner.sh", "v1", "nodeclaims", "NodeClaim", namespaced=False)
 KWOKNODECLASSES = Resource("joiner.sh", "v1", "kwoknodeclasses", "KWOKNodeClass", namespaced=False)
 EC2NODECLASSES = Resource("joiner.sh", "v1", "ec2nodeclasses", "EC2NodeClass", namespaced=False)
+AKSNODECLASSES = Resource("joiner.sh", "v1", "aksnodeclasses", "AKSNodeClass", namespaced=False)
 GCENODECLASSES = Resource("joiner.sh", "v1", "gcenodeclasses", "GCENodeClass", namespaced=False)
 
 

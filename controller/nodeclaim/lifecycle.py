@@ -124,6 +124,7 @@ class LifecycleController:
         cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
         cluster.subscribe("EC2NodeClass", self._on_nodeclass)
         cluster.subscribe("GCENodeClass", self._on_nodeclass)
+        cluster.subscribe("AKSNodeClass", self._on_nodeclass)
         await cluster.wait_synced()
         self.remember_refusals()
         for name in list(cluster.claim_views()):

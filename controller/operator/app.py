@@ -18,7 +18,7 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.client import ApiError, KubeClient, NotFoundError
 from controller.kube.events import EventRecorder
-from controller.kube.resources import CRDS, EC2NODECLASSES, GCENODECLASSES
+from controller.kube.resources import AKSNODECLASSES, CRDS, EC2NODECLASSES, GCENODECLASSES
 from controller.metrics import REGISTRY
 from controller.operator.leader import LeaderElector
 from controller.operator.metrics import LEADER, LOOP_RESTARTS, record_start
@@ -32,6 +32,7 @@ log = structlog.get_logger()
 REQUIRED_CRDS = ("nodepools.joiner.sh", "nodeclaims.joiner.sh", "kwoknodeclasses.joiner.sh")
 AWS_CRDS = ("ec2nodeclasses.joiner.sh",)
 GCP_CRDS = ("gcenodeclasses.joiner.sh",)
+AZURE_CRDS = ("aksnodeclasses.joiner.sh",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,20 @@ class GCPOptions:
     anonymous: bool = False  # send no credentials (a local fake API server)
 
 
+@dataclass(frozen=True, slots=True)
+class AzureOptions:
+    """Settings of the azure provider (credentials: azure-identity's DefaultAzureCredential, unless an
+    http:// endpoint that checks none is given)."""
+
+    cluster_name: str
+    endpoint: str | None = None
+    prices_endpoint: str | None = None
+
+    @property
+    def anonymous(self) -> bool:
+        return str(self.endpoint or "").startswith("http://")
+
+
 @runtime_checkable
 class Runnable(Protocol):
     async def run(self) -> None: ...
@@ -78,7 +93,31 @@ def build_cloud_provider(
     unavailable: UnavailableOfferings,
     aws: AWSOptions | None = None,
     gcp: GCPOptions | None = None,
+    azure: AzureOptions | None = None,
 ) -> CloudProvider:
+    if provider == "azure":
+        from controller.cloudprovider.azure.api import AzureApi
+        from controller.cloudprovider.azure.provider import AzureCloudProvider
+        from controller.cloudprovider.azure.status import AKSNodeClassStatusController
+
+        if azure is None or not azure.cluster_name:
+            raise ValueError("the azure provider needs --cluster-name")
+        azure_api = AzureApi(
+            endpoint=azure.endpoint,
+            prices_endpoint=azure.prices_endpoint,
+            anonymous=azure.anonymous,
+            sleep=clock.sleep,
+        )
+        return AzureCloudProvider(
+            api=azure_api,
+            cluster_name=azure.cluster_name,
+            nodeclasses=lambda: cluster.store(AKSNODECLASSES.kind),
+            clock=clock,
+            unavailable=unavailable,
+            status_loop=lambda p: AKSNodeClassStatusController(
+                check=p.check, client=client, cluster=cluster, clock=clock
+            ),
+        )
     if provider == "gcp":
         from controller.cloudprovider.gcp.api import (
             BILLING_ENDPOINT,
@@ -195,7 +234,7 @@ def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[R
 
 async def missing_crds(client: KubeClient, *, provider: str = "kwok") -> list[str]:
     missing = []
-    extra = {"aws": AWS_CRDS, "gcp": GCP_CRDS}.get(provider, ())
+    extra = {"aws": AWS_CRDS, "gcp": GCP_CRDS, "azure": AZURE_CRDS}.get(provider, ())
     for name in (*REQUIRED_CRDS, *extra):
         try:
             await client.get(CRDS, name)
@@ -214,6 +253,7 @@ async def run_operator(
     catalog: str | None,
     aws: AWSOptions | None = None,
     gcp: GCPOptions | None = None,
+    azure: AzureOptions | None = None,
 ) -> int:
     clock = RealClock()
     client = await KubeClient.connect(kubeconfig)
@@ -229,8 +269,12 @@ async def run_operator(
         await client.close()
         return 1
 
-    # the aws and gcp providers read their NodeClasses from the cache too
-    watched = {"aws": (*WATCHED, EC2NODECLASSES), "gcp": (*WATCHED, GCENODECLASSES)}.get(provider, WATCHED)
+    # the aws, gcp and azure providers read their NodeClasses from the cache too
+    watched = {
+        "aws": (*WATCHED, EC2NODECLASSES),
+        "gcp": (*WATCHED, GCENODECLASSES),
+        "azure": (*WATCHED, AKSNODECLASSES),
+    }.get(provider, WATCHED)
     cluster = ClusterState(
         source=client, clock=clock, watched=watched, watch_timeout_seconds=settings.watch_timeout_seconds
     )
@@ -244,6 +288,7 @@ async def run_operator(
         unavailable=unavailable,
         aws=aws,
         gcp=gcp,
+        azure=azure,
     )
     cloud = MeteredCloudProvider(raw_cloud, clock=clock)
     # a provider may run its own loop (the kwok provider creates Nodes after the registration delay)

@@ -248,6 +248,7 @@ class NodePoolStatusController:
         cluster.subscribe("KWOKNodeClass", self._enqueue_all)
         cluster.subscribe("EC2NodeClass", self._enqueue_all)
         cluster.subscribe("GCENodeClass", self._enqueue_all)
+        cluster.subscribe("AKSNodeClass", self._enqueue_all)
         self.ctx.buffers.subscribe(self.queue.add)
         await cluster.wait_synced()
         self._enqueue_all()
@@ -279,8 +280,9 @@ class NodePoolStatusController:
             return None
         ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
         kind = ref.get("kind")
-        # EC2NodeClass: aws provider only, GCENodeClass: gcp provider only
-        watched = kind in ("KWOKNodeClass", "EC2NodeClass", "GCENodeClass") and kind in cluster.informers
+        # EC2NodeClass, GCENodeClass, AKSNodeClass: their provider only
+        classes = ("KWOKNodeClass", "EC2NodeClass", "GCENodeClass", "AKSNodeClass")
+        watched = kind in classes and kind in cluster.informers
         nodeclass_exists = watched and ref.get("name") in cluster.store(str(kind))
         claims = [c.raw for c in cluster.claim_views().values()]
         registered = {c.name for c in cluster.claim_views().values() if cluster.node_view_for_claim(c) is not None}

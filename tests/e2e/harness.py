@@ -20,6 +20,7 @@ JOINER_KINDS = (
     "kwoknodeclasses.joiner.sh",
     "ec2nodeclasses.joiner.sh",
     "gcenodeclasses.joiner.sh",
+    "aksnodeclasses.joiner.sh",
 )
 T = TypeVar("T")
 

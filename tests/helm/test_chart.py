@@ -121,7 +121,7 @@ def test_settings_flags_and_switches(tools: Path) -> None:
     [
         ("settings.provider=aws", "settings.clusterName is required with settings.provider=aws"),
         ("settings.provider=gcp", "settings.clusterName is required with settings.provider=gcp"),
-        ("settings.provider=gce", 'settings.provider must be kwok, aws or gcp, got "gce"'),
+        ("settings.provider=gce", 'settings.provider must be kwok, aws, gcp or azure, got "gce"'),
     ],
 )
 def test_settings_that_cannot_work_are_refused_with_a_reason(tools: Path, settings: str, message: str) -> None:
@@ -141,7 +141,7 @@ def test_rbac_grants_what_the_controller_calls_and_no_more(tools: Path) -> None:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
     # the user's objects: read, and status written; never created or deleted by joiner
-    for resource in ("nodepools", "kwoknodeclasses", "ec2nodeclasses", "gcenodeclasses"):
+    for resource in ("nodepools", "kwoknodeclasses", "ec2nodeclasses", "gcenodeclasses", "aksnodeclasses"):
         assert granted[("joiner.sh", resource)] == {"list", "watch"}
     assert granted[("joiner.sh", "nodepools/status")] == {"patch"}
     assert granted[("joiner.sh", "nodeclaims")] == {"get", "list", "watch", "create", "patch", "delete"}

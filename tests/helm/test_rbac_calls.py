@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 from controller.kube import resources
-from controller.kube.resources import EC2NODECLASSES, GCENODECLASSES, Resource
+from controller.kube.resources import AKSNODECLASSES, EC2NODECLASSES, GCENODECLASSES, Resource
 from controller.state.cluster import WATCHED
 from tests.helm.conftest import ROOT
 from tests.helm.test_chart import render
@@ -74,7 +74,7 @@ def calls_in_code() -> tuple[set[tuple[str, str, str]], list[str]]:
             subresource = sub.value if isinstance(sub, ast.Constant) and isinstance(sub.value, str) else None
             plural = f"{res.plural}/{subresource}" if subresource else res.plural
             needed.add((res.group, plural, VERBS[method]))
-    for res in (*WATCHED, EC2NODECLASSES, GCENODECLASSES):  # the informers (aws, gcp: their NodeClasses)
+    for res in (*WATCHED, EC2NODECLASSES, GCENODECLASSES, AKSNODECLASSES):  # informers: the providers' NodeClasses
         needed.add((res.group, res.plural, "list"))
         needed.add((res.group, res.plural, "watch"))
     return needed, unknown

@@ -21,6 +21,7 @@ FILES = {
     "KWOKNodeClass": "joiner.sh_kwoknodeclasses.yaml",
     "EC2NodeClass": "joiner.sh_ec2nodeclasses.yaml",
     "GCENodeClass": "joiner.sh_gcenodeclasses.yaml",
+    "AKSNodeClass": "joiner.sh_aksnodeclasses.yaml",
 }
 
 

@@ -34,10 +34,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* `joiner run` flags from the settings block; fails on settings that cannot work. */}}
 {{- define "joiner.args" -}}
 {{- $s := .Values.settings -}}
-{{- if not (has $s.provider (list "kwok" "aws" "gcp")) -}}
-{{- fail (printf "settings.provider must be kwok, aws or gcp, got %q" $s.provider) -}}
+{{- if not (has $s.provider (list "kwok" "aws" "gcp" "azure")) -}}
+{{- fail (printf "settings.provider must be kwok, aws, gcp or azure, got %q" $s.provider) -}}
 {{- end -}}
-{{- if and (has $s.provider (list "aws" "gcp")) (not $s.clusterName) -}}
+{{- if and (has $s.provider (list "aws" "gcp" "azure")) (not $s.clusterName) -}}
 {{- fail (printf "settings.clusterName is required with settings.provider=%s (instances are tagged with it)" $s.provider) -}}
 {{- end -}}
 - --provider={{ $s.provider }}
