@@ -340,3 +340,18 @@ class FakeARM:
         if start + 6 < len(items):
             page["NextPageLink"] = str(request.url.update_query({"$skip": str(start + 6)}))
         return web.json_response(page)
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the fake ARM server of tests/azure")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8091)
+    parser.add_argument("--operation-seconds", type=float, default=1.0)
+    args = parser.parse_args()
+    web.run_app(FakeARM(operation_seconds=args.operation_seconds).app, host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()
