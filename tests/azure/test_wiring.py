@@ -52,3 +52,17 @@ async def test_the_azure_provider_requires_the_aksnodeclass_crd() -> None:
     kube = FakeKube(clock=FakeClock())
     assert "aksnodeclasses.joiner.sh" in await missing_crds(kube, provider="azure")
     assert "aksnodeclasses.joiner.sh" not in await missing_crds(kube, provider="gcp")
+
+
+def test_the_example_is_valid() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from api.v1.aksnodeclass import AKSNodeClass
+    from api.v1.nodepool import NodePool
+
+    path = Path(__file__).resolve().parents[2] / "deploy/examples/azure/aksnodeclass.yaml"
+    nodeclass, pool = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    assert AKSNodeClass.model_validate(nodeclass).spec.location == "eastus"
+    assert NodePool.model_validate(pool).metadata.name == "t4-inference"
