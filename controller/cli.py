@@ -80,6 +80,11 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="azure: the Resource Manager root (tests: a fake server); an http:// endpoint is sent no credentials",
     )
     p.add_argument("--azure-prices-endpoint", metavar="URL", help="azure: the Retail Prices API root (tests)")
+    p.add_argument(
+        "--azure-interruption-queue",
+        metavar="URL",
+        help="azure: Service Bus queue of Resource Health events, https://NAMESPACE.servicebus.windows.net/QUEUE",
+    )
     p.add_argument("--interruption-queue", metavar="URL", help="aws: SQS queue URL of interruption events")
     p.add_argument("--aws-endpoint-url", metavar="URL", help="aws: send AWS calls here (tests, e.g. a moto server)")
     p.add_argument(
@@ -411,6 +416,7 @@ def _run(args: argparse.Namespace) -> int:
                 cluster_name=args.cluster_name,
                 endpoint=args.azure_endpoint,
                 prices_endpoint=args.azure_prices_endpoint,
+                interruption_queue=args.azure_interruption_queue,
             )
             if args.provider == "azure"
             else None,

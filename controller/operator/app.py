@@ -72,6 +72,7 @@ class AzureOptions:
     cluster_name: str
     endpoint: str | None = None
     prices_endpoint: str | None = None
+    interruption_queue: str | None = None  # https://<namespace>.servicebus.windows.net/<queue>
 
     @property
     def anonymous(self) -> bool:
@@ -320,6 +321,16 @@ async def run_operator(
         assert isinstance(raw_cloud, GCPCloudProvider)
         pubsub = PubSubSource(api=raw_cloud.api, subscription=gcp.interruption_subscription)
         provider_loops.append(InterruptionController(ctx, source=pubsub, parse=parse_audit_log))
+    if azure is not None and azure.interruption_queue:
+        from controller.cloudprovider.azure.provider import AzureCloudProvider
+        from controller.cloudprovider.azure.servicebus import SERVICE_BUS_SCOPE, ServiceBusSource
+        from controller.cloudprovider.azure.servicebus import parse as parse_health_event
+        from controller.interruption.controller import InterruptionController
+
+        assert isinstance(raw_cloud, AzureCloudProvider)
+        azure_api = raw_cloud.api
+        bus = ServiceBusSource(queue_url=azure.interruption_queue, token=lambda: azure_api.token(SERVICE_BUS_SCOPE))
+        provider_loops.append(InterruptionController(ctx, source=bus, parse=parse_health_event))
     if provider == "kwok":
         # the fake cloud's interruptions: NodeClaims annotated joiner.sh/interruption
         from controller.interruption.controller import InterruptionController

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from typing import Any
 
@@ -76,6 +77,7 @@ class FakeARM:
         self.bodies: list[tuple[str, Obj]] = []
         self.reservations: dict[str, Obj] = {}  # name -> capacity reservation (one group, "gpu-crg")
         self.prices_up = True
+        self.queue: list[Obj] = []  # the Service Bus queue "interruptions": {"id", "body", "lock", "visibleAt"}
         self._tasks: set[asyncio.Task[None]] = set()
         self.app = self._app()
 
@@ -170,10 +172,45 @@ class FakeARM:
             info = reservation["properties"]["instanceView"]["utilizationInfo"]
             info["virtualMachinesAllocated"] = [a for a in info["virtualMachinesAllocated"] if a["id"] != vm["id"]]
 
+    def annotate(self, name: str, annotation: str, *, context: str = "Platform Initiated") -> None:
+        """A Resource Health annotation of a VM, as Event Grid delivers it to the Service Bus queue."""
+        vm_id = f"{COMPUTE}/virtualMachines/{name}"
+        event_id = f"{next(self.ids):08x}-1111-2222-3333-444444444444"
+        event = {
+            "id": event_id,
+            "topic": f"/subscriptions/{SUBSCRIPTION}",
+            "subject": vm_id,
+            "data": {
+                "resourceInfo": {
+                    "id": f"{vm_id}/providers/Microsoft.ResourceHealth/resourceAnnotations/{event_id}",
+                    "name": event_id,
+                    "type": "Microsoft.ResourceHealth/resourceAnnotations",
+                    "properties": {
+                        "targetResourceId": vm_id,
+                        "targetResourceType": "Microsoft.Compute/virtualMachines",
+                        "occurredTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "annotationName": annotation,
+                        "reason": annotation,
+                        "summary": annotation,
+                        "context": context,
+                        "category": "Unplanned",
+                    },
+                },
+                "operationalInfo": {"resourceEventTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                "apiVersion": "2022-08-01",
+            },
+            "eventType": "Microsoft.ResourceNotifications.HealthResources.ResourceAnnotated",
+            "dataVersion": "1",
+            "metadataVersion": "1",
+            "eventTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        self.queue.append({"id": event_id, "body": json.dumps(event), "lock": "", "visibleAt": 0.0})
+
     def evict(self, name: str) -> None:
-        """A Spot eviction with policy Delete: the VM is gone."""
+        """A Spot eviction with policy Delete: the VM is gone, and Resource Health says it was preempted."""
         vm = self.vms.pop((RG.lower(), name))
         self.release(vm)
+        self.annotate(name, "VirtualMachinePreempted")
 
     # --- HTTP --------------------------------------------------------------------------------
 
@@ -189,6 +226,9 @@ class FakeARM:
         app.router.add_get(group + "/capacityReservations", self.list_reservations)
         app.router.add_get(group + "/capacityReservations/{name}", self.get_reservation)
         app.router.add_get("/api/retail/prices", self.retail_prices)
+        app.router.add_post("/servicebus/interruptions/messages/head", self.receive)
+        app.router.add_delete("/servicebus/interruptions/messages/{id}/{lock}", self.complete)
+        app.router.add_post("/_fake/evict/{name}", self.fake_evict)
         return app
 
     @web.middleware
@@ -323,6 +363,42 @@ class FakeARM:
         if request.query.get("$expand") != "instanceView":
             found = {**found, "properties": {"provisioningState": "Succeeded"}}
         return web.json_response(found)
+
+    async def receive(self, request: web.Request) -> web.Response:
+        """Service Bus peek-lock receive: the first visible message, locked for 30 s; 204 when none
+        arrives within ``timeout`` seconds."""
+        deadline = time.monotonic() + min(float(request.query.get("timeout") or 0), 2.0)
+        while True:
+            now = time.monotonic()
+            ready = next((m for m in self.queue if m["visibleAt"] <= now), None)
+            if ready is not None or now >= deadline:
+                break
+            await asyncio.sleep(0.02)
+        if ready is None:
+            return web.Response(status=204)
+        ready["lock"] = f"{next(self.ids):08x}-lock"
+        ready["visibleAt"] = now + 30.0
+        enqueued = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())
+        props = {"MessageId": ready["id"], "LockToken": ready["lock"], "EnqueuedTimeUtc": enqueued, "DeliveryCount": 1}
+        return web.Response(
+            status=201,
+            text=ready["body"],
+            content_type="application/json",
+            headers={"BrokerProperties": json.dumps(props)},
+        )
+
+    async def complete(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        before = len(self.queue)
+        self.queue = [q for q in self.queue if not (q["id"] == m["id"] and q["lock"] == m["lock"])]
+        return web.Response(status=200 if len(self.queue) < before else 404)
+
+    async def fake_evict(self, request: web.Request) -> web.Response:
+        try:
+            self.evict(request.match_info["name"])
+        except KeyError:
+            return arm_error(404, "ResourceNotFound", "no such VM")
+        return web.json_response({})
 
     async def retail_prices(self, request: web.Request) -> web.Response:
         if not self.prices_up:

@@ -3,7 +3,8 @@ tests/azure, as its own process, through the real azure-mgmt-compute client) -> 
 
 The fake runs no machines, so `hack.azure_kubelet` plays their kubelets: every VM tagged with the
 cluster whose provisioning succeeded gets a KWOK Node with its providerID and the capacity of its
-size. Interruptions (Spot evictions, scheduled events) are not handled by the azure provider yet.
+size. A Spot eviction of one gang member reaches joiner as the Resource Health annotation Event Grid
+would put on a Service Bus queue (the fake serves the queue too), and the gang restarts elsewhere.
 
 Run alone: JOINER_CLUSTER_DIR=/tmp/kwok-azure .venv/bin/pytest tests/e2e/test_azure.py
 """
@@ -24,8 +25,15 @@ from hack.azure_kubelet import StandIn
 from tests.azure.fake_arm import LOCATION, RG, SUBSCRIPTION
 from tests.e2e.harness import ROOT, Cluster, eventually
 from tests.e2e.joiner import _free_port
-from tests.e2e.manifests import deployment, is_true, nodeclaims, req
-from tests.e2e.test_gang import FAST_GANGS, PartialStartWatch, gang_claims, gang_statefulset
+from tests.e2e.manifests import deployment, expect_event, is_true, nodeclaims, req
+from tests.e2e.test_gang import (
+    FAST_GANGS,
+    PartialStartWatch,
+    expect_gang_restarted,
+    gang_claims,
+    gang_statefulset,
+    pods_of,
+)
 
 Obj = dict[str, Any]
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
@@ -101,7 +109,9 @@ def vms(url: str) -> dict[str, Obj]:
         return {vm["name"]: vm for vm in json.loads(response.read())["value"]}
 
 
-def test_pods_run_on_azure_vms_and_a_gang_starts_whole(cluster: Cluster, start_joiner: Any, fake_arm: str) -> None:
+def test_pods_run_on_azure_vms_and_an_evicted_gang_member_restarts_the_gang(
+    cluster: Cluster, start_joiner: Any, fake_arm: str
+) -> None:
     cluster_name = f"az-{uuid.uuid4().hex[:6]}"
     cluster.apply(
         [
@@ -124,7 +134,8 @@ def test_pods_run_on_azure_vms_and_a_gang_starts_whole(cluster: Cluster, start_j
             cluster_name=cluster_name,
             azure_endpoint=fake_arm,
             azure_prices_endpoint=fake_arm,
-            **FAST_GANGS,
+            azure_interruption_queue=f"{fake_arm}/servicebus/interruptions",
+            **{**FAST_GANGS, "unavailable_offering_ttl": "600"},
         )
         eventually(
             lambda: is_true(cluster.get("aksnodeclasses", "default"), "Ready"),
@@ -164,6 +175,25 @@ def test_pods_run_on_azure_vms_and_a_gang_starts_whole(cluster: Cluster, start_j
                 assert image["communityGalleryImageId"].startswith(f"{GALLERY}/2204gen2gpu/")
             else:
                 assert node["metadata"]["labels"]["joiner.sh/nodepool"] == "cpu"
+
+        # a Spot eviction of one gang member, as Resource Health reports it through the Service Bus queue
+        members = gang_claims(cluster, ns, "trainer")
+        victim_claim = members[0]
+        old_uids = {p["metadata"]["uid"] for p in pods_of(cluster, ns, "trainer")}
+        request = urllib.request.Request(f"{fake_arm}/_fake/evict/{victim_claim['metadata']['name']}", method="POST")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+        expect_event(cluster, namespace=ns, name="trainer-0", reason="GangMemberLost", timeout=60)
+        again = expect_gang_restarted(cluster, ns, "trainer", 2, old_uids=old_uids, timeout=180)
+        evicted = (
+            victim_claim["metadata"]["labels"][INSTANCE_TYPE],
+            victim_claim["metadata"]["labels"]["topology.kubernetes.io/zone"],
+            victim_claim["metadata"]["labels"]["joiner.sh/capacity-type"],
+        )
+        for p in again:
+            labels = cluster.get("nodes", p["spec"]["nodeName"])["metadata"]["labels"]
+            got = (labels[INSTANCE_TYPE], labels["topology.kubernetes.io/zone"], labels["joiner.sh/capacity-type"])
+            assert got != evicted, "the gang went back to the evicted Spot offering"
 
         # a NodeClaim deleted: its node drained and its VM deleted through ARM
         victim = next(n for n, c in claims.items() if c["metadata"]["labels"]["joiner.sh/nodepool"] == "cpu")

@@ -126,6 +126,17 @@ class AzureApi:
             self._clients[subscription] = client
         return client
 
+    async def token(self, scope: str) -> str | None:
+        """A bearer token for ``scope`` (Service Bus), or None when this API sends no credentials."""
+        if self._anonymous:
+            return None
+        if self._credential is None:
+            from azure.identity.aio import DefaultAzureCredential
+
+            self._credential = DefaultAzureCredential()
+        access = await self._credential.get_token(scope)
+        return str(access.token)
+
     async def close(self) -> None:
         for client in self._clients.values():
             await client.close()
