@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from controller.cloudprovider.azure.api import RETRIES
+from controller.clock import FakeClock
+from controller.cloudprovider.azure.api import RETRIES, AzureApi, RetryPolicy
 from controller.cloudprovider.azure.provider import AzureCloudProvider, parse_provider_id
 from controller.cloudprovider.types import InsufficientCapacityError, NodeClaimNotFoundError, OfferingId
 from controller.nodeclaim.gc import orphaned_instances
@@ -130,13 +131,31 @@ async def test_no_capacity_anywhere_is_insufficient_capacity(provider: AzureClou
     assert arm.vms == {}  # the failed VMs were deleted
 
 
-async def test_throttling_is_retried(provider: AzureCloudProvider, arm: FakeARM) -> None:
+async def test_throttling_is_retried_after_the_retry_after_arm_asks_for(arm: FakeARM, api: AzureApi) -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    throttled = AzureApi(
+        endpoint=api.endpoint,
+        prices_endpoint=api.prices_endpoint,
+        anonymous=True,
+        retry=RetryPolicy(attempts=4, base_seconds=0.001, cap_seconds=5.0),
+        sleep=sleep,
+        polling_interval=0,
+    )
+    provider = AzureCloudProvider(
+        api=throttled, cluster_name=CLUSTER, nodeclasses=lambda: {"gpu": nodeclass()}, clock=FakeClock()
+    )
     await provider.instance_types(POOL)
     before = RETRIES.labels("virtualMachines.get", "TooManyRequests")._value.get()
     arm.throttle = 2
     inst = await provider.create(nodeclaim("nc-thr", types=["Standard_D2s_v5"], capacity_types=["on-demand"]))
     assert inst.nodeclaim == "nc-thr"
     assert RETRIES.labels("virtualMachines.get", "TooManyRequests")._value.get() == before + 2
+    assert slept == [1.0, 1.0]  # the fake's Retry-After: 1
+    await throttled.close()
 
 
 async def test_an_orphan_is_listed_for_garbage_collection(provider: AzureCloudProvider, arm: FakeARM) -> None:

@@ -47,11 +47,12 @@ CALLS = counter(
 class AzureError(Exception):
     """An Azure call failed: ``code`` is ARM's error code (``AllocationFailed``, ``ResourceNotFound``...)."""
 
-    def __init__(self, *, status: int, code: str, message: str, operation: str) -> None:
+    def __init__(self, *, status: int, code: str, message: str, operation: str, retry_after: float = 0.0) -> None:
         super().__init__(f"{operation}: {status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.retry_after = retry_after  # seconds ARM asked to wait (Retry-After of a 429)
 
     @property
     def retryable(self) -> bool:
@@ -82,7 +83,14 @@ def _error(err: Exception, operation: str) -> AzureError:
         # a failed long-running operation is reported with the poll's 200: it is not a server error
         status = int(err.status_code or 0)
         status = status if status >= 400 else 409
-        return AzureError(status=status, code=str(code), message=str(message), operation=operation)
+        headers = getattr(err.response, "headers", None) or {}
+        try:
+            retry_after = float(headers.get("Retry-After") or 0)
+        except ValueError:
+            retry_after = 0.0
+        return AzureError(
+            status=status, code=str(code), message=str(message), operation=operation, retry_after=retry_after
+        )
     return AzureError(status=0, code="ConnectionError", message=str(err) or type(err).__name__, operation=operation)
 
 
@@ -158,9 +166,17 @@ class AzureApi:
             log.info("azure.retry", operation=operation, code=code, attempt=state.attempt_number)
 
         kwargs: dict[str, Any] = {"sleep": self._sleep} if self._sleep is not None else {}
+        backoff = wait_random_exponential(multiplier=self._retry.base_seconds, max=self._retry.cap_seconds)
+
+        def wait(state: Any) -> float:
+            """The backoff, but never less than the Retry-After ARM sent (capped)."""
+            err = state.outcome.exception() if state.outcome is not None else None
+            asked = min(err.retry_after, self._retry.cap_seconds) if isinstance(err, AzureError) else 0.0
+            return max(float(backoff(state)), asked)
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._retry.attempts),
-            wait=wait_random_exponential(multiplier=self._retry.base_seconds, max=self._retry.cap_seconds),
+            wait=wait,
             retry=retry_if_exception(lambda e: isinstance(e, AzureError) and e.retryable),
             before_sleep=before_sleep,
             reraise=True,
