@@ -25,7 +25,9 @@ import yaml
 from pydantic import BaseModel
 
 from api.v1 import labels as wk
+from api.v1.aksnodeclass import AKSNodeClass
 from api.v1.ec2nodeclass import EC2NodeClass
+from api.v1.gcenodeclass import GCENodeClass
 from api.v1.kwoknodeclass import KWOKNodeClass
 from api.v1.meta import describe_fields
 from api.v1.nodeclaim import NodeClaim
@@ -150,6 +152,32 @@ KINDS: Final = (
             PrinterColumn("InstanceProfile", ".status.instanceProfile", priority=1),
             PrinterColumn("AMI", ".status.amis[0].id", priority=1),
             PrinterColumn("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
+        ),
+    ),
+    Kind(
+        model=GCENodeClass,
+        plural="gcenodeclasses",
+        short_names=("gcenc",),
+        columns=(
+            PrinterColumn("Project", ".spec.project"),
+            PrinterColumn("Region", ".spec.region"),
+            _READY,
+            _AGE,
+            PrinterColumn("ServiceAccount", ".spec.serviceAccount.email", priority=1),
+            PrinterColumn("Image", ".status.images[0].image", priority=1),
+            PrinterColumn("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
+        ),
+    ),
+    Kind(
+        model=AKSNodeClass,
+        plural="aksnodeclasses",
+        short_names=("aksnc",),
+        columns=(
+            PrinterColumn("Location", ".spec.location"),
+            PrinterColumn("ResourceGroup", ".spec.resourceGroup"),
+            _READY,
+            _AGE,
+            PrinterColumn("Image", ".spec.imageID", priority=1),
         ),
     ),
 )

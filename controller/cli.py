@@ -45,9 +45,46 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Every flag can also be set by an environment variable (docs/settings.md): the flag's name in upper "
         "case, e.g. BATCH_MAX_DURATION=10s; durations take Go's form (10s, 1m30s, 15m) or seconds.",
     )
-    p.add_argument("--provider", choices=["kwok", "aws"], default="kwok", help="the cloud provider (default: kwok)")
-    p.add_argument("--cluster-name", help="aws: the cluster's name; instances are tagged joiner.sh/cluster=NAME")
-    p.add_argument("--region", help="aws: the region (default: from the standard AWS configuration)")
+    p.add_argument(
+        "--provider", choices=["kwok", "aws", "gcp", "azure"], default="kwok", help="the cloud provider (default: kwok)"
+    )
+    p.add_argument(
+        "--cluster-name",
+        help="aws, gcp, azure: the cluster's name; instances are tagged joiner.sh/cluster=NAME "
+        "(gcp: label joiner-cluster, azure: tag joiner-cluster)",
+    )
+    p.add_argument(
+        "--region",
+        help="aws: the region (default: from the standard AWS configuration); gcp: the region of the shipped "
+        "price table (default: us-central1)",
+    )
+    p.add_argument(
+        "--interruption-subscription",
+        metavar="NAME",
+        help="gcp: Pub/Sub subscription of the Compute Engine audit-log sink, projects/P/subscriptions/S",
+    )
+    p.add_argument(
+        "--gcp-compute-endpoint",
+        metavar="URL",
+        help="gcp: the Compute Engine API root (tests: a fake server, e.g. http://127.0.0.1:8090/compute/v1/); "
+        "an http:// endpoint is sent no credentials",
+    )
+    p.add_argument("--gcp-pubsub-endpoint", metavar="URL", help="gcp: the Pub/Sub API root (tests: a fake server)")
+    p.add_argument(
+        "--gcp-billing-endpoint", metavar="URL", help="gcp: the Cloud Billing API root (tests: a fake server)"
+    )
+    p.add_argument("--gcp-container-endpoint", metavar="URL", help="gcp: the GKE API root (tests: a fake server)")
+    p.add_argument(
+        "--azure-endpoint",
+        metavar="URL",
+        help="azure: the Resource Manager root (tests: a fake server); an http:// endpoint is sent no credentials",
+    )
+    p.add_argument("--azure-prices-endpoint", metavar="URL", help="azure: the Retail Prices API root (tests)")
+    p.add_argument(
+        "--azure-interruption-queue",
+        metavar="URL",
+        help="azure: Service Bus queue of Resource Health events, https://NAMESPACE.servicebus.windows.net/QUEUE",
+    )
     p.add_argument("--interruption-queue", metavar="URL", help="aws: SQS queue URL of interruption events")
     p.add_argument("--aws-endpoint-url", metavar="URL", help="aws: send AWS calls here (tests, e.g. a moto server)")
     p.add_argument(
@@ -297,7 +334,7 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from controller.operator.app import AWSOptions, run_operator
+    from controller.operator.app import AWSOptions, AzureOptions, GCPOptions, run_operator
     from controller.operator.leader import LeaderElectionError, check_timings
     from controller.operator.logging import configure
     from controller.settings import Settings
@@ -329,8 +366,8 @@ def _run(args: argparse.Namespace) -> int:
         if not args.gpu_idle_poll > 0:
             print(f"joiner run: --gpu-idle-poll must be longer than zero, got {args.gpu_idle_poll}", file=sys.stderr)
             return 2
-    if args.provider == "aws" and not args.cluster_name:
-        print("joiner run: --provider aws needs --cluster-name", file=sys.stderr)
+    if args.provider in ("aws", "gcp", "azure") and not args.cluster_name:
+        print(f"joiner run: --provider {args.provider} needs --cluster-name", file=sys.stderr)
         return 2
     configure(level=args.log_level, json_output=None if args.log_format == "auto" else args.log_format == "json")
     settings = Settings(
@@ -385,6 +422,26 @@ def _run(args: argparse.Namespace) -> int:
                 interruption_queue=args.interruption_queue,
             )
             if args.provider == "aws"
+            else None,
+            gcp=GCPOptions(
+                cluster_name=args.cluster_name,
+                region=args.region or "us-central1",
+                compute_endpoint=args.gcp_compute_endpoint,
+                pubsub_endpoint=args.gcp_pubsub_endpoint,
+                billing_endpoint=args.gcp_billing_endpoint,
+                container_endpoint=args.gcp_container_endpoint,
+                interruption_subscription=args.interruption_subscription,
+                anonymous=str(args.gcp_compute_endpoint or "").startswith("http://"),
+            )
+            if args.provider == "gcp"
+            else None,
+            azure=AzureOptions(
+                cluster_name=args.cluster_name,
+                endpoint=args.azure_endpoint,
+                prices_endpoint=args.azure_prices_endpoint,
+                interruption_queue=args.azure_interruption_queue,
+            )
+            if args.provider == "azure"
             else None,
         )
     )

@@ -1,4 +1,4 @@
-"""The joiner.sh/v1 API: NodePool, NodeClaim, KWOKNodeClass and EC2NodeClass as pydantic v2 models.
+"""The joiner.sh/v1 API: NodePool, NodeClaim and the NodeClasses (KWOK, EC2, GCE, AKS) as pydantic v2 models.
 
 These models are the single source of truth for the CRDs (``python -m api.crdgen``). Nothing in
 this package does I/O or reads a clock.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 from api.v1 import conditions, labels
 
 if TYPE_CHECKING:
+    from api.v1.aksnodeclass import AKSNodeClass, AKSNodeClassSpec, AKSNodeClassStatus
     from api.v1.common import (
         NODECLAIM_KEY_RULES,
         NODEPOOL_KEY_RULES,
@@ -49,6 +50,17 @@ if TYPE_CHECKING:
         MetadataOptions,
         SecurityGroupSelectorTerm,
         SubnetSelectorTerm,
+    )
+    from api.v1.gcenodeclass import (
+        Disk,
+        GCENodeClass,
+        GCENodeClassSpec,
+        GCENodeClassStatus,
+        GKENodePool,
+        ImageSelectorTerm,
+        ReservationSelectorTerm,
+        ServiceAccount,
+        SubnetworkSelectorTerm,
     )
     from api.v1.kwoknodeclass import (
         CATALOG_CONFIGMAP_KEY,
@@ -137,6 +149,18 @@ _MODULES: Final[dict[str, tuple[str, ...]]] = {
         "SecurityGroupSelectorTerm",
         "SubnetSelectorTerm",
     ),
+    "api.v1.aksnodeclass": ("AKSNodeClass", "AKSNodeClassSpec", "AKSNodeClassStatus"),
+    "api.v1.gcenodeclass": (
+        "Disk",
+        "GCENodeClass",
+        "GCENodeClassSpec",
+        "GCENodeClassStatus",
+        "GKENodePool",
+        "ImageSelectorTerm",
+        "ReservationSelectorTerm",
+        "ServiceAccount",
+        "SubnetworkSelectorTerm",
+    ),
     "api.v1.kwoknodeclass": (
         "CATALOG_CONFIGMAP_KEY",
         "FailureInjection",
@@ -224,6 +248,9 @@ __all__ = [
     "NODECLAIM_KEY_RULES",
     "NODEPOOL_KEY_RULES",
     "VERSION",
+    "AKSNodeClass",
+    "AKSNodeClassSpec",
+    "AKSNodeClassStatus",
     "AMISelectorTerm",
     "BlockDeviceMapping",
     "Budget",
@@ -234,6 +261,7 @@ __all__ = [
     "ConditionStatus",
     "ConsolidationPolicy",
     "CronSchedule",
+    "Disk",
     "Disruption",
     "DisruptionReason",
     "Duration",
@@ -242,7 +270,12 @@ __all__ = [
     "EC2NodeClassStatus",
     "FailureInjection",
     "FieldError",
+    "GCENodeClass",
+    "GCENodeClassSpec",
+    "GCENodeClassStatus",
+    "GKENodePool",
     "HasConditions",
+    "ImageSelectorTerm",
     "InvalidObjectError",
     "JoinerObject",
     "KWOKNodeClass",
@@ -270,11 +303,14 @@ __all__ = [
     "Quantity",
     "RequirementBase",
     "RequirementOperator",
+    "ReservationSelectorTerm",
     "ResourceRequirements",
     "SecurityGroupSelectorTerm",
+    "ServiceAccount",
     "SpecModel",
     "StatusModel",
     "SubnetSelectorTerm",
+    "SubnetworkSelectorTerm",
     "Taint",
     "TaintEffect",
     "conditions",

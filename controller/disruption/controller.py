@@ -125,7 +125,8 @@ class DisruptionController:
         self._pass_changes = -1  # `changes` when the last pass started
         self._quiet_until: datetime | None = None
         self._pass_offerings: frozenset[Any] = frozenset()
-        for kind in ("NodeClaim", "NodePool", "KWOKNodeClass", "EC2NodeClass", "DaemonSet", "PodDisruptionBudget"):
+        kinds = ("NodeClaim", "NodePool", "KWOKNodeClass", "EC2NodeClass", "GCENodeClass", "AKSNodeClass")
+        for kind in (*kinds, "DaemonSet", "PodDisruptionBudget"):
             ctx.cluster.subscribe(kind, self._on_change)
         ctx.cluster.subscribe("Node", self._on_node)
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from api.v1.labels import LABEL_GANG
+from api.v1.labels import ANNOTATION_GANG_CLAIMS, LABEL_GANG
 from controller.clock import format_seconds
 from controller.gang import claims as cl
 from controller.gang.decide import (
@@ -37,7 +37,7 @@ from controller.gang.decide import (
     WaitForMembers,
     completed_at,
 )
-from controller.gang.markers import POLICY_RESTART_GANG, gang_options
+from controller.gang.markers import ANNOTATION_GANG_OFFERING, POLICY_RESTART_GANG, gang_options
 from controller.gang.patches import attempt_id, claim_name, gang_claim_manifest
 from controller.gang.planner import (
     GangPlan,
@@ -261,7 +261,7 @@ def _request(
 def _manifests(
     v: GangView, result: GangPlan, pools: Mapping[str, Obj], *, tag: str, attempt: str
 ) -> tuple[Planned, ...]:
-    return tuple(
+    planned = tuple(
         (
             node,
             gang_claim_manifest(
@@ -276,6 +276,16 @@ def _manifests(
         )
         for i, node in enumerate(result.plan.new_nodes)
     )
+    # every member names the attempt's new NodeClaims of its NodePool (same NodeClass, labels and
+    # taints) and their offerings: a provider that can buy them in one all-or-nothing request
+    # (gcp: bulkInsert with minCount) does so
+    by_pool: dict[str, list[str]] = {}
+    for node, manifest in planned:
+        meta = manifest["metadata"]
+        by_pool.setdefault(node.node_pool, []).append(f"{meta['name']}={meta['annotations'][ANNOTATION_GANG_OFFERING]}")
+    for node, manifest in planned:
+        manifest["metadata"]["annotations"][ANNOTATION_GANG_CLAIMS] = ",".join(by_pool[node.node_pool])
+    return planned
 
 
 def _names(claims: Iterable[Planned]) -> list[str]:

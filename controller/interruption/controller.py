@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
@@ -91,9 +92,12 @@ class MessageSource(Protocol):
 
 
 class InterruptionController:
-    def __init__(self, ctx: Context, *, source: MessageSource) -> None:
+    def __init__(self, ctx: Context, *, source: MessageSource, parse: Callable[[str], list[Notice]] = parse) -> None:
+        """``parse`` reads a message body into notices: EventBridge events (aws) by default; the gcp
+        provider passes its reader of Compute Engine audit log entries."""
         self.ctx = ctx
         self.source = source
+        self.parse = parse
         self.displaced: list[Displaced] = []  # interrupted work not running again yet
 
     async def run(self) -> None:
@@ -135,7 +139,7 @@ class InterruptionController:
         deleted = 0
         for message in await self.source.receive():
             try:
-                notices = parse(message.body)
+                notices = self.parse(message.body)
             except MalformedMessage as err:
                 MESSAGES.labels("malformed").inc()
                 log.warning("interruption.malformed_message", message_id=message.id, error=str(err))
@@ -210,8 +214,10 @@ class InterruptionController:
             )
             ACTIONS.labels("offering_marked_unavailable").inc()
         message = {
-            SPOT_INTERRUPTION: "EC2 will reclaim this spot instance in two minutes",
-            "scheduled_change": f"AWS scheduled a change for the instance ({notice.detail or 'maintenance'})",
+            SPOT_INTERRUPTION: "EC2 will reclaim this spot instance in two minutes"
+            if notice.detail != "preempted"
+            else "Compute Engine preempted this spot instance",
+            "scheduled_change": f"the cloud scheduled a change for the instance ({notice.detail or 'maintenance'})",
             "state_change": f"the instance is {notice.detail}",
         }.get(notice.kind, notice.kind)
         if claim.node_name and not claim.deleting:

@@ -47,6 +47,8 @@ EC2NODECLASSES = Resource("joiner.sh", "v1", "ec2nodeclasses", "EC2NodeClass", n
 PROVISIONING_REQUESTS = Resource(
     "autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest", namespaced=True
 )
+AKSNODECLASSES = Resource("joiner.sh", "v1", "aksnodeclasses", "AKSNodeClass", namespaced=False)
+GCENODECLASSES = Resource("joiner.sh", "v1", "gcenodeclasses", "GCENodeClass", namespaced=False)
 
 
 def key_of(obj: dict[str, object]) -> str:

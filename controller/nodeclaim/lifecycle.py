@@ -129,6 +129,8 @@ class LifecycleController:
         cluster.subscribe_views("Node", self._on_node)
         cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
         cluster.subscribe("EC2NodeClass", self._on_nodeclass)
+        cluster.subscribe("GCENodeClass", self._on_nodeclass)
+        cluster.subscribe("AKSNodeClass", self._on_nodeclass)
         await cluster.wait_synced()
         self.remember_refusals()
         for name in list(cluster.claim_views()):

@@ -18,7 +18,15 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.client import ApiError, KubeClient, NotFoundError
 from controller.kube.events import EventRecorder
-from controller.kube.resources import CRDS, EC2NODECLASSES, PODTEMPLATES, PROVISIONING_REQUESTS, Resource
+from controller.kube.resources import (
+    AKSNODECLASSES,
+    CRDS,
+    EC2NODECLASSES,
+    GCENODECLASSES,
+    PODTEMPLATES,
+    PROVISIONING_REQUESTS,
+    Resource,
+)
 from controller.metrics import REGISTRY
 from controller.operator.leader import LeaderElector
 from controller.operator.metrics import LEADER, LOOP_RESTARTS, record_start
@@ -32,6 +40,8 @@ from controller.state.writer import NodeClaimWriter
 log = structlog.get_logger()
 REQUIRED_CRDS = ("nodepools.joiner.sh", "nodeclaims.joiner.sh", "kwoknodeclasses.joiner.sh")
 AWS_CRDS = ("ec2nodeclasses.joiner.sh",)
+GCP_CRDS = ("gcenodeclasses.joiner.sh",)
+AZURE_CRDS = ("aksnodeclasses.joiner.sh",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +59,36 @@ class AWSOptions:
     cluster_version: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class GCPOptions:
+    """Settings of the gcp provider (credentials: Application Default Credentials, unless an endpoint
+    that checks none is given)."""
+
+    cluster_name: str
+    region: str = "us-central1"
+    compute_endpoint: str | None = None
+    pubsub_endpoint: str | None = None
+    billing_endpoint: str | None = None
+    container_endpoint: str | None = None
+    interruption_subscription: str | None = None
+    anonymous: bool = False  # send no credentials (a local fake API server)
+
+
+@dataclass(frozen=True, slots=True)
+class AzureOptions:
+    """Settings of the azure provider (credentials: azure-identity's DefaultAzureCredential, unless an
+    http:// endpoint that checks none is given)."""
+
+    cluster_name: str
+    endpoint: str | None = None
+    prices_endpoint: str | None = None
+    interruption_queue: str | None = None  # https://<namespace>.servicebus.windows.net/<queue>
+
+    @property
+    def anonymous(self) -> bool:
+        return str(self.endpoint or "").startswith("http://")
+
+
 @runtime_checkable
 class Runnable(Protocol):
     async def run(self) -> None: ...
@@ -63,7 +103,65 @@ def build_cloud_provider(
     clock: RealClock,
     unavailable: UnavailableOfferings,
     aws: AWSOptions | None = None,
+    gcp: GCPOptions | None = None,
+    azure: AzureOptions | None = None,
 ) -> CloudProvider:
+    if provider == "azure":
+        from controller.cloudprovider.azure.api import AzureApi
+        from controller.cloudprovider.azure.provider import AzureCloudProvider
+        from controller.cloudprovider.azure.status import AKSNodeClassStatusController
+
+        if azure is None or not azure.cluster_name:
+            raise ValueError("the azure provider needs --cluster-name")
+        azure_api = AzureApi(
+            endpoint=azure.endpoint,
+            prices_endpoint=azure.prices_endpoint,
+            anonymous=azure.anonymous,
+            sleep=clock.sleep,
+        )
+        return AzureCloudProvider(
+            api=azure_api,
+            cluster_name=azure.cluster_name,
+            nodeclasses=lambda: cluster.store(AKSNODECLASSES.kind),
+            clock=clock,
+            unavailable=unavailable,
+            status_loop=lambda p: AKSNodeClassStatusController(
+                check=p.check, client=client, cluster=cluster, clock=clock
+            ),
+        )
+    if provider == "gcp":
+        from controller.cloudprovider.gcp.api import (
+            BILLING_ENDPOINT,
+            COMPUTE_ENDPOINT,
+            CONTAINER_ENDPOINT,
+            PUBSUB_ENDPOINT,
+            GCPApi,
+            NoToken,
+        )
+        from controller.cloudprovider.gcp.provider import GCPCloudProvider
+        from controller.cloudprovider.gcp.status import GCENodeClassStatusController
+
+        if gcp is None or not gcp.cluster_name:
+            raise ValueError("the gcp provider needs --cluster-name")
+        gcp_api = GCPApi(
+            compute_endpoint=gcp.compute_endpoint or COMPUTE_ENDPOINT,
+            pubsub_endpoint=gcp.pubsub_endpoint or PUBSUB_ENDPOINT,
+            billing_endpoint=gcp.billing_endpoint or BILLING_ENDPOINT,
+            container_endpoint=gcp.container_endpoint or CONTAINER_ENDPOINT,
+            tokens=NoToken() if gcp.anonymous else None,
+            sleep=clock.sleep,
+        )
+        return GCPCloudProvider(
+            api=gcp_api,
+            cluster_name=gcp.cluster_name,
+            nodeclasses=lambda: cluster.store(GCENODECLASSES.kind),
+            clock=clock,
+            region=gcp.region,
+            unavailable=unavailable,
+            status_loop=lambda resolver: GCENodeClassStatusController(
+                resolver=resolver, client=client, cluster=cluster, clock=clock
+            ),
+        )
     if provider == "aws":
         from controller.cloudprovider.aws.api import AWSApi
         from controller.cloudprovider.aws.cluster import ClusterInfoSource, ClusterSettings
@@ -171,7 +269,8 @@ async def serve_provisioning_requests(client: KubeClient, settings: Settings) ->
 
 async def missing_crds(client: KubeClient, *, provider: str = "kwok") -> list[str]:
     missing = []
-    for name in (*REQUIRED_CRDS, *(AWS_CRDS if provider == "aws" else ())):
+    extra = {"aws": AWS_CRDS, "gcp": GCP_CRDS, "azure": AZURE_CRDS}.get(provider, ())
+    for name in (*REQUIRED_CRDS, *extra):
         try:
             await client.get(CRDS, name)
         except NotFoundError:
@@ -188,6 +287,8 @@ async def run_operator(
     leader_namespace: str,
     catalog: str | None,
     aws: AWSOptions | None = None,
+    gcp: GCPOptions | None = None,
+    azure: AzureOptions | None = None,
 ) -> int:
     clock = RealClock()
     client = await KubeClient.connect(kubeconfig)
@@ -203,8 +304,12 @@ async def run_operator(
         await client.close()
         return 1
 
-    # the aws provider reads EC2NodeClasses from the cache too
-    watched: tuple[Resource, ...] = (*WATCHED, EC2NODECLASSES) if provider == "aws" else WATCHED
+    # the aws, gcp and azure providers read their NodeClasses from the cache too
+    watched: tuple[Resource, ...] = {
+        "aws": (*WATCHED, EC2NODECLASSES),
+        "gcp": (*WATCHED, GCENODECLASSES),
+        "azure": (*WATCHED, AKSNODECLASSES),
+    }.get(provider, WATCHED)
     if await serve_provisioning_requests(client, settings):
         watched = (*watched, PROVISIONING_REQUESTS, PODTEMPLATES)
     cluster = ClusterState(
@@ -219,6 +324,8 @@ async def run_operator(
         clock=clock,
         unavailable=unavailable,
         aws=aws,
+        gcp=gcp,
+        azure=azure,
     )
     cloud = MeteredCloudProvider(raw_cloud, clock=clock)
     # a provider may run its own loop (the kwok provider creates Nodes after the registration delay)
@@ -241,6 +348,25 @@ async def run_operator(
         assert isinstance(raw_cloud, AWSCloudProvider)
         source = SQSSource(api=raw_cloud.api, queue_url=aws.interruption_queue)
         provider_loops.append(InterruptionController(ctx, source=source))
+    if gcp is not None and gcp.interruption_subscription:
+        from controller.cloudprovider.gcp.provider import GCPCloudProvider
+        from controller.cloudprovider.gcp.pubsub import PubSubSource
+        from controller.cloudprovider.gcp.pubsub import parse as parse_audit_log
+        from controller.interruption.controller import InterruptionController
+
+        assert isinstance(raw_cloud, GCPCloudProvider)
+        pubsub = PubSubSource(api=raw_cloud.api, subscription=gcp.interruption_subscription)
+        provider_loops.append(InterruptionController(ctx, source=pubsub, parse=parse_audit_log))
+    if azure is not None and azure.interruption_queue:
+        from controller.cloudprovider.azure.provider import AzureCloudProvider
+        from controller.cloudprovider.azure.servicebus import SERVICE_BUS_SCOPE, ServiceBusSource
+        from controller.cloudprovider.azure.servicebus import parse as parse_health_event
+        from controller.interruption.controller import InterruptionController
+
+        assert isinstance(raw_cloud, AzureCloudProvider)
+        azure_api = raw_cloud.api
+        bus = ServiceBusSource(queue_url=azure.interruption_queue, token=lambda: azure_api.token(SERVICE_BUS_SCOPE))
+        provider_loops.append(InterruptionController(ctx, source=bus, parse=parse_health_event))
     if provider == "kwok":
         # the fake cloud's interruptions: NodeClaims annotated joiner.sh/interruption
         from controller.interruption.controller import InterruptionController

@@ -321,6 +321,8 @@ class NodePoolStatusController:
         cluster.subscribe("NodeClaim", self._on_claim)
         cluster.subscribe("KWOKNodeClass", self._enqueue_all)
         cluster.subscribe("EC2NodeClass", self._enqueue_all)
+        cluster.subscribe("GCENodeClass", self._enqueue_all)
+        cluster.subscribe("AKSNodeClass", self._enqueue_all)
         self.ctx.buffers.subscribe(self.queue.add)
         self.ctx.refusals.subscribe(self.queue.add)
         await cluster.wait_synced()
@@ -365,7 +367,9 @@ class NodePoolStatusController:
             return None
         ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
         kind = ref.get("kind")
-        watched = kind in ("KWOKNodeClass", "EC2NodeClass") and kind in cluster.informers  # EC2: aws provider only
+        # EC2NodeClass, GCENodeClass, AKSNodeClass: their provider only
+        classes = ("KWOKNodeClass", "EC2NodeClass", "GCENodeClass", "AKSNodeClass")
+        watched = kind in classes and kind in cluster.informers
         nodeclass_exists = watched and ref.get("name") in cluster.store(str(kind))
         nodeclass_problem = None
         if nodeclass_exists:  # a NodeClass that says it is not Ready (an EC2NodeClass the preflight refused)

@@ -191,6 +191,8 @@ class Provisioner:
         cluster.subscribe("NodePool", self._on_capacity_change)
         cluster.subscribe("KWOKNodeClass", self._on_capacity_change)
         cluster.subscribe("EC2NodeClass", self._on_capacity_change)
+        cluster.subscribe("GCENodeClass", self._on_capacity_change)
+        cluster.subscribe("AKSNodeClass", self._on_capacity_change)
         self.ctx.buffers.subscribe(self._on_buffer)
         await cluster.wait_synced()
         self.batcher.trigger()  # pods that were pending before we started

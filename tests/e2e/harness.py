@@ -18,7 +18,14 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_DIR = Path(os.environ.get("JOINER_CLUSTER_DIR", ROOT / ".kwok"))
-JOINER_KINDS = ("nodeclaims.joiner.sh", "nodepools.joiner.sh", "kwoknodeclasses.joiner.sh", "ec2nodeclasses.joiner.sh")
+JOINER_KINDS = (
+    "nodeclaims.joiner.sh",
+    "nodepools.joiner.sh",
+    "kwoknodeclasses.joiner.sh",
+    "ec2nodeclasses.joiner.sh",
+    "gcenodeclasses.joiner.sh",
+    "aksnodeclasses.joiner.sh",
+)
 T = TypeVar("T")
 
 

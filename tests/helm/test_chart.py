@@ -31,7 +31,7 @@ def one(docs: list[Obj], kind: str) -> Obj:
     return found
 
 
-@pytest.mark.parametrize("values", ["values-kwok.yaml", "values-aws.yaml"])
+@pytest.mark.parametrize("values", ["values-kwok.yaml", "values-aws.yaml", "values-gcp.yaml"])
 def test_the_chart_lints_clean(tools: Path, values: str) -> None:
     result = helm(tools, "lint", str(CHART), "--strict", "-f", str(CHART / "examples" / values))
     assert "0 chart(s) failed" in result.stdout, result.stdout + result.stderr
@@ -120,7 +120,8 @@ def test_settings_flags_and_switches(tools: Path) -> None:
     ("settings", "message"),
     [
         ("settings.provider=aws", "settings.clusterName is required with settings.provider=aws"),
-        ("settings.provider=gce", 'settings.provider must be kwok or aws, got "gce"'),
+        ("settings.provider=gcp", "settings.clusterName is required with settings.provider=gcp"),
+        ("settings.provider=gce", 'settings.provider must be kwok, aws, gcp or azure, got "gce"'),
     ],
 )
 def test_settings_that_cannot_work_are_refused_with_a_reason(tools: Path, settings: str, message: str) -> None:
@@ -140,7 +141,7 @@ def test_rbac_grants_what_the_controller_calls_and_no_more(tools: Path) -> None:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
     # the user's objects: read, and status written; never created or deleted by joiner
-    for resource in ("nodepools", "kwoknodeclasses", "ec2nodeclasses"):
+    for resource in ("nodepools", "kwoknodeclasses", "ec2nodeclasses", "gcenodeclasses", "aksnodeclasses"):
         assert granted[("joiner.sh", resource)] == {"list", "watch"}
     assert granted[("joiner.sh", "nodepools/status")] == {"patch"}
     assert granted[("joiner.sh", "nodeclaims")] == {"get", "list", "watch", "create", "patch", "delete"}

@@ -7,7 +7,14 @@ import ast
 from pathlib import Path
 
 from controller.kube import resources
-from controller.kube.resources import EC2NODECLASSES, PODTEMPLATES, PROVISIONING_REQUESTS, Resource
+from controller.kube.resources import (
+    AKSNODECLASSES,
+    EC2NODECLASSES,
+    GCENODECLASSES,
+    PODTEMPLATES,
+    PROVISIONING_REQUESTS,
+    Resource,
+)
 from controller.state.cluster import WATCHED
 from tests.helm.conftest import ROOT
 from tests.helm.test_chart import render
@@ -74,9 +81,9 @@ def calls_in_code() -> tuple[set[tuple[str, str, str]], list[str]]:
             subresource = sub.value if isinstance(sub, ast.Constant) and isinstance(sub.value, str) else None
             plural = f"{res.plural}/{subresource}" if subresource else res.plural
             needed.add((res.group, plural, VERBS[method]))
-    # the informers (the aws provider's watches EC2NodeClasses; ProvisioningRequests and their pod
-    # templates are watched when their CRD is installed)
-    for res in (*WATCHED, EC2NODECLASSES, PROVISIONING_REQUESTS, PODTEMPLATES):
+    # the informers: the providers' NodeClasses; ProvisioningRequests and their pod templates when their
+    # CRD is installed
+    for res in (*WATCHED, EC2NODECLASSES, GCENODECLASSES, AKSNODECLASSES, PROVISIONING_REQUESTS, PODTEMPLATES):
         needed.add((res.group, res.plural, "list"))
         needed.add((res.group, res.plural, "watch"))
     return needed, unknown

@@ -20,6 +20,8 @@ FILES = {
     "NodeClaim": "joiner.sh_nodeclaims.yaml",
     "KWOKNodeClass": "joiner.sh_kwoknodeclasses.yaml",
     "EC2NodeClass": "joiner.sh_ec2nodeclasses.yaml",
+    "GCENodeClass": "joiner.sh_gcenodeclasses.yaml",
+    "AKSNodeClass": "joiner.sh_aksnodeclasses.yaml",
 }
 
 

@@ -141,7 +141,12 @@ async def test_a_gang_gets_its_nodes_first_and_every_gate_is_removed_together(wo
     start_gangs(h)
     await h.eventually(lambda: len(gang_claims(h)) == 3, "3 NodeClaims for the gang")
     claims = gang_claims(h)
+    # every member names the attempt's NodeClaims and their planned offerings (a cloud that can buy a
+    # gang in one all-or-nothing request, gcp's bulkInsert, reads it)
+    members = {name: claim["metadata"]["annotations"]["joiner.sh/gang-offering"] for name, claim in claims.items()}
     for claim in claims.values():
+        listed = dict(item.split("=") for item in claim["metadata"]["annotations"]["joiner.sh/gang-claims"].split(","))
+        assert listed == members
         assert claim["metadata"]["annotations"]["joiner.sh/gang-name"] == "ml/train"
         assert {"key": "joiner.sh/gang", "value": GID, "effect": "NoSchedule"} in claim["spec"]["taints"]
         zone_reqs = [r for r in claim["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"]

@@ -34,11 +34,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* `joiner run` flags from the settings block; fails on settings that cannot work. */}}
 {{- define "joiner.args" -}}
 {{- $s := .Values.settings -}}
-{{- if not (has $s.provider (list "kwok" "aws")) -}}
-{{- fail (printf "settings.provider must be kwok or aws, got %q" $s.provider) -}}
+{{- if not (has $s.provider (list "kwok" "aws" "gcp" "azure")) -}}
+{{- fail (printf "settings.provider must be kwok, aws, gcp or azure, got %q" $s.provider) -}}
 {{- end -}}
-{{- if and (eq $s.provider "aws") (not $s.clusterName) -}}
-{{- fail "settings.clusterName is required with settings.provider=aws (instances are tagged with it)" -}}
+{{- if and (has $s.provider (list "aws" "gcp" "azure")) (not $s.clusterName) -}}
+{{- fail (printf "settings.clusterName is required with settings.provider=%s (instances are tagged with it)" $s.provider) -}}
 {{- end -}}
 - --provider={{ $s.provider }}
 {{- if $s.clusterName }}
@@ -49,6 +49,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 {{- if $s.interruptionQueue }}
 - --interruption-queue={{ $s.interruptionQueue }}
+{{- end }}
+{{- if $s.interruptionSubscription }}
+- --interruption-subscription={{ $s.interruptionSubscription }}
 {{- end }}
 - --leader-elect-namespace={{ .Release.Namespace }}
 - --metrics-port={{ .Values.service.port }}
