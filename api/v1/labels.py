@@ -124,7 +124,8 @@ KWOK_NODE_FAKE: Final = "fake"
 ANNOTATION_PLANNED_INSTANCE_TYPE: Final = "joiner.sh/planned-instance-type"
 """On a NodeClaim, written when it is created: the instance type the plan chose for it."""
 ANNOTATION_PLANNED_PRICE: Final = "joiner.sh/planned-price"
-"""On a NodeClaim, written when it is created: the planned price per hour (decimal string)."""
+"""On a NodeClaim, written when it is created: the planned price per hour (decimal string). Rewritten
+to the on-demand price when a ``reserved`` NodeClaim's reservation ends and its machine runs on."""
 ANNOTATION_REFUSED_OFFERINGS: Final = "joiner.sh/refused-offerings"
 """On a NodeClaim, written at launch when cheaper offerings answered "no capacity" first: JSON
 ``{"at": time, "offerings": ["type/zone/capacity-type", ...]}``, so a restarted controller keeps them
