@@ -131,7 +131,8 @@ ANNOTATION_PLANNED_ZONE: Final = "joiner.sh/planned-zone"
 allow every zone of its candidates (a fallback when that zone has no capacity); among offerings of
 equal price a provider takes this zone first, so equal prices spread over the zones as planned."""
 ANNOTATION_PLANNED_PRICE: Final = "joiner.sh/planned-price"
-"""On a NodeClaim, written when it is created: the planned price per hour (decimal string)."""
+"""On a NodeClaim, written when it is created: the planned price per hour (decimal string). Rewritten
+to the on-demand price when a ``reserved`` NodeClaim's reservation ends and its machine runs on."""
 ANNOTATION_REFUSED_OFFERINGS: Final = "joiner.sh/refused-offerings"
 """On a NodeClaim, written at launch when cheaper offerings answered "no capacity" first: JSON
 ``{"at": time, "offerings": ["type/zone/capacity-type", ...]}``, so a restarted controller keeps them

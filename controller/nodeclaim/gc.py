@@ -7,6 +7,11 @@ Every `gc_interval_seconds`:
 * a NodeClaim that was Registered but whose Node is gone is deleted (Event ``NodeVanished``);
 * a launched NodeClaim whose instance the provider no longer lists is deleted (``InstanceGone``).
 Each must be seen that way for the whole grace period before anything is deleted.
+
+The same listing keeps capacity types true: a NodeClaim labelled ``reserved`` whose instance the
+provider now lists as ``on-demand`` (its capacity reservation expired or was cancelled, and the
+machine runs on) is relabelled ``on-demand``, with its Node and its recorded price, at once
+(Event ``ReservationEnded``), so prices, consolidation and spend see what is paid for.
 """
 
 from __future__ import annotations
@@ -15,13 +20,22 @@ from collections.abc import Iterable, Mapping
 
 import structlog
 
-from api.v1.labels import API_VERSION
+from api.v1.labels import (
+    ANNOTATION_PLANNED_PRICE,
+    API_VERSION,
+    CAPACITY_TYPE_ON_DEMAND,
+    CAPACITY_TYPE_RESERVED,
+    LABEL_CAPACITY_TYPE,
+)
 from controller.cloudprovider.types import CloudProviderError, Instance, NodeClaimNotFoundError
 from controller.context import Context
+from controller.kube.client import NotFoundError
+from controller.kube.resources import NODECLAIMS, NODES
 from controller.nodeclaim import metrics
 from controller.state.deletion import delete_nodeclaim
 from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView
+from controller.state.writes import escape, label_patch
 
 log = structlog.get_logger()
 
@@ -61,6 +75,25 @@ def claims_without_instance(
         for cl in claims.values()
         if cl.launched and not cl.deleting and cl.provider_id and cl.provider_id not in listed
     ]
+
+
+def claims_out_of_reservation(
+    *, claims: Mapping[str, NodeClaimView], instances: Iterable[Instance]
+) -> list[tuple[NodeClaimView, Instance]]:
+    """NodeClaims labelled ``reserved`` whose instance the provider lists as ``on-demand``: the
+    reservation ended and the machine runs on, bought on demand. Pure."""
+    by_id = {inst.provider_id: inst for inst in instances}
+    out = []
+    for claim in claims.values():
+        inst = by_id.get(claim.provider_id or "")
+        if (
+            inst is not None
+            and not claim.deleting
+            and claim.capacity_type == CAPACITY_TYPE_RESERVED
+            and inst.capacity_type == CAPACITY_TYPE_ON_DEMAND
+        ):
+            out.append((claim, inst))
+    return out
 
 
 class GarbageCollector:
@@ -116,8 +149,49 @@ class GarbageCollector:
                     message=f"the cloud provider no longer has instance {pid}; deleting the NodeClaim",
                 )
 
+        for claim, inst in claims_out_of_reservation(claims=claims, instances=instances):
+            await self._relabel_on_demand(claim, inst)
+
         for key in [k for k in self._since if k not in seen]:
             del self._since[key]
+
+    async def _relabel_on_demand(self, claim: NodeClaimView, inst: Instance) -> None:
+        """The NodeClaim and its Node say ``on-demand`` now, and the NodeClaim records the on-demand
+        price (when the provider knows it)."""
+        wanted = {LABEL_CAPACITY_TYPE: CAPACITY_TYPE_ON_DEMAND}
+        patch = label_patch(claim, wanted)
+        if inst.price > 0:
+            price = f"{inst.price:.4f}"
+            if (claim.raw.get("metadata") or {}).get("annotations") is None:
+                patch.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_PLANNED_PRICE: price}})
+            else:
+                path = f"/metadata/annotations/{escape(ANNOTATION_PLANNED_PRICE)}"
+                patch.append({"op": "add", "path": path, "value": price})
+        node = self.ctx.cluster.node_view_for_claim(claim)
+        try:
+            # the Node first: the NodeClaim's label is what says it is done, so a pass that fails in
+            # between relabels both again
+            if node is not None and not node.deleting:
+                node_patch = label_patch(node, wanted)
+                if node_patch:
+                    await self.ctx.client.patch(NODES, node.name, node_patch, patch_type="json")
+            written = await self.ctx.client.patch(NODECLAIMS, claim.name, patch, patch_type="json")
+        except NotFoundError:
+            return  # deleted meanwhile: nothing to relabel
+        message = (
+            f"instance {inst.provider_id} left its capacity reservation (expired or cancelled) and runs on as "
+            f"on-demand capacity; relabelled {LABEL_CAPACITY_TYPE}={CAPACITY_TYPE_ON_DEMAND}"
+            + (f" at ${inst.price:.4f}/h" if inst.price > 0 else "")
+        )
+        await self.ctx.events.emit(written, reason="ReservationEnded", message=message)
+        log.info(
+            "nodeclaim.relabelled",
+            nodeclaim=claim.name,
+            node=node.name if node is not None else None,
+            capacity_type=CAPACITY_TYPE_ON_DEMAND,
+            price=inst.price,
+            reason="its capacity reservation ended; the instance runs on as on-demand",
+        )
 
     async def _delete_instance(self, inst: Instance) -> None:
         node = self.ctx.cluster.node_view_by_provider_id(inst.provider_id)

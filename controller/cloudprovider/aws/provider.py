@@ -11,6 +11,10 @@
 * ``delete``/``get``/``list`` see only instances tagged ``joiner.sh/cluster=<cluster name>``.
 * ``is_drifted``: the instance's image, subnet or security groups are no longer what the NodeClass
   resolves to.
+* capacity type of a launched instance (``get``/``list``): spot for a Spot instance; reserved while
+  the capacity reservation it was launched into (EC2's ``CapacityReservationId``, else joiner's
+  launch tag) is active; on-demand once EC2 says that reservation expired, was cancelled or is gone.
+  The NodeClaim garbage collector relabels a reserved NodeClaim and Node that ``list`` reports so.
 
 Errors: no capacity in any override -> InsufficientCapacityError naming the offerings (the lifecycle
 marks them unavailable); anything else from AWS -> CreateError carrying the AWS error code.
@@ -22,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
@@ -109,6 +113,9 @@ SUBNET_CACHE_SECONDS: Final = 60.0
 CAPACITY_BLOCK_DRAIN_SECONDS: Final = 40 * 60.0
 GROUP_GRACE_SECONDS: Final = 600.0  # a per-gang placement group a launch just used is not collected
 UNKNOWN_FREE_IPS: Final = 1 << 20  # a subnet DescribeSubnets did not count is not taken for full
+RESERVATION_CHECK_SECONDS: Final = 60.0  # a reservation no NodeClass lists as active is asked about again after
+# the states of a capacity reservation whose instances run on as plain on-demand ones
+RESERVATION_ENDED_STATES: Final = frozenset({"expired", "cancelled", "failed"})
 
 
 def provider_id_of(*, zone: str, instance_id: str) -> str:
@@ -175,6 +182,8 @@ class AWSCloudProvider:
         self._ips_free: dict[str, int] = {}  # subnet id -> AvailableIpAddressCount last read
         self._ips_in_flight: dict[str, int] = {}  # subnet id -> addresses launched since then
         self._ips_read_at: dict[str, float] = {}  # NodeClass -> when its subnets were counted
+        self._reservations_ended: set[str] = set()  # reservations EC2 said ended (they never come back)
+        self._reservations_asked: dict[str, float] = {}  # reservation id -> when its state was last asked
 
     async def run(self) -> None:
         """The provider's own loops: the EC2NodeClass status controller, when one was given, and the
@@ -781,16 +790,48 @@ class AWSCloudProvider:
                 return raw
         return None
 
-    def _instance(self, raw: Obj) -> Instance:
+    async def _ended_reservations(self, raws: Iterable[Obj]) -> frozenset[str]:
+        """Of the capacity reservations these instances were launched into, those EC2 says have ended.
+
+        A reservation some EC2NodeClass's status lists is active (the status controller reads them
+        with DescribeCapacityReservations ``state=active`` every minute). Any other is asked about by
+        id, at most every RESERVATION_CHECK_SECONDS: expired, cancelled, failed or not found is ended,
+        for good. When EC2 cannot be asked, nothing new counts as ended."""
+        listed = {
+            str(cr.get("id"))
+            for obj in self._nodeclasses().values()
+            for cr in (obj.get("status") or {}).get("capacityReservations") or []
+        }
+        now = self._clock.monotonic()
+        for rid in sorted({r for raw in raws if (r := reservation_of(raw))} - listed - self._reservations_ended):
+            if now - self._reservations_asked.get(rid, -1e18) < RESERVATION_CHECK_SECONDS:
+                continue
+            self._reservations_asked[rid] = now
+            try:
+                rows = await self.api.collect(
+                    "ec2", "describe_capacity_reservations", key="CapacityReservations", CapacityReservationIds=[rid]
+                )
+            except AWSError as err:
+                if err.code.startswith("InvalidCapacityReservationId"):
+                    rows = []
+                else:
+                    log.warning("aws.reservation_not_checked", reservation=rid, code=err.code, error=err.message)
+                    continue
+            state = next((str(r.get("State")) for r in rows if r.get("CapacityReservationId") == rid), "gone")
+            if state == "gone" or state in RESERVATION_ENDED_STATES:
+                self._reservations_ended.add(rid)
+                log.info(
+                    "aws.reservation_ended",
+                    reservation=rid,
+                    state=state,
+                    reason="its instances run on as on-demand capacity",
+                )
+        return frozenset(self._reservations_ended)
+
+    def _instance(self, raw: Obj, *, ended: Collection[str] = ()) -> Instance:
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
         zone = str((raw.get("Placement") or {}).get("AvailabilityZone") or "")
-        lifecycle = raw.get("InstanceLifecycle")
-        if lifecycle == "spot":
-            capacity_type = CAPACITY_TYPE_SPOT
-        elif raw.get("CapacityReservationId"):
-            capacity_type = CAPACITY_TYPE_RESERVED
-        else:
-            capacity_type = CAPACITY_TYPE_ON_DEMAND
+        capacity_type = capacity_type_of(raw, ended=ended)
         state = str((raw.get("State") or {}).get("Name") or "")
         it_name = str(raw.get("InstanceType") or "")
         cached = next(
@@ -826,11 +867,16 @@ class AWSCloudProvider:
         found = [i for i in await self._describe(instance_ids=[instance_id]) if _alive(i)]
         if not found:
             raise NodeClaimNotFoundError(f"no instance {instance_id} of cluster {self.cluster_name}")
-        return self._instance(found[0])
+        return self._instance(found[0], ended=await self._ended_reservations(found[:1]))
 
     async def list(self) -> list[Instance]:
-        found = await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
-        return [self._instance(i) for i in found if _alive(i)]
+        found = [
+            i
+            for i in await self._describe(filters=[{"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+            if _alive(i)
+        ]
+        ended = await self._ended_reservations(found)
+        return [self._instance(i, ended=ended) for i in found]
 
     async def delete(self, nodeclaim: Obj) -> None:
         name = str(nodeclaim["metadata"]["name"])
@@ -932,6 +978,25 @@ class AWSCloudProvider:
             f"CapacityBlockExpiring: Capacity Block {rid} ends at {end.isoformat()} ({max(0, int(left // 60))} min): "
             f"replaced before EC2 reclaims the instance"
         )
+
+
+def reservation_of(raw: Obj) -> str | None:
+    """The capacity reservation a described instance runs in: EC2's ``CapacityReservationId``, else
+    the one joiner tagged it with at launch (None for an instance launched outside one)."""
+    tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+    rid = raw.get("CapacityReservationId") or tags.get(TAG_RESERVATION)
+    return str(rid) if rid else None
+
+
+def capacity_type_of(raw: Obj, *, ended: Collection[str]) -> str:
+    """How a described instance is bought now. Pure: ``ended`` are the reservations EC2 says ended;
+    an instance in one of those runs on as on-demand."""
+    if raw.get("InstanceLifecycle") == "spot":
+        return CAPACITY_TYPE_SPOT
+    rid = reservation_of(raw)
+    if rid is not None and rid not in ended:
+        return CAPACITY_TYPE_RESERVED
+    return CAPACITY_TYPE_ON_DEMAND
 
 
 def _requests(nodeclaim: Obj, resource: str) -> int:
