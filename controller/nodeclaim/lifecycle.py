@@ -220,10 +220,11 @@ class LifecycleController:
         return best
 
     def _unnominated(self, claim: NodeClaimView, node: NodeView | None) -> int:
-        """Pending pods the provisioner planned on this NodeClaim that are not nominated to its Node yet."""
+        """Pending pods the provisioner planned on this NodeClaim that are not nominated to its Node yet
+        (at least 1 while the provisioner is still writing a plan: they are not known yet)."""
         if node is None or not node.has_taint(TAINT_UNREGISTERED):
             return 0
-        count = 0
+        count = 1 if self.ctx.planned.writing else 0
         for key in self.ctx.planned.on(claim.name):
             pod = self.ctx.cluster.pod_view(key)
             if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
