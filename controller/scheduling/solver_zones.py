@@ -21,8 +21,8 @@ from controller.scheduling.model import ExistingNode, InstanceCandidate, Instanc
 def spread_zones(plan: Plan, existing_nodes: Sequence[ExistingNode]) -> Plan:
     """``plan`` with price ties between zones given to the zones with the fewest nodes."""
     count: dict[str, int] = {}
-    for node in existing_nodes:
-        zone = node.labels.get(LABEL_ZONE)
+    for existing in existing_nodes:
+        zone = existing.labels.get(LABEL_ZONE)
         if zone is not None:
             count[zone] = count.get(zone, 0) + 1
     memo: dict[tuple[int, str], tuple[tuple[InstanceCandidate, ...], InstanceChoice]] = {}
