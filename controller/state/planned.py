@@ -37,6 +37,10 @@ class PlannedPods:
             by_claim.setdefault(claim, []).append(key)
         self._by_claim = {claim: tuple(keys) for claim, keys in by_claim.items()}
 
+    def claims(self) -> tuple[str, ...]:
+        """Every NodeClaim the plan puts pending pods on."""
+        return tuple(self._by_claim)
+
     def on(self, claim: str) -> tuple[str, ...]:
         """The pods planned on ``claim`` (none when it was not bought for pending pods)."""
         return self._by_claim.get(claim, ())
