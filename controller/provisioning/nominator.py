@@ -15,10 +15,9 @@ NodeClaim):
   lifecycle reads the plan from `ctx.planned`, see `controller.nodeclaim.decide`): nominated only
   once the Node was usable, as before, kube-scheduler gave the Node to whichever pending pods it
   tried first in the second or more the nominations took, and at 1,000 pods 916 of them bound off
-  their planned node, and 23 NodeClaims were bought for a plan of 11. A pod kube-scheduler tries
-  while its node is still closed fails that try and has the field cleared; it is set again;
-- kube-scheduler clears it when it tries the pod and cannot place it; while the plan still holds,
-  it is set again;
+  their planned node, and 23 NodeClaims were bought for a plan of 11;
+- kube-scheduler clears it when it tries the pod and cannot place it (every try fails while the
+  pod's Node is still closed); while the plan still holds, it is set again;
 - when the plan changes (the pod was re-planned elsewhere, or its nomination released), a value
   this controller wrote is cleared; a value written by someone else (the scheduler's preemption)
   is left alone;

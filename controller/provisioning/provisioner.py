@@ -218,12 +218,16 @@ class Provisioner:
     async def reconcile(self) -> Plan | None:
         async with self._writer.lock:
             decision = await self.decide()
-            if decision is not None:
-                await self.apply(decision)
-            else:  # nothing pending to plan: no pool refuses anything
-                self.ctx.refusals.record(pools=self.ctx.cluster.nodepools(), unschedulable={})
+            try:
+                if decision is not None:
+                    if self.nominator.enabled:
+                        self.ctx.planned.begin()  # its Nodes stay closed until their pods are known
+                    await self.apply(decision)
+                else:  # nothing pending to plan: no pool refuses anything
+                    self.ctx.refusals.record(pools=self.ctx.cluster.nodepools(), unschedulable={})
+            finally:
+                self.ctx.planned.publish(self._nominations if self.nominator.enabled else {})
             self.nominator.sync()  # the plan may have moved pods, released or made nominations
-            self.ctx.planned.publish(self._nominations if self.nominator.enabled else {})
             return decision.plan if decision is not None else None
 
     # --- decide ----------------------------------------------------------------------------

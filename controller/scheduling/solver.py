@@ -40,6 +40,7 @@ from controller.scheduling.model import ExistingNode, Gang, NodePoolTemplate, Of
 from controller.scheduling.solver_improve import IMPROVE_MAX_NODES, improve
 from controller.scheduling.solver_model import SolveCache
 from controller.scheduling.solver_run import Solver
+from controller.scheduling.solver_zones import spread_zones
 
 __all__ = ["SolveCache", "solve"]
 
@@ -112,4 +113,4 @@ def _solve(
             unavailable=avoid,
             cache=cache,
         )
-    return plan
+    return spread_zones(plan, existing_nodes)

@@ -89,10 +89,6 @@ class SolverBase:
         self._inter_ids: dict[tuple[int, int], tuple[Requirements, Requirements, Requirements | None]] = {}
         self._pin_cache: dict[tuple[Requirements, int, frozenset[str] | None], Requirements | None] = {}
         self._canon: dict[Requirements, Requirements] = {}
-        # (id of a candidate list, preferred zone) -> (that list, rotated list, choice): zone ties
-        self._spread_cache: dict[
-            tuple[int, str], tuple[tuple[InstanceCandidate, ...], tuple[InstanceCandidate, ...], InstanceChoice]
-        ] = {}
         self._taint_cache: dict[tuple[tuple[Toleration, ...], tuple[Taint, ...]], Taint | None] = {}
         # packing (solver_packing) and node choice (solver_choice): fill bounds, rollout journal
         self._suffix_min: list[Vec] = []

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from controller.scheduling.instancetypes import Offering
 from controller.scheduling.model import (
-    InstanceCandidate,
-    InstanceChoice,
     NewNodeClaim,
     Plan,
 )
@@ -75,11 +72,6 @@ class Solver(GangPlacer):
         new_nodes: list[NewNodeClaim] = []
         per_pool: dict[str, int] = {}
         reqs_cache: dict[tuple[Requirements, int], Requirements] = {}
-        # nodes per zone, existing and planned so far: a tie on price goes to the zone with fewest
-        zone_count: dict[str, int] = {}
-        for existing_node in self.state.existing:
-            if existing_node.zone is not None:
-                zone_count[existing_node.zone] = zone_count.get(existing_node.zone, 0) + 1
         index = 0
         for node in sorted(self.state.new, key=lambda n: (n.idx, n.sub)):
             if not node.content:
@@ -104,10 +96,6 @@ class Solver(GangPlacer):
                 reqs = reqs_cache[reqs_key] = node.reqs.with_(*extra)
             pool = slot.pool
             for _ in range(node.mult):
-                node_candidates, node_choice = candidates, choice
-                if node.gang is None:
-                    node_candidates, node_choice = self._spread_tie(candidates, choice, zone_count)
-                zone_count[node_choice.zone] = zone_count.get(node_choice.zone, 0) + 1
                 keys = []
                 for gi, k in node.content:
                     keys.extend(take(gi, k))
@@ -120,8 +108,8 @@ class Solver(GangPlacer):
                         pods=tuple(keys),
                         requests=requests,
                         requirements=reqs,
-                        candidates=node_candidates,
-                        choice=node_choice,
+                        candidates=candidates,
+                        choice=choice,
                         labels=pool.template.labels,
                         taints=pool.template.taints,
                         startup_taints=pool.template.startup_taints,
@@ -136,40 +124,3 @@ class Solver(GangPlacer):
             unschedulable=dict(sorted(self.unschedulable.items())),
             total_price=total,
         )
-
-    def _spread_tie(
-        self,
-        candidates: tuple[InstanceCandidate, ...],
-        choice: InstanceChoice,
-        zone_count: dict[str, int],
-    ) -> tuple[tuple[InstanceCandidate, ...], InstanceChoice]:
-        """On a tie on price between zones of the chosen instance type and capacity type, the zone
-        with the fewest nodes (existing and planned so far; then by name) comes first, in every
-        candidate's offerings: equal prices spread over the allowed zones, deterministically.
-        (A gang's nodes are not passed here: they keep to one zone.)"""
-        first = candidates[0].offerings
-        tied = [o.zone for o in first if o.price == choice.price and o.capacity_type == choice.capacity_type]
-        if len(tied) < 2:
-            return candidates, choice
-        zone = min(tied, key=lambda z: (zone_count.get(z, 0), z))
-        if zone == choice.zone:
-            return candidates, choice
-        key = (id(candidates), zone)
-        hit = self._spread_cache.get(key)
-        if hit is not None and hit[0] is candidates:
-            return hit[1], hit[2]
-
-        def rotated(offers: tuple[Offering, ...]) -> tuple[Offering, ...]:
-            # stable: by price, the preferred zone first among equal prices, the rest as they were
-            return tuple(sorted(offers, key=lambda o: (o.price, o.zone != zone)))
-
-        out = tuple(
-            InstanceCandidate(instance_type=c.instance_type, price=c.price, offerings=rotated(c.offerings))
-            for c in candidates
-        )
-        best = out[0].offerings[0]
-        picked = InstanceChoice(
-            instance_type=out[0].instance_type, zone=best.zone, capacity_type=best.capacity_type, price=best.price
-        )
-        self._spread_cache[key] = (candidates, out, picked)
-        return out, picked

@@ -243,6 +243,7 @@ class Run:
     all_running: float = float("nan")
     claims: int = 0
     first_plan: int = 0
+    first_pods: int = 0  # pods the first solve that bought was given
     empty_nodes: int = 0
     price: float = 0.0
     cpu: float = 0.0
@@ -255,13 +256,14 @@ class Run:
         zones = " ".join(f"{z[-1]}{n}" for z, n in sorted(self.zones.items()))
         return (
             f"{self.side:<9} {self.pods:>6} {self.first_claim:7.1f} {self.last_claim:7.1f} {self.all_running:7.1f} "
-            f"{self.claims:>5} ({self.first_plan:>3}) {self.empty_nodes:>5} {self.price:8.2f} {self.cpu:6.1f} "
+            f"{self.claims:>5} ({self.first_plan:>3}/{self.first_pods:>5}) {self.empty_nodes:>5} "
+            f"{self.price:8.2f} {self.cpu:6.1f} "
             f"{self.requests:>7} {self.released:>5} {self.follow_ups:>3}  {zones}"
         )
 
 
 HEADER = (
-    f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'Running':>7} {'NCs':>5} {'(plan)':>5} "
+    f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'Running':>7} {'NCs':>5} {'(plan/pods)':>11} "
     f"{'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3}  zones"
 )
 
@@ -274,29 +276,31 @@ def _fresh_cluster() -> Any:
     return Cluster(kubeconfig=CLUSTER_DIR / "kubeconfig", bin_dir=Path((CLUSTER_DIR / "bindir").read_text().strip()))
 
 
-def _first_plan_karpenter(log: str) -> tuple[int, int]:
-    """(NodeClaims of the first solve that bought, solves after it that bought) from Karpenter's log."""
-    counts = []
+def _first_plan_karpenter(log: str) -> tuple[int, int, int]:
+    """(NodeClaims of the first solve that bought, its pods, solves after it that bought) from Karpenter's log."""
+    counts: list[tuple[int, int]] = []
     for line in log.splitlines():
         with contextlib.suppress(ValueError):
             event = json.loads(line)
             if str(event.get("message", "")).startswith("computed new nodeclaim"):
-                counts.append(int(event.get("nodeclaims", 0)))
-    return (counts[0] if counts else 0), max(0, len(counts) - 1)
+                counts.append((int(event.get("nodeclaims", 0)), int(event.get("pods", 0))))
+    first = counts[0] if counts else (0, 0)
+    return first[0], first[1], max(0, len(counts) - 1)
 
 
-def _joiner_log(log: str) -> tuple[int, int, int]:
-    """(first plan's NodeClaims, follow-up solves that bought, pods released) from joiner's log."""
-    bought: list[int] = []
+def _joiner_log(log: str) -> tuple[int, int, int, int]:
+    """(first plan's NodeClaims, its pods, follow-up solves that bought, pods released) from joiner's log."""
+    bought: list[tuple[int, int]] = []
     released = 0
     for line in log.splitlines():
         with contextlib.suppress(ValueError):
             event = json.loads(line)
             if event.get("event") == "provisioner.solved" and event.get("new_nodeclaims"):
-                bought.append(int(event["new_nodeclaims"]))
+                bought.append((int(event["new_nodeclaims"]), int(event["pods"])))
             elif event.get("event") == "provisioner.nomination_released":
                 released += int(event.get("pods", 0))
-    return (bought[0] if bought else 0), max(0, len(bought) - 1), released
+    first = bought[0] if bought else (0, 0)
+    return first[0], first[1], max(0, len(bought) - 1), released
 
 
 def run_once(
@@ -414,9 +418,9 @@ def run_once(
     result.zones = dict(zones)
     text = log_path.read_text(errors="replace")
     if side == "joiner":
-        result.first_plan, result.follow_ups, result.released = _joiner_log(text)
+        result.first_plan, result.first_pods, result.follow_ups, result.released = _joiner_log(text)
     else:
-        result.first_plan, result.follow_ups = _first_plan_karpenter(text)
+        result.first_plan, result.first_pods, result.follow_ups = _first_plan_karpenter(text)
     if dump is not None:
         where = dump / f"{side}-{int(start)}"
         where.mkdir(parents=True, exist_ok=True)
@@ -569,6 +573,7 @@ def main() -> int:
             runs = [r for r in results if r.side == side and r.pods == pods]
             med = Run(side=side, pods=pods)
             for attr in (
+                "first_pods",
                 "first_claim",
                 "last_claim",
                 "all_running",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 
 from controller.scheduling import Gang, Offering, Plan, Pod, Requirement, Requirements, Taint, Toleration, solve
@@ -123,6 +124,22 @@ def test_equal_prices_spread_new_nodes_over_the_zones_in_turn() -> None:
         "zone-c",
     }
     assert plan == solve(pods=pending, node_pools=pools)  # deterministic
+
+
+def test_equal_prices_spread_a_mixed_plan_over_the_zones_after_local_search() -> None:
+    zones = ("zone-a", "zone-b", "zone-c", "zone-d")
+    types = [itype(f"c.{n}x", cpu=n, mem_gi=2 * n, price=0.02 * n, zones=zones) for n in (2, 8, 32, 64)]
+    pools = [pool("default", types)]
+    pending = [
+        *pods("web", 50, requests=res(cpu="500m", memory="1Gi")),
+        *pods("batch", 40, requests=res(cpu="2", memory="4Gi")),
+        *pods("big", 10, requests=res(cpu="4", memory="16Gi")),
+    ]
+    plan = solve(pods=pending, node_pools=pools)
+    check_plan(plan, pending=pending, pools=pools)
+    per_zone = Counter(n.choice.zone for n in plan.new_nodes)
+    assert len(plan.new_nodes) > 1
+    assert max(per_zone.values()) - min(per_zone[z] for z in zones) <= 1, per_zone
 
 
 def test_equal_prices_go_first_to_the_zones_with_fewest_existing_nodes() -> None:

@@ -1,0 +1,25 @@
+"""The provisioner's plan as the lifecycle reads it (controller/state/planned.py)."""
+
+from __future__ import annotations
+
+from controller.state.planned import PlannedPods
+
+
+def test_pods_are_listed_by_the_nodeclaim_they_are_planned_on() -> None:
+    book = PlannedPods()
+    assert book.on("nc-a") == ()
+    book.publish({"ns/p1": "nc-a", "ns/p2": "nc-b", "ns/p3": "nc-a"})
+    assert book.on("nc-a") == ("ns/p1", "ns/p3")
+    assert book.on("nc-b") == ("ns/p2",)
+    book.publish({"ns/p2": "nc-b"})  # the whole plan each time: what left it is gone
+    assert book.on("nc-a") == ()
+
+
+def test_while_a_plan_is_written_the_book_says_so_until_it_is_published() -> None:
+    book = PlannedPods()
+    assert not book.writing
+    book.begin()
+    assert book.writing
+    book.publish({"ns/p1": "nc-a"})
+    assert not book.writing
+    assert book.on("nc-a") == ("ns/p1",)
