@@ -4,11 +4,11 @@ what is the next step? No I/O, no clock: the reconciler applies the step and ask
     finalizer -> Launched -> (Node joins) Registered -> Initialized (+ Ready) -> open
 
 Open: the Node loses its `joiner.sh/unregistered` taint, and kube-scheduler may place pods there. A
-Node bought for pending pods opens only once those pods are nominated to it (their
-`status.nominatedNodeName`, which the provisioner's nominator writes as soon as the Node exists), or
-`OPEN_AFTER_SECONDS` after it registered at the latest: kube-scheduler then keeps the planned pods'
-room, where it would otherwise give the Node to whichever pending pod it tries first. Other
-NodeClaims open at registration.
+Node bought for pending pods opens only once the pods planned on it and on the other planned Nodes
+not open yet are nominated (their `status.nominatedNodeName`, which the provisioner's nominator
+writes as soon as a Node exists), or `OPEN_AFTER_SECONDS` after it registered at the latest:
+kube-scheduler then keeps the planned pods' room, where it would otherwise give the Node to
+whichever pending pod it tries first. Other NodeClaims open at registration.
 
 Timeouts end a step that takes too long:
 * launch: from the NodeClaim's creationTimestamp until Launched=True;

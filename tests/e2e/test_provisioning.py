@@ -196,7 +196,7 @@ def test_a_burst_on_large_nodes_buys_the_plan_as_the_nodes_open_one_by_one(clust
     """300 pods of three sizes on 96-CPU machines (five or six of them, tightly packed). The machines open
     one after another; kube-scheduler must not hand the first one to whichever pending pods it tries
     first, or the pods planned there no longer fit, a follow-up solve buys more, and a node planned for
-    others stays part empty. A Node opens only once its planned pods are nominated to it."""
+    others stays part or all empty. The planned Nodes open once the pods planned on them are nominated."""
     ns = _ns(cluster)
     large = [
         req(INSTANCE_TYPE, "In", "m7i.24xlarge"),
