@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any
 
 import structlog
 
-from api.v1.labels import LABEL_GANG, LABEL_ZONE
 from controller.context import Context
 from controller.gang.planner import (
     GangPlan,
     NoFit,
     PlanRequest,
     describe_plan,
-    gang_taint,
     pinned_pod,
     plan_gang,
     pool_gang_defaults,
@@ -34,6 +31,7 @@ from controller.gang.planner import (
 from controller.kube.client import ApiError, ConflictError, NotFoundError
 from controller.kube.resources import PODS, PROVISIONING_REQUESTS
 from controller.provreq import metrics
+from controller.provreq.booking import hold_room, placements, unmatched
 from controller.provreq.decide import (
     ANNOTATION_ATTEMPT,
     Attempt,
@@ -62,6 +60,7 @@ from controller.provreq.decide import (
     provisioning_message,
     provisioning_update,
 )
+from controller.provreq.manifest import ANNOTATION_REQUEST, LABEL_REQUEST_UID, claim_name, request_claim_manifest
 from controller.provreq.request import (
     ANNOTATION_CONSUME,
     PROVISIONED,
@@ -70,13 +69,12 @@ from controller.provreq.request import (
 )
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
+from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
 from controller.scheduling.solver import solve
 from controller.state.bookings import Booking
 from controller.state.deletion import delete_nodeclaim
 from controller.state.existing import cluster_capacity
 from controller.state.informer import EventType
-from controller.state.manifest import nodeclaim_manifest
 from controller.state.nodepools import daemon_templates, valid_pools
 from controller.state.spend import pool_bounds
 from controller.state.views import NodeClaimView, Obj, PodView
@@ -85,44 +83,7 @@ from controller.state.writes import ConditionUpdate, with_conditions
 
 log = structlog.get_logger()
 
-LABEL_REQUEST_UID: Final = "joiner.sh/provisioning-request-uid"
-"""On the NodeClaims (and so the Nodes) bought for a ProvisioningRequest: the request's uid."""
-ANNOTATION_REQUEST: Final = "joiner.sh/provisioning-request"
-"""On those NodeClaims: ``namespace/name`` of the request."""
-
 Pools = dict[str, tuple[Obj, tuple[InstanceType, ...]]]
-
-
-def claim_name(pool: str, uid: str, attempt: int, index: int) -> str:
-    """Deterministic per attempt, so writing it twice is harmless (409)."""
-    return f"{pool[:40].rstrip('-.')}-r{uid[:6]}{attempt}-{index}"
-
-
-def request_claim_manifest(
-    node: NewNodeClaim, pool: Mapping[str, Any], *, name: str, req: ProvisioningRequest, same_zone: bool
-) -> Obj:
-    """The NodeClaim of one planned machine, named and labelled for the request. No taint: the pods
-    that consume the request are Kueue's and tolerate nothing of joiner's; the booking keeps others
-    off the room in joiner's plans, and the nominations tell kube-scheduler."""
-    manifest = nodeclaim_manifest(node, dict(pool))
-    meta = manifest["metadata"]
-    meta.pop("generateName", None)
-    meta["name"] = name
-    meta["labels"].pop(LABEL_GANG, None)
-    meta["labels"][LABEL_REQUEST_UID] = req.uid
-    meta["annotations"][ANNOTATION_REQUEST] = req.key
-    spec = manifest["spec"]
-    gang_key = gang_taint("").key
-    taints = [t for t in spec.get("taints") or [] if t.get("key") != gang_key]
-    if taints:
-        spec["taints"] = taints
-    else:
-        spec.pop("taints", None)
-    if same_zone:
-        reqs = [r for r in spec.get("requirements") or [] if r.get("key") != LABEL_ZONE]
-        reqs.append({"key": LABEL_ZONE, "operator": "In", "values": [node.choice.zone]})
-        spec["requirements"] = reqs
-    return manifest
 
 
 class ProvisioningRequestController:
@@ -580,7 +541,12 @@ class ProvisioningRequestController:
             return
         bound, pending = self._consumers(req)
         placeholders, _ = self._placeholders(view)
-        left = _unmatched(placeholders, [self.ctx.cluster.scheduling_pod(p) for p in bound])
+        arrived: list[Pod] = []
+        for pod in pending:
+            try:
+                arrived.append(self.ctx.cluster.scheduling_pod(pod))
+            except ValueError:
+                continue
         async with self.ctx.writer.lock:
             _, existing, _ = await self._inputs()
             now = self.ctx.clock.now()
@@ -589,28 +555,15 @@ class ProvisioningRequestController:
                 nodes = [n for n in existing if n.name in names]
             else:
                 nodes = self.ctx.bookings.hold(existing, now, except_request=req.key)
-            daemons = daemon_templates(self.ctx.cluster, component="provisioningrequest")
-            # the pods that arrived, onto the booked room; the rest of the room held for those to come
-            converted: list[Pod] = []
-            for pod in pending:
-                try:
-                    converted.append(self.ctx.cluster.scheduling_pod(pod))
-                except ValueError:
-                    continue
-            arrived = solve(pods=converted, node_pools=(), existing_nodes=nodes, daemon_pods=daemons)
-            placed = placements(arrived, converted)
-            after = [replace(n, pods=(*n.pods, *placed.get(n.name, ()))) for n in nodes]
-            rest = left[: max(0, len(left) - len(converted))]
-            holding = solve(pods=rest, node_pools=(), existing_nodes=after, daemon_pods=daemons)
-            held = placements(holding, rest)
-            booked_nodes = frozenset(n.name for n in nodes) if req.atomic else frozenset(held) | frozenset(placed)
-            self._publish(
-                req,
-                held=held,
-                nodes=booked_nodes,
-                claimed=frozenset(p.key for ps in placed.values() for p in ps),
+            room = hold_room(
+                nodes,
+                arrived=arrived,
+                left=unmatched(placeholders, [self.ctx.cluster.scheduling_pod(p) for p in bound]),
+                daemons=daemon_templates(self.ctx.cluster, component="provisioningrequest"),
+                whole_nodes=req.atomic,
             )
-        await self._nominate(pending, placed)
+            self._publish(req, held=room.held, nodes=room.nodes, claimed=room.claimed)
+        await self._nominate(pending, room.placed)
 
     async def _nominate(self, pending: Sequence[PodView], placed: Mapping[str, tuple[Pod, ...]]) -> None:
         where = {p.key: node for node, ps in placed.items() for p in ps}
@@ -702,22 +655,3 @@ class ProvisioningRequestController:
             )
         )
         metrics.BOOKED_NODES.set(len(self.ctx.bookings.booked_nodes(now)))
-
-
-def placements(plan: Plan, pods: Sequence[Pod]) -> dict[str, tuple[Pod, ...]]:
-    """Where the plan put each of ``pods`` on existing (or in-flight) nodes: node name -> pods."""
-    by_key = {p.key: p for p in pods}
-    return {
-        node: tuple(by_key[k] for k in keys if k in by_key) for node, keys in plan.existing_placements.items() if keys
-    }
-
-
-def _unmatched(placeholders: Sequence[Pod], bound: Sequence[Pod]) -> list[Pod]:
-    """The placeholders left once each bound pod of the request took one of the same requests (or,
-    when none matches, any): the room still to hold for the pods to come."""
-    left = list(placeholders)
-    for pod in bound:
-        i = next((j for j, p in enumerate(left) if p.requests == pod.requests), 0 if left else None)
-        if i is not None:
-            left.pop(i)
-    return left

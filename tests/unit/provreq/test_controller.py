@@ -19,7 +19,8 @@ from controller.kube.resources import (
 )
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.provisioning.provisioner import Provisioner
-from controller.provreq.controller import LABEL_REQUEST_UID, ProvisioningRequestController
+from controller.provreq.controller import ProvisioningRequestController
+from controller.provreq.manifest import LABEL_REQUEST_UID
 from controller.settings import Settings
 from controller.state.cluster import WATCHED
 from controller.termination.controller import TerminationController
