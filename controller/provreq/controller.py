@@ -210,6 +210,12 @@ class ProvisioningRequestController:
         raw = self.ctx.cluster.store("ProvisioningRequest").get(key)
         now = self.ctx.clock.now()
         if raw is None:
+            live = {
+                str((r.get("metadata") or {}).get("uid"))
+                for r in self.ctx.cluster.store("ProvisioningRequest").values()
+            }
+            for uid in [u for u in self._written if u not in live]:
+                del self._written[uid]  # the records of requests that are gone
             claims = self._claims(uid=None, key=key)
             step: Step = gone(
                 RequestView(
@@ -239,6 +245,7 @@ class ProvisioningRequestController:
         if isinstance(step, Leave):
             if step.release:
                 self._release(req.key)
+                self._written.pop(req.uid, None)  # nothing more will be written for it
             return None
         if isinstance(step, Conditions):
             await self._status(req, step.updates)
