@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -222,7 +223,17 @@ def test_a_burst_on_large_nodes_buys_the_plan_as_the_nodes_open_one_by_one(clust
     used = {p["spec"]["nodeName"] for p in pods}
     empty = [c["status"]["nodeName"] for c in claims if c["status"]["nodeName"] not in used]
     assert not empty, f"nodes left empty after the burst: {empty}"
-    assert "provisioner.nomination_released" not in joiner.logs()
+    # kube-scheduler clears a nomination whenever it tries a pod whose planned Node is still closed,
+    # and the nominator writes it back: a pod tried in that window (more often on a loaded machine)
+    # may bind in room planned for another pod. That pod is then released and solved again, and it
+    # must find room on the capacity already bought, not buy more.
+    events = [json.loads(line) for line in joiner.logs().splitlines() if line.startswith("{")]
+    released = [i for i, e in enumerate(events) if e.get("event") == "provisioner.nomination_released"]
+    if released:
+        later = [e for e in events[released[0] :] if e.get("event") == "provisioner.solved"]
+        assert all(e["new_nodeclaims"] == 0 and e["unschedulable"] == 0 for e in later), (
+            f"a solve after a released nomination bought more: {later}"
+        )
 
 
 def test_node_selector_on_gpu_name_is_honoured(cluster: Cluster, start_joiner: Any) -> None:
