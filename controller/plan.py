@@ -173,10 +173,13 @@ def _check_nesting(text: str, source: str) -> None:
 
     Every level of nesting needs a ``[`` or ``{``, or one more character of its line (indentation,
     ``- ``, ``? ``), so short lines and few brackets bound the depth without parsing; only text
-    that might be deep gets a pass over its events (libyaml's parser itself is iterative).
+    that might be deep gets a pass over its events (libyaml's parser itself is iterative). An empty
+    ``{}`` or ``[]`` holds nothing, so it adds one level at most wherever it is: what ``kubectl get
+    -o yaml`` prints (a ``securityContext: {}`` in every pod) needs no pass however many pods it has.
     """
     longest = max(map(len, text.splitlines()), default=0)
-    if text.count("[") + text.count("{") + longest <= _CHEAP_DEPTH:
+    openers = text.count("[") - text.count("[]") + text.count("{") - text.count("{}")
+    if openers + 1 + longest <= _CHEAP_DEPTH:
         return
     depth = 0
     try:
