@@ -189,8 +189,19 @@ up() {
         --quota-backend-bytes=4294967296 --auto-compaction-retention=5m
     wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
-    log "starting kube-apiserver on 127.0.0.1:$api_port"
-    start kube-apiserver "$bins/kube-apiserver" \
+    # JOINER_APISERVER_AUDIT=1: every request's metadata (who, verb, resource) to logs/audit.log,
+    # for counting requests by client (hack/bench/race.py --audit); off by default, it costs CPU
+    audit=()
+    if [ "${JOINER_APISERVER_AUDIT:-}" = 1 ]; then
+        printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
+            'rules:' '- level: Metadata' > "$dir/audit-policy.yaml"
+        : > "$dir/logs/audit.log"
+        audit=(--audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/logs/audit.log"
+            --audit-log-format=json --audit-log-mode=batch --audit-log-maxsize=0)
+    fi
+
+    log "starting kube-apiserver on 127.0.0.1:$api_port${audit:+ (audit log on)}"
+    start kube-apiserver "$bins/kube-apiserver" "${audit[@]}" \
         --etcd-servers="http://127.0.0.1:$etcd_port" \
         --bind-address=127.0.0.1 --secure-port="$api_port" \
         --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \

@@ -294,9 +294,18 @@ class LifecycleController:
                 if retry is not None:
                     return retry if retry > 0 else None
             elif isinstance(decision, SyncNode):
-                self._latest_nodes[decision.node] = NodeView.of(
+                updated = NodeView.of(
                     await self.ctx.client.patch(NODES, decision.node, list(decision.patch), patch_type="json")
                 )
+                self._latest_nodes[decision.node] = updated
+                if (
+                    node is not None
+                    and node.has_taint(TAINT_UNREGISTERED)
+                    and not updated.has_taint(TAINT_UNREGISTERED)
+                ):
+                    log.debug(
+                        "nodeclaim.opened", nodeclaim=name, node=decision.node, planned=len(self.ctx.planned.on(name))
+                    )
             elif isinstance(decision, Register):
                 assert node is not None  # decide() registers only a Node it was given
                 await self._register(claim, node)

@@ -251,6 +251,9 @@ class Run:
     released: int = 0  # joiner: pods whose nomination was released (provisioner.nomination_released)
     follow_ups: int = 0  # solves after the first that bought NodeClaims
     zones: dict[str, int] = field(default_factory=dict)
+    # --audit: requests during the run by client, and by client, verb and resource
+    by_client: Counter[str] = field(default_factory=Counter)
+    by_call: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     def row(self) -> str:
         zones = " ".join(f"{z[-1]}{n}" for z, n in sorted(self.zones.items()))
@@ -266,6 +269,10 @@ HEADER = (
     f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'Running':>7} {'NCs':>5} {'(plan/pods)':>11} "
     f"{'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3}  zones"
 )
+
+
+def _cluster_dir() -> Path:
+    return Path(os.environ.get("JOINER_CLUSTER_DIR", str(ROOT / ".kwok")))
 
 
 def _fresh_cluster() -> Any:
@@ -301,6 +308,51 @@ def _joiner_log(log: str) -> tuple[int, int, int, int]:
                 released += int(event.get("pods", 0))
     first = bought[0] if bought else (0, 0)
     return first[0], first[1], max(0, len(bought) - 1), released
+
+
+def client_of(user_agent: str, username: str) -> str:
+    """A short name for whoever sent a request: the program in its User-Agent (the controller's
+    name for kube-controller-manager's controllers), else the user."""
+    if not user_agent:
+        return username or "?"
+    program = user_agent.split("/", 1)[0]
+    if program == "kube-controller-manager":
+        tail = user_agent.rsplit("/", 1)[-1]
+        return f"kcm/{tail}" if tail and " " not in tail else program
+    if program.startswith("OpenAPI-Generator"):
+        return "joiner"  # the kubernetes_asyncio client's default User-Agent
+    if program in ("main", "kwok") or "kwok" in program:
+        return program if program != "main" else (username or "?")
+    return program
+
+
+def audit_counts(path: Path, start: float, end: float) -> tuple[Counter[str], Counter[tuple[str, str, str]]]:
+    """Requests the apiserver's audit log (``JOINER_APISERVER_AUDIT=1``, see hack/cluster.sh) saw
+    from ``start`` to ``end`` (epoch seconds), watches aside: by client, and by client, verb and
+    resource[/subresource]."""
+    clients: Counter[str] = Counter()
+    calls: Counter[tuple[str, str, str]] = Counter()
+    if not path.exists():
+        return clients, calls
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("stage") != "ResponseComplete" or event.get("verb") == "watch":
+                continue
+            when = _when(event.get("requestReceivedTimestamp"))
+            if when is None or not start <= when <= end:
+                continue
+            ref = event.get("objectRef") or {}
+            resource = str(ref.get("resource") or event.get("requestURI", "?").split("?", 1)[0])
+            if ref.get("subresource"):
+                resource += f"/{ref['subresource']}"
+            client = client_of(str(event.get("userAgent") or ""), str((event.get("user") or {}).get("username") or ""))
+            clients[client] += 1
+            calls[(client, str(event.get("verb")), resource)] += 1
+    return clients, calls
 
 
 def run_once(
@@ -394,6 +446,7 @@ def run_once(
         time.sleep(3)  # anything bought late shows up
         result.cpu = _cpu_seconds(pid) - cpu0
         result.requests = sum((_apiserver_requests(cluster) - requests0).values())
+        result.by_client, result.by_call = audit_counts(_cluster_dir() / "logs" / "audit.log", start, time.time())
         if watch.claims:
             result.first_claim = min(watch.claims.values()) - start
             result.last_claim = max(watch.claims.values()) - start
@@ -539,6 +592,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--dump", type=Path, help="keep each run's controller log and objects here")
     parser.add_argument("--explain", type=Path, help="explain one dumped joiner run (see explain()) and exit")
+    parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="run the apiserver with an audit log and count each run's requests by client, verb and resource",
+    )
     args = parser.parse_args()
     if args.explain:
         explain(args.explain)
@@ -551,6 +609,8 @@ def main() -> int:
     catalog = _cache() / "joiner-catalog.json"
     catalog.write_text(json.dumps(joiner_catalog(types)))
     flags = dict(f.split("=", 1) if "=" in f else (f, "") for f in args.joiner_flag)
+    if args.audit:
+        os.environ["JOINER_APISERVER_AUDIT"] = "1"  # read by hack/cluster.sh up
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; joiner flags {flags or '-'}")
     print(HEADER, flush=True)
     results: list[Run] = []
@@ -568,6 +628,8 @@ def main() -> int:
                 )
                 results.append(run)
                 print(run.row(), flush=True)
+                if run.by_client:
+                    print("          by client: " + ", ".join(f"{c} {n}" for c, n in run.by_client.most_common()))
         print(f"medians at {pods} pods:")
         for side in sides:
             runs = [r for r in results if r.side == side and r.pods == pods]
@@ -589,7 +651,27 @@ def main() -> int:
                 value = _median(runs, attr)
                 setattr(med, attr, value if isinstance(getattr(med, attr), float) else round(value))
             print(med.row(), flush=True)
+        if args.audit:
+            print_audit(results, pods, sides)
     return 0
+
+
+def print_audit(results: list[Run], pods: int, sides: list[str]) -> None:
+    """Per side, the mean requests of its runs at ``pods`` by client, then by client, verb and resource."""
+    for side in sides:
+        runs = [r for r in results if r.side == side and r.pods == pods and r.by_client]
+        if not runs:
+            continue
+        clients: Counter[str] = sum((r.by_client for r in runs), Counter())
+        calls: Counter[tuple[str, str, str]] = sum((r.by_call for r in runs), Counter())
+        n = len(runs)
+        total = sum(clients.values()) / n
+        per_pod = total / pods
+        print(f"{side}, {pods} pods, requests a run (mean of {n}, no watches): {total:,.0f} = {per_pod:.2f} per pod")
+        for client, count in clients.most_common():
+            print(f"  {client:<34} {count / n:>8,.0f}")
+        for (client, verb, resource), count in calls.most_common(15):
+            print(f"    {client:<24} {verb:<7} {resource:<34} {count / n:>8,.0f}")
 
 
 if __name__ == "__main__":
