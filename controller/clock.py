@@ -104,3 +104,24 @@ def format_time(value: datetime) -> str:
 def format_seconds(seconds: float) -> str:
     """A duration as users write it: ``15m``, ``1h30m``, ``45s`` (for messages and Events)."""
     return format_duration(timedelta(seconds=max(0, round(seconds))))
+
+
+class TokenBucket:
+    """At most ``rate`` a second on average, ``burst`` at once: :meth:`take` says whether one more
+    may go now. Time comes from the clock, so tests move it."""
+
+    def __init__(self, clock: Clock, *, rate: float, burst: int) -> None:
+        self._clock = clock
+        self._rate = rate
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._at = clock.monotonic()
+
+    def take(self) -> bool:
+        now = self._clock.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False

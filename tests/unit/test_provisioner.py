@@ -154,9 +154,27 @@ async def test_the_batch_waits_while_kube_scheduler_has_pods_it_has_not_tried(h:
     await h.kube.create(PODS, untried)
     await h.cached("Pod", "default/fresh")
     assert provisioner._scheduler_has_untried_pods()
-    # a pod nobody tries for longer than a batch window (another scheduler's) does not hold batches open
-    await h.advance(h.ctx.settings.batch_max_seconds + 2)
+    # once it waited long enough to be planned untried, this batch takes it: it holds nothing open
+    after = h.ctx.settings.plan_untried_after_seconds
+    assert after is not None
+    await h.advance(after + 0.1)
     assert not provisioner._scheduler_has_untried_pods()
+
+
+async def test_without_planning_untried_pods_the_batch_waits_for_kube_scheduler_up_to_a_window() -> None:
+    h = await make_harness(Settings(plan_untried_after_seconds=None))
+    try:
+        provisioner = Provisioner(h.ctx)
+        fresh: Obj = {"metadata": {"name": "fresh", "namespace": "default"}, "spec": {"containers": [_container("1")]}}
+        await h.kube.create(PODS, {**fresh, "status": {"phase": "Pending"}})
+        await h.cached("Pod", "default/fresh")
+        await h.advance(h.ctx.settings.batch_max_seconds - 1)
+        assert provisioner._scheduler_has_untried_pods()
+        # a pod nobody tries for longer than a batch window (another scheduler's) does not hold batches open
+        await h.advance(3)
+        assert not provisioner._scheduler_has_untried_pods()
+    finally:
+        await h.close()
 
 
 async def test_pods_get_a_nominated_event_unless_they_were_bound_first(h: Harness) -> None:
@@ -169,6 +187,30 @@ async def test_pods_get_a_nominated_event_unless_they_were_bound_first(h: Harnes
     await h.settle()
     assert "Nominated" in h.kube.event_reasons("slow")
     assert "Nominated" not in h.kube.event_reasons("fast")
+
+
+async def test_nominated_events_are_limited_to_a_few_a_second_as_karpenter_limits_them(h: Harness) -> None:
+    """A large decision writes a "Nominated" Event for the first pods at once and a few a second after
+    that, not one per pod: the nominations kube-scheduler reads share the apiserver with them."""
+    from controller.provisioning.provisioner import NOMINATED_EVENTS_BURST, NOMINATED_EVENTS_PER_SECOND
+
+    provisioner = Provisioner(h.ctx)
+    names = [f"p{i:02}" for i in range(30)]
+    for name in names:
+        await pending(h, name, "100m")
+    await provisioner.reconcile()
+    await h.settle()
+    told = [n for n in names if "Nominated" in h.kube.event_reasons(n)]
+    assert len(told) == NOMINATED_EVENTS_BURST
+    # the next decision, two seconds later, may tell as many pods as the rate refilled meanwhile
+    await h.advance(2.0)
+    late = [f"late-{i:02}" for i in range(15)]
+    for name in late:
+        await pending(h, name, "1500m")  # none fits the NodeClaim in flight: all on new ones
+    await provisioner.reconcile()
+    await h.settle()
+    told_late = [n for n in late if "Nominated" in h.kube.event_reasons(n)]
+    assert len(told_late) == int(2.0 * NOMINATED_EVENTS_PER_SECOND)
 
 
 async def test_a_burst_of_launches_updates_the_nodepool_status_once(h: Harness) -> None:
