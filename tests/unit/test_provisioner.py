@@ -154,27 +154,9 @@ async def test_the_batch_waits_while_kube_scheduler_has_pods_it_has_not_tried(h:
     await h.kube.create(PODS, untried)
     await h.cached("Pod", "default/fresh")
     assert provisioner._scheduler_has_untried_pods()
-    # once it waited long enough to be planned untried, this batch takes it: it holds nothing open
-    after = h.ctx.settings.plan_untried_after_seconds
-    assert after is not None
-    await h.advance(after + 0.1)
+    # a pod nobody tries for longer than a batch window (another scheduler's) does not hold batches open
+    await h.advance(h.ctx.settings.batch_max_seconds + 2)
     assert not provisioner._scheduler_has_untried_pods()
-
-
-async def test_without_planning_untried_pods_the_batch_waits_for_kube_scheduler_up_to_a_window() -> None:
-    h = await make_harness(Settings(plan_untried_after_seconds=None))
-    try:
-        provisioner = Provisioner(h.ctx)
-        fresh: Obj = {"metadata": {"name": "fresh", "namespace": "default"}, "spec": {"containers": [_container("1")]}}
-        await h.kube.create(PODS, {**fresh, "status": {"phase": "Pending"}})
-        await h.cached("Pod", "default/fresh")
-        await h.advance(h.ctx.settings.batch_max_seconds - 1)
-        assert provisioner._scheduler_has_untried_pods()
-        # a pod nobody tries for longer than a batch window (another scheduler's) does not hold batches open
-        await h.advance(3)
-        assert not provisioner._scheduler_has_untried_pods()
-    finally:
-        await h.close()
 
 
 async def test_pods_get_a_nominated_event_unless_they_were_bound_first(h: Harness) -> None:
