@@ -256,6 +256,16 @@ class LifecycleController:
         self._closed_memo = (now, count)
         return count
 
+    def _opens(self, claim: NodeClaimView, node: NodeView | None) -> bool:
+        """Whether syncing ``node`` now takes its `joiner.sh/unregistered` taint off a Node planned for
+        pending pods (`decide` keeps it on while any planned pod is not nominated yet)."""
+        return (
+            node is not None
+            and node.has_taint(TAINT_UNREGISTERED)
+            and bool(self.ctx.planned.on(claim.name))
+            and self._unnominated(claim, node) == 0
+        )
+
     # --- reconcile ---------------------------------------------------------------------------
 
     async def reconcile(self, name: str) -> float | None:
@@ -294,6 +304,13 @@ class LifecycleController:
                 if retry is not None:
                     return retry if retry > 0 else None
             elif isinstance(decision, SyncNode):
+                if self._opens(claim, node):
+                    # the planned Nodes open together: the others' patches go out with this one,
+                    # not at their next look (kube-scheduler tries every pending pod on each Node
+                    # that opens, and clears the nomination of each pod whose Node is still closed)
+                    for other in self.ctx.planned.claims():
+                        if other != name:
+                            self.queue.add(other)
                 updated = NodeView.of(
                     await self.ctx.client.patch(NODES, decision.node, list(decision.patch), patch_type="json")
                 )

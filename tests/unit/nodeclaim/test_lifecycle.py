@@ -213,3 +213,51 @@ async def test_a_restarted_controller_finishes_what_the_last_one_started(harness
     await h.eventually(lambda: h.condition_status("nc-1", "Registered") == "True", "registered by the new process")
     await h.make_ready("nc-1")
     await expect_initialized(h, "nc-1")
+
+
+async def test_the_planned_nodes_open_together_once_every_planned_pod_is_nominated(world: Harness) -> None:
+    """Each planned Node stays closed while a pod planned on it, or on another planned Node not open
+    yet, is not nominated; when the first opens the others open with it, not at their next look
+    (kube-scheduler tries every pending pod when a Node opens, and clears the nomination of each
+    pod whose Node is still closed)."""
+    from controller.kube.resources import PODS
+
+    h = world
+    await h.create_nodeclass()
+    for pod in ("pa", "pb"):
+        await h.kube.create(
+            PODS,
+            {
+                "metadata": {"name": pod, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "100m"}}}]},
+                "status": {"phase": "Pending"},
+            },
+        )
+        await h.cached("Pod", f"default/{pod}")
+    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
+    # nc-b comes up a little after nc-a, so each looks again at its own moments
+    await h.create_claim("nc-a", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("nc-a", "Registered") == "True", "nc-a registered")
+    await h.advance(0.1)
+    await h.create_claim("nc-b", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("nc-b", "Registered") == "True", "nc-b registered")
+
+    def closed(node: str) -> bool:
+        return any(t["key"] == TAINT_UNREGISTERED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+
+    assert closed("nc-a")
+    assert closed("nc-b")
+    for pod, node in (("pa", "nc-a"), ("pb", "nc-b")):
+        await h.kube.patch(
+            PODS, pod, {"status": {"nominatedNodeName": node}}, namespace="default", subresource="status"
+        )
+        await h.cached("Pod", f"default/{pod}")
+    opened: dict[str, float] = {}
+    for _ in range(20):
+        await h.advance(0.025)
+        await h.settle()
+        for node in ("nc-a", "nc-b"):
+            if not closed(node):
+                opened.setdefault(node, h.clock.monotonic())
+    assert set(opened) == {"nc-a", "nc-b"}
+    assert opened["nc-a"] == opened["nc-b"], f"opened at {opened}"
