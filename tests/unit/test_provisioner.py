@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
+from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE, TAINT_UNREGISTERED
 from controller.clock import format_time
 from controller.cloudprovider.types import OfferingId
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
@@ -408,6 +408,29 @@ async def test_without_a_backlog_planned_pods_are_solved_again_after_ten_seconds
     assert plan is not None
     assert plan.new_nodes == ()  # solved again onto the node they wait on: nothing bought
     assert len(claims(h)) == 1
+
+
+async def test_the_grace_of_planned_pods_counts_from_when_their_node_opened_not_from_initialized(h: Harness) -> None:
+    """A planned Node stays closed until its pods are nominated (a loaded apiserver took longer than
+    the grace): its pods keep their place while it is closed, and for the grace after it opened."""
+    provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Node", provisioner._on_node)
+    claim = await _planned_and_initialized(h, provisioner, 30)
+    name = claim["metadata"]["name"]
+    closed = [{"key": TAINT_UNREGISTERED, "effect": "NoSchedule", "value": "true"}]
+    await h.kube.patch(NODES, name, {"spec": {"taints": closed}})
+    await h.eventually(lambda: h.cluster.node_views()[name].has_taint(TAINT_UNREGISTERED), what="closed in the cache")
+    await h.advance(25)  # Initialized 25 s ago, still closed: held
+    assert await provisioner.reconcile() is None
+    assert name in set(provisioner._nominations.values())
+    await h.kube.patch(NODES, name, {"spec": {"taints": []}})
+    await h.eventually(lambda: not h.cluster.node_views()[name].has_taint(TAINT_UNREGISTERED), what="open")
+    await h.advance(8)  # open for 8 s: still within the grace
+    assert await provisioner.reconcile() is None
+    await h.advance(3)  # 11 s open and still not bound: solved again (onto the node they wait on)
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert plan.new_nodes == ()
 
 
 async def test_a_backlog_longer_than_ten_minutes_at_kube_schedulers_pace_keeps_its_places_longer(h: Harness) -> None:
