@@ -29,6 +29,7 @@ Obj = dict[str, Any]
 PR = "provisioningrequests.autoscaling.x-k8s.io"
 CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
 GPU_NAME = "joiner.sh/gpu-name"
+LABEL_UID = "joiner.sh/provisioning-request-uid"
 ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 CHECK = "check-capacity.autoscaling.x-k8s.io"
 FAST = {"gang_backoff": "2", "gang_backoff_max": "8", "gang_timeout": "90", "unavailable_offering_ttl": "3"}
@@ -55,8 +56,9 @@ def _selfsigned(directory: Path) -> None:
     )  # fmt: skip
 
 
-def _queues(klass: str, name: str) -> list[Obj]:
-    """A ClusterQueue whose admission check asks for a ProvisioningRequest of ``klass``."""
+def _queues(klass: str, name: str, *, managed: list[str] | None = None) -> list[Obj]:
+    """A ClusterQueue whose admission check asks for a ProvisioningRequest of ``klass`` for the pod
+    sets that ask for one of ``managed`` (default: GPUs; ``[]``: every pod set)."""
     return [
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -64,7 +66,7 @@ def _queues(klass: str, name: str) -> list[Obj]:
             "metadata": {"name": name},
             "spec": {
                 "provisioningClassName": klass,
-                "managedResources": [GPU],
+                "managedResources": [GPU] if managed is None else managed,
                 "retryStrategy": {"backoffLimitCount": 1, "backoffBaseSeconds": 5, "backoffMaxSeconds": 10},
             },
         },
@@ -157,7 +159,7 @@ def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         f"health: {{healthProbeBindAddress: '127.0.0.1:{health}'}}\n"
         f"metrics: {{bindAddress: '127.0.0.1:{_free_port()}'}}\n"
         f"webhook: {{host: 127.0.0.1, port: {_free_port()}, certDir: '{state / 'webhook-certs'}'}}\n"
-        "featureGates: {VisibilityOnDemand: false}\nintegrations: {frameworks: ['batch/job']}\n"
+        "featureGates: {VisibilityOnDemand: false}\nintegrations: {frameworks: ['batch/job', 'pod']}\n"
     )
     log = (state / "kueue.log").open("ab")
     proc = subprocess.Popen(
@@ -184,6 +186,7 @@ def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
             *_queues(ATOMIC, "atomic"),
             *_queues(CHECK, "check"),
+            *_queues(ATOMIC, "whole", managed=[]),
         ]
     )
     try:
@@ -350,6 +353,50 @@ def test_a_queued_gpu_job_is_admitted_only_when_every_node_exists(kueue: Cluster
     )
 
 
+def finished_pods(cluster: Cluster, namespace: str, count: int) -> list[Obj] | None:
+    pods = cluster.items("pods", namespace=namespace)
+    done = [p for p in pods if p["status"].get("phase") == "Succeeded"]
+    return done if len(done) == count else None
+
+
+def test_a_job_that_fits_on_free_nodes_is_admitted_without_buying(kueue: Cluster, start_joiner: Any) -> None:
+    cluster = kueue
+    ns = _namespace(cluster, "atomic")
+    pool = nodepool("l4", requirements=[req(GPU_NAME, "In", "L4")])
+    pool["spec"]["disruption"] = {"consolidateAfter": "Never"}  # the first Job's nodes stay, empty
+    cluster.apply([nodeclass(registrationDelay="2s"), pool])
+    joiner = start_joiner(**FAST)
+    cluster.apply(job("first", ns, pods=2))
+    eventually(lambda: finished_pods(cluster, ns, 2), timeout=120, what="the first Job runs and completes")
+    claims = nodeclaims(cluster)
+    assert len(claims) == 2
+    nodes = {c["status"]["nodeName"] for c in claims}
+
+    # a second Job of the same shape: its pods fit on the two free nodes; nothing is bought
+    cluster.apply(job("second", ns, pods=2))
+
+    def second() -> Obj | None:
+        found = [r for r in requests(cluster, ns) if r["metadata"]["name"].startswith("job-second-")]
+        return found[0] if found and true(found[0], "Provisioned") else None
+
+    answered = eventually(second, timeout=60, what="the second request Provisioned=True")
+    assert reason(answered, "Provisioned") == "CapacityIsFound", "cluster-autoscaler's answer: no scale-up needed"
+
+    def second_pods() -> list[Obj] | None:
+        pods = [
+            p
+            for p in cluster.items("pods", namespace=ns)
+            if p["metadata"]["annotations"].get(CONSUME) == answered["metadata"]["name"]
+            and p["status"].get("phase") in ("Running", "Succeeded")
+        ]
+        return pods if len(pods) == 2 else None
+
+    ran = eventually(second_pods, timeout=60, what="Kueue admits the second Job and its pods run")
+    assert {p["spec"]["nodeName"] for p in ran} <= nodes, "on the free nodes it was answered with"
+    assert len(nodeclaims(cluster)) == 2, "nothing bought for the second Job"
+    assert joiner.metric("joiner_nodeclaims_created_total", reason="provisioningrequest") == 2
+
+
 def test_a_job_that_can_never_fit_fails_its_request_and_stays_suspended(kueue: Cluster, start_joiner: Any) -> None:
     cluster = kueue
     ns = _namespace(cluster, "atomic")
@@ -376,3 +423,100 @@ def test_check_capacity_answers_without_buying(kueue: Cluster, start_joiner: Any
     wait_seconds(3)
     assert nodeclaims(cluster) == [], "check-capacity buys nothing"
     assert cluster.get("job", "probe", namespace=ns)["spec"]["suspend"] is True
+
+
+def group_pod(name: str, namespace: str, *, group: str, total: int, gpus: int) -> Obj:
+    """A plain pod of a Kueue pod group as Kueue's pod webhook leaves it (the webhook is not
+    registered here): the managed label, Kueue's finalizer and its admission scheduling gate, beside
+    what the user writes (queue name, group name and total count)."""
+    requests = {"cpu": "1", "memory": "1Gi"}
+    if gpus:
+        requests[GPU] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                "kueue.x-k8s.io/queue-name": "gpu",
+                "kueue.x-k8s.io/pod-group-name": group,
+                "kueue.x-k8s.io/managed": "true",  # the webhook's
+            },
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": str(total)},
+            "finalizers": ["kueue.x-k8s.io/managed"],  # the webhook's
+        },
+        "spec": {
+            "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],  # the webhook's
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [GPU_TOLERATION],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "example.com/mpi:1",
+                    "resources": {"requests": requests, "limits": {GPU: str(gpus)} if gpus else {}},
+                }
+            ],
+        },
+    }
+
+
+def _release_group(cluster: Cluster, namespace: str) -> None:
+    for pod in cluster.items("pods", namespace=namespace):
+        name = pod["metadata"]["name"]
+        cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl(
+            "patch", "pod", name, "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False
+        )  # fmt: skip
+
+
+def test_a_pod_group_of_two_shapes_is_admitted_only_when_every_node_exists(kueue: Cluster, start_joiner: Any) -> None:
+    """A Kueue pod group (1 launcher without GPU + 4 one-GPU workers): one ProvisioningRequest with
+    two pod sets, every pod on a node booked for it, none scheduled before all nodes are Initialized."""
+    cluster = kueue
+    ns = _namespace(cluster, "whole")
+    cluster.apply(gpu_pool())
+    joiner = start_joiner(**FAST)
+    try:
+        cluster.apply(
+            [
+                group_pod("launcher", ns, group="mpi", total=5, gpus=0),
+                *(group_pod(f"worker-{i}", ns, group="mpi", total=5, gpus=1) for i in range(4)),
+            ]
+        )
+        request = eventually(lambda: first_request(cluster, ns), what="Kueue creates one ProvisioningRequest")
+        sets = sorted(int(s["count"]) for s in request["spec"]["podSets"])
+        assert sets == [1, 4], f"two pod sets, the launcher and the workers: {request['spec']['podSets']}"
+
+        def admitted() -> Obj | None:
+            found = first_request(cluster, ns)
+            return found if found is not None and true(found, "Provisioned") else None
+
+        provisioned = eventually(admitted, timeout=120, what="Provisioned=True")
+        assert len(requests(cluster, ns)) == 1
+        assert reason(provisioned, "Provisioned") == "CapacityIsProvisioned"
+
+        def running() -> list[Obj] | None:
+            pods = cluster.items("pods", namespace=ns)
+            up = [p for p in pods if p["status"].get("phase") == "Running"]
+            return up if len(up) == 5 else None
+
+        pods = eventually(running, timeout=120, what="Kueue ungates the group and its 5 pods run")
+        uid = provisioned["metadata"]["uid"]
+        claims = [c for c in nodeclaims(cluster) if c["metadata"]["labels"].get(LABEL_UID) == uid]
+        assert claims, "joiner bought the request's nodes"
+        assert len(nodeclaims(cluster)) == len(claims), "nothing bought beside the request"
+        booked = {c["status"]["nodeName"] for c in claims}
+        assert {p["spec"]["nodeName"] for p in pods} <= booked, "every pod on a node booked for it"
+        assert all(p["metadata"]["annotations"].get(CONSUME) == provisioned["metadata"]["name"] for p in pods)
+        last_initialized = max(stamp(str((condition(c, "Initialized") or {})["lastTransitionTime"])) for c in claims)
+        for p in pods:
+            scheduled = condition(p, "PodScheduled")
+            assert scheduled is not None
+            assert scheduled["status"] == "True"
+            at = stamp(str(scheduled["lastTransitionTime"]))
+            assert at >= last_initialized, f"{p['metadata']['name']} scheduled before every node was Initialized"
+        assert joiner.metric("joiner_nodeclaims_created_total", reason="provisioningrequest") == len(claims)
+    finally:
+        _release_group(cluster, ns)

@@ -13,6 +13,7 @@ from controller.kube.resources import (
     KWOKNODECLASSES,
     NODECLAIMS,
     NODEPOOLS,
+    NODES,
     PODS,
     PODTEMPLATES,
     PROVISIONING_REQUESTS,
@@ -255,6 +256,108 @@ async def test_the_booking_expires_when_the_pods_do_not_come(world: Harness) -> 
     assert expired["reason"] == "CapacityReservationTimeExpired"
     assert h.ctx.bookings.get(f"{NS}/job") is None
     assert "BookingExpired" in reasons(h, "job")
+
+
+async def spare_nodes(h: Harness, names: list[str]) -> None:
+    """Initialized 1-GPU nodes with nothing on them (bought for someone else, now free)."""
+    for n in names:
+        await h.create_claim(n, instance_types=["gpu-1"], requests={"cpu": "1", "nvidia.com/gpu": "1"})
+    await ready(h, names)
+
+
+async def test_an_atomic_request_that_fits_on_free_nodes_books_them_and_buys_nothing(world: Harness) -> None:
+    h = world
+    await spare_nodes(h, ["spare-0", "spare-1"])
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: is_true(h, "job", "Provisioned"), "Provisioned=True at once")
+    provisioned = cond(h, "job", "Provisioned")
+    assert provisioned is not None
+    assert provisioned["reason"] == "CapacityIsFound", "cluster-autoscaler's answer when no scale-up is needed"
+    assert is_true(h, "job", "Accepted")
+    assert sorted(h.kube.objects(NODECLAIMS)) == ["spare-0", "spare-1"], "nothing bought"
+    assert claims_of(h, "job") == {}
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "the free room is booked")
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None
+    assert booking.nodes == frozenset({"spare-0", "spare-1"})
+    assert sum(len(p) for p in booking.held.values()) == 2
+    assert "Provisioned" in reasons(h, "job")
+
+    # the booked room is not offered to a second request: it buys its own machine
+    await request(h, "other", sets=[("ppt-job-main", 1)])
+    await h.eventually(lambda: len(claims_of(h, "other")) == 1, "the second request buys")
+    assert not is_true(h, "other", "Provisioned")
+
+    # Kueue's pods arrive: nominated onto the booked nodes, the provisioner buys nothing for them
+    h.start(Provisioner(h.ctx))
+    for n in ("job-0", "job-1"):
+        await consumer(h, n, "job")
+
+    def nominated() -> set[str]:
+        return {
+            str((h.kube.obj(PODS, n, NS) or {}).get("status", {}).get("nominatedNodeName")) for n in ("job-0", "job-1")
+        }
+
+    await h.eventually(lambda: nominated() == {"spare-0", "spare-1"}, "each pod nominated onto a free node")
+    for _ in range(4):
+        await h.advance(5)
+    assert len(h.kube.objects(NODECLAIMS)) == 3, "only the second request's machine was bought"
+
+
+async def test_an_atomic_request_partly_fitting_on_free_nodes_buys_only_the_rest(world: Harness) -> None:
+    h = world
+    await spare_nodes(h, ["spare-0"])
+    zone = h.kube.obj(NODES, "spare-0")["metadata"]["labels"]["topology.kubernetes.io/zone"]  # type: ignore[index]
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 3)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims for the 2 pods the free node cannot hold")
+    for _ in range(3):
+        await h.advance(1)
+    assert len(claims_of(h, "job")) == 2, "not 3"
+    claims = claims_of(h, "job")
+    assert all(zone in str(c["spec"]["requirements"]) for c in claims.values()), "one zone with the free node"
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None, "the free room is held while the machines come up"
+    assert "spare-0" in booking.nodes
+    assert len(booking.held["spare-0"]) == 1, "one pod of the three on the free node"
+    assert not is_true(h, "job", "Provisioned")
+    await ready(h, sorted(claims))
+    await h.eventually(lambda: is_true(h, "job", "Provisioned"), "Provisioned=True once both are Initialized")
+    provisioned = cond(h, "job", "Provisioned")
+    assert provisioned is not None
+    assert provisioned["reason"] == "CapacityIsProvisioned"
+
+    def booked_nodes() -> frozenset[str]:
+        b = h.ctx.bookings.get(f"{NS}/job")
+        return frozenset() if b is None else b.nodes
+
+    await h.eventually(lambda: booked_nodes() == frozenset({"spare-0", *claims}), "own machines and the free node")
+    b = h.ctx.bookings.get(f"{NS}/job")
+    assert b is not None
+    assert sum(len(p) for p in b.held.values()) == 3
+
+
+async def test_the_booking_ends_when_the_pods_ran_even_if_they_already_finished(world: Harness) -> None:
+    """kwok (and any short Job) completes the pods right after they run; the request stays until
+    Kueue deletes the workload. Finished pods were bound: the room is free again for the next Job."""
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
+    names = sorted(claims_of(h, "job"))
+    await ready(h, names)
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    annotations = {"autoscaling.x-k8s.io/consume-provisioning-request": "job"}
+    await h.bind_pod("job-0", names[0], namespace=NS, metadata={"annotations": annotations})
+    await h.bind_pod(
+        "job-1", names[1], namespace=NS, metadata={"annotations": annotations}, status={"phase": "Succeeded"}
+    )
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is None, "the booking released")
+    assert not is_true(h, "job", "BookingExpired")
 
 
 async def test_a_request_that_can_never_fit_fails_at_once_and_buys_nothing(world: Harness) -> None:
