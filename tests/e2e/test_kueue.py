@@ -520,3 +520,60 @@ def test_a_pod_group_of_two_shapes_is_admitted_only_when_every_node_exists(kueue
         assert joiner.metric("joiner_nodeclaims_created_total", reason="provisioningrequest") == len(claims)
     finally:
         _release_group(cluster, ns)
+
+
+def test_a_refusal_is_replanned_while_the_job_waits_and_deleting_the_job_gives_the_nodes_back(
+    kueue: Cluster, start_joiner: Any
+) -> None:
+    """The cloud refuses the first plan's machines: the attempt is rolled back and planned again
+    elsewhere while Kueue keeps the Job suspended; admitted once the new machines are Initialized.
+    Deleting the Job deletes its request (Kueue), the booking goes, and consolidation removes the nodes."""
+    cluster = kueue
+    ns = _namespace(cluster, "atomic")
+    # one instance type, so the NodeClaim has no other to fall back on; refused in the zone of its
+    # cheapest offering, where the first plan buys
+    refused = "us-east-1c"
+    pool = nodepool("l4", requirements=[req("node.kubernetes.io/instance-type", "In", "g6.2xlarge")])
+    pool["spec"]["disruption"] = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "2s"}
+    failing = {"insufficientCapacity": [{"instanceType": "g6.2xlarge", "zone": refused}]}
+    cluster.apply([nodeclass(registrationDelay="2s", failures=failing), pool])
+    joiner = start_joiner(**FAST, disruption_poll_interval="1", disruption_validation_delay="1")
+    cluster.apply(job("train", ns, pods=2))
+
+    def rolled_back() -> Obj | None:
+        return next(
+            (
+                e
+                for e in cluster.items("events", namespace=ns)
+                if e["involvedObject"]["kind"] == "ProvisioningRequest" and e["reason"] == "ProvisioningRolledBack"
+            ),
+            None,
+        )
+
+    event = eventually(rolled_back, timeout=60, what="the refused attempt rolled back")
+    assert "InsufficientCapacity" in event["message"]
+    assert cluster.get("job", "train", namespace=ns)["spec"]["suspend"] is True, "the Job waits, suspended"
+    assert not cluster.items("pods", namespace=ns), "no pod exists while the request is re-planned"
+    waiting = first_request(cluster, ns)
+    assert waiting is not None
+    assert not true(waiting, "Provisioned")
+    assert not true(waiting, "Failed")
+
+    def provisioned() -> Obj | None:
+        found = first_request(cluster, ns)
+        return found if found is not None and true(found, "Provisioned") else None
+
+    admitted = eventually(provisioned, timeout=120, what="Provisioned=True after the re-plan")
+    assert admitted["metadata"]["uid"] == waiting["metadata"]["uid"], "the same request: Kueue never retried"
+    eventually(lambda: finished_pods(cluster, ns, 2), timeout=120, what="Kueue admits the Job and its pods run")
+    claims = nodeclaims(cluster)
+    assert claims, "the re-plan's machines"
+    assert all(c["metadata"]["labels"]["topology.kubernetes.io/zone"] != refused for c in claims)
+    assert joiner.metric("joiner_provisioningrequest_rollbacks_total") >= 1
+    assert cluster.get("job", "train", namespace=ns)["spec"]["suspend"] is False
+
+    cluster.kubectl("delete", "job", "train", "-n", ns, "--wait=false")
+    eventually(lambda: not requests(cluster, ns), timeout=60, what="Kueue deletes the request with the workload")
+    eventually(lambda: joiner.metric("joiner_provisioningrequest_booked_nodes") == 0, timeout=30, what="no node booked")
+    eventually(lambda: nodeclaims(cluster) == [], timeout=90, what="consolidation removes the empty nodes")
+    assert joiner.metric("joiner_disruption_decisions_total", reason="Empty") >= 1

@@ -193,6 +193,7 @@ async def test_an_atomic_request_is_provisioned_only_when_every_node_is_initiali
         assert c["metadata"]["annotations"]["joiner.sh/provisioning-request"] == f"{NS}/job"
         assert "joiner.sh/gang" not in c["metadata"]["labels"]
         assert not [t for t in c["spec"].get("taints") or [] if t["key"] == "joiner.sh/gang"]
+        assert not [r for r in c["spec"]["requirements"] if r["key"] == "joiner.sh/gang"], "nor its label"
         zones = [r["values"] for r in c["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"]
         assert zones == [["zone-a"]] or zones == [["zone-b"]]
     assert len({str(c["spec"]["requirements"]) for c in claims.values()}) == 1, "one zone for the whole request"
