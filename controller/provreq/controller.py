@@ -42,6 +42,7 @@ from controller.provreq.decide import (
     Check,
     Cleanup,
     Conditions,
+    Consumed,
     ExpireBooking,
     Fail,
     Knobs,
@@ -49,10 +50,12 @@ from controller.provreq.decide import (
     MarkProvisioned,
     PlanAttempt,
     RequestView,
+    Revoke,
     Rollback,
     Step,
     attempt_of,
     booked,
+    consumed_update,
     decide,
     expired_update,
     failed_update,
@@ -62,6 +65,7 @@ from controller.provreq.decide import (
     provisioned_update,
     provisioning_message,
     provisioning_update,
+    revoked_update,
 )
 from controller.provreq.manifest import ANNOTATION_REQUEST, LABEL_REQUEST_UID, claim_name, request_claim_manifest
 from controller.provreq.request import (
@@ -205,7 +209,29 @@ class ProvisioningRequestController:
             attempt=attempt,
             consumers_bound=len(bound),
             consumers_pending=len(pending),
+            booked_gone=self._booked_gone(req.key),
         )
+
+    def _booked_gone(self, key: str) -> tuple[str, ...]:
+        """The nodes (or NodeClaims) the request's published booking keeps that are gone or going."""
+        booking = self.ctx.bookings.get(key)
+        if booking is None:
+            return ()
+        cluster = self.ctx.cluster
+        nodes = cluster.node_views()
+        claims = cluster.claim_views()
+        out: list[str] = []
+        for name in sorted(booking.nodes):
+            node = nodes.get(name)
+            if node is not None:
+                claim = cluster.claim_view_for_node(node)
+                if node.deletion_timestamp or (claim is not None and claim.deleting):
+                    out.append(name)
+                continue
+            claim = claims.get(name) or self.ctx.writer.just_created(name)
+            if claim is None or claim.deleting:
+                out.append(name)
+        return tuple(out)
 
     # --- reconcile ---------------------------------------------------------------------------
 
@@ -280,6 +306,20 @@ class ProvisioningRequestController:
             )
             metrics.BOOKINGS_EXPIRED.inc()
             log.info("provisioningrequest.booking_expired", request=req.key)
+            return None
+        if isinstance(step, Consumed):
+            self._release(req.key)
+            self._written.pop(req.uid, None)  # nothing more will be written for it
+            if await self._status(req, (consumed_update(step.bound),)):
+                log.info("provisioningrequest.booking_consumed", request=req.key, pods=step.bound)
+            return None
+        if isinstance(step, Revoke):
+            self._release(req.key)
+            if not await self._status(req, (revoked_update(step.message),)):
+                return None
+            await self._event(req, "CapacityRevoked", step.message, True)
+            metrics.REQUESTS.labels(req.class_name, "Revoked").inc()
+            log.warning("provisioningrequest.capacity_revoked", request=req.key, lost=list(step.lost))
             return None
         if isinstance(step, Fail):
             self._release(req.key)

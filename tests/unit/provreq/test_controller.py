@@ -358,7 +358,71 @@ async def test_the_booking_ends_when_the_pods_ran_even_if_they_already_finished(
         "job-1", names[1], namespace=NS, metadata={"annotations": annotations}, status={"phase": "Succeeded"}
     )
     await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is None, "the booking released")
-    assert not is_true(h, "job", "BookingExpired")
+    await h.eventually(lambda: is_true(h, "job", "BookingExpired"), "the booking ends for good")
+    consumed = cond(h, "job", "BookingExpired")
+    assert consumed is not None
+    assert consumed["reason"] == "CapacityBookingConsumed", "cluster-autoscaler's reason since autoscaler#9806"
+    assert "BookingExpired" not in reasons(h, "job"), "no warning: nothing expired"
+
+
+async def test_a_booked_node_deleted_before_the_pods_bind_revokes_the_capacity(world: Harness) -> None:
+    """Kueue deactivates the workload on CapacityRevoked=True (its pods would wait for a node that is
+    gone); the request's other machines stay, ordinary nodes, and nothing is bought to replace it."""
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
+    names = sorted(claims_of(h, "job"))
+    await ready(h, names)
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    await consumer(h, "job-0", "job")
+    await h.kube.delete(NODECLAIMS, names[0])
+    await h.eventually(lambda: is_true(h, "job", "CapacityRevoked"), "CapacityRevoked=True")
+    revoked = cond(h, "job", "CapacityRevoked")
+    assert revoked is not None
+    assert revoked["reason"] == "CapacityIsRevoked"
+    assert names[0] in revoked["message"]
+    assert "0 of 2 pods bound" in revoked["message"]
+    assert "CapacityRevoked" in reasons(h, "job")
+    assert h.ctx.bookings.get(f"{NS}/job") is None, "the booking is released"
+    assert is_true(h, "job", "Provisioned"), "Provisioned stays as it was (Kueue reads CapacityRevoked)"
+    for _ in range(3):
+        await h.advance(5)
+    assert sorted(claims_of(h, "job")) == names[1:], "the other machine stays; nothing bought in its place"
+
+
+async def test_a_node_of_found_capacity_gone_before_the_pods_bind_revokes_it(world: Harness) -> None:
+    h = world
+    await spare_nodes(h, ["spare-0"])
+    await template(h, "ppt-check-main", gpus=1)
+    await request(h, "check", sets=[("ppt-check-main", 1)], klass=CHECK)
+    start(h)
+    await h.eventually(lambda: is_true(h, "check", "Provisioned"), "found on the spare node")
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/check") is not None, "booked")
+    await h.kube.delete(NODECLAIMS, "spare-0")
+    await h.eventually(lambda: is_true(h, "check", "CapacityRevoked"), "CapacityRevoked=True")
+    revoked = cond(h, "check", "CapacityRevoked")
+    assert revoked is not None
+    assert "spare-0" in revoked["message"]
+
+
+async def test_a_node_deleted_after_the_pods_bound_revokes_nothing(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 1)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
+    [name] = sorted(claims_of(h, "job"))
+    await ready(h, [name])
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    annotations = {"autoscaling.x-k8s.io/consume-provisioning-request": "job"}
+    await h.bind_pod("job-0", name, namespace=NS, metadata={"annotations": annotations})
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is None, "the booking ends: the pod bound")
+    await h.kube.delete(NODECLAIMS, name)
+    for _ in range(3):
+        await h.advance(5)
+    assert cond(h, "job", "CapacityRevoked") is None
 
 
 async def test_a_request_that_can_never_fit_fails_at_once_and_buys_nothing(world: Harness) -> None:
