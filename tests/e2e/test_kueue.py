@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -92,9 +93,9 @@ def _queues(klass: str, name: str, *, managed: list[str] | None = None) -> list[
                             {
                                 "name": "default-flavor",
                                 "resources": [
-                                    {"name": "cpu", "nominalQuota": 256},
-                                    {"name": "memory", "nominalQuota": "1Ti"},
-                                    {"name": GPU, "nominalQuota": 64},
+                                    {"name": "cpu", "nominalQuota": 1024},
+                                    {"name": "memory", "nominalQuota": "8Ti"},
+                                    {"name": GPU, "nominalQuota": 256},
                                 ],
                             }
                         ],
@@ -213,7 +214,7 @@ def _namespace(cluster: Cluster, queue: str) -> str:
     return ns
 
 
-def job(name: str, namespace: str, *, pods: int, gpus: int = 1) -> Obj:
+def job(name: str, namespace: str, *, pods: int, gpus: int = 1, cpu: str = "1") -> Obj:
     """A Job queued the way Kueue's docs show without its webhook: suspended, with the queue label."""
     return {
         "apiVersion": "batch/v1",
@@ -234,7 +235,7 @@ def job(name: str, namespace: str, *, pods: int, gpus: int = 1) -> Obj:
                             "name": "train",
                             "image": "example.com/trainer:1",
                             "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi", GPU: str(gpus)},
+                                "requests": {"cpu": cpu, "memory": "1Gi", GPU: str(gpus)},
                                 "limits": {GPU: str(gpus)},
                             },
                         }
@@ -577,3 +578,66 @@ def test_a_refusal_is_replanned_while_the_job_waits_and_deleting_the_job_gives_t
     eventually(lambda: joiner.metric("joiner_provisioningrequest_booked_nodes") == 0, timeout=30, what="no node booked")
     eventually(lambda: nodeclaims(cluster) == [], timeout=90, what="consolidation removes the empty nodes")
     assert joiner.metric("joiner_disruption_decisions_total", reason="Empty") >= 1
+
+
+def _log_time(joiner: Any, event: str) -> float:
+    """The wall-clock time (epoch seconds, microsecond resolution) of joiner's first log line ``event``."""
+    for line in joiner.logs().splitlines():
+        if f'"event": "{event}"' in line:
+            return stamp(json.loads(line)["timestamp"]).timestamp()
+    raise AssertionError(f"joiner never logged {event}")
+
+
+def test_a_16_by_8_gpu_job_runs_soon_after_its_nodes_are_initialized(kueue: Cluster, start_joiner: Any) -> None:
+    """16 pods of 8 H100 each through Kueue: 16 machines in one zone, the Job admitted when all are
+    Initialized. Prints the timeline docs/performance.md reports, split into Kueue's and joiner's shares."""
+    cluster = kueue
+    ns = _namespace(cluster, "atomic")
+    delay = 2.0
+    h100 = nodepool("h100", requirements=[req(GPU_NAME, "In", "H100")])
+    cluster.apply([nodeclass(registrationDelay=f"{delay:.0f}s"), h100])
+    joiner = start_joiner(**FAST)
+    t_job = time.time()
+    cluster.apply(job("big", ns, pods=16, gpus=8, cpu="8"))
+    seen = eventually(lambda: first_request(cluster, ns), timeout=60, interval=0.1, what="the request")
+    t_seen = time.time()
+
+    def provisioned() -> Obj | None:
+        found = first_request(cluster, ns)
+        return found if found is not None and true(found, "Provisioned") else None
+
+    admitted = eventually(provisioned, timeout=120, interval=0.1, what="Provisioned=True")
+    running = eventually(lambda: started_pods(cluster, ns, 16), timeout=120, interval=0.1, what="16 pods running")
+    t_running = time.time()
+
+    claims = nodeclaims(cluster)
+    assert len(claims) == 16, "one 8-GPU machine per pod"
+    assert all(c["metadata"]["labels"].get(LABEL_UID) == admitted["metadata"]["uid"] for c in claims)
+    assert len({c["metadata"]["labels"]["topology.kubernetes.io/zone"] for c in claims}) == 1
+    assert {p["spec"]["nodeName"] for p in running} <= {c["status"]["nodeName"] for c in claims}
+    last_initialized = max(stamp(str((condition(c, "Initialized") or {})["lastTransitionTime"])) for c in claims)
+    created = min(stamp(p["metadata"]["creationTimestamp"]) for p in running)
+    assert created >= last_initialized, "no pod of the Job existed before every node was Initialized"
+
+    t_request = stamp(seen["metadata"]["creationTimestamp"]).timestamp()  # whole seconds, rounded down
+    t_planned = _log_time(joiner, "provisioningrequest.planned")
+    t_provisioned = _log_time(joiner, "provisioningrequest.provisioned")
+    joiner_share = t_provisioned - t_request
+    # the request exists by the time joiner plans it or the test sees it: joiner took at least this
+    joiner_least = t_provisioned - min(t_planned, t_seen)
+    kueue_before = t_request - t_job
+    after = t_running - t_provisioned
+    print(
+        "kueue 16x8 timeline (s from the Job's creation):",
+        f"request created {kueue_before:.1f} (seen {t_seen - t_job:.1f})",
+        f"planned {t_planned - t_job:.2f}",
+        f"last Initialized {last_initialized.timestamp() - t_job:.1f}",
+        f"Provisioned {t_provisioned - t_job:.2f}",
+        f"pods created {created.timestamp() - t_job:.1f}",
+        f"all 16 Running {t_running - t_job:.1f};",
+        f"joiner's share {joiner_least:.2f}-{joiner_share:.2f} (D={delay:.0f}), Kueue before {kueue_before:.1f},",
+        f"Provisioned to Running {after:.1f} (Kueue, the Job controller, kube-scheduler, kwok)",
+    )
+    # the target (docs/performance.md) is D + 2 s; this guards against a regression (one solve, no
+    # retry, no wait on a timer) with room for a loaded CI machine: measured 2.7 to 6.8 s at load 4-6
+    assert joiner_least <= delay + 10, f"joiner's share {joiner_least:.2f}s: D + {joiner_least - delay:.1f} s"
