@@ -641,3 +641,60 @@ def test_a_16_by_8_gpu_job_runs_soon_after_its_nodes_are_initialized(kueue: Clus
     # the target (docs/performance.md) is D + 2 s; this guards against a regression (one solve, no
     # retry, no wait on a timer) with room for a loaded CI machine: measured 2.7 to 6.8 s at load 4-6
     assert joiner_least <= delay + 10, f"joiner's share {joiner_least:.2f}s: D + {joiner_least - delay:.1f} s"
+
+
+def test_a_booked_node_lost_before_the_pods_bind_revokes_the_capacity_and_kueue_deactivates(
+    kueue: Cluster, start_joiner: Any
+) -> None:
+    """The Job's pods carry a scheduling gate of their own, so after admission they wait unbound on
+    the booked nodes; one NodeClaim is deleted: CapacityRevoked=True, and Kueue deactivates the
+    workload and suspends the Job again. Nothing is bought in the lost node's place."""
+    cluster = kueue
+    ns = _namespace(cluster, "atomic")
+    cluster.apply(gpu_pool())
+    joiner = start_joiner(**FAST)
+    held = job("held", ns, pods=2)
+    held["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    cluster.apply(held)
+
+    def provisioned() -> Obj | None:
+        found = first_request(cluster, ns)
+        return found if found is not None and true(found, "Provisioned") else None
+
+    request = eventually(provisioned, timeout=120, what="Provisioned=True")
+
+    def gated_pods() -> list[Obj] | None:
+        pods = [p for p in cluster.items("pods", namespace=ns) if p["metadata"]["annotations"].get(CONSUME)]
+        return pods if len(pods) == 2 else None
+
+    pods = eventually(gated_pods, timeout=60, what="Kueue admits the Job; its 2 pods wait at their own gate")
+    assert not any(p["spec"].get("nodeName") for p in pods)
+    claims = nodeclaims(cluster)
+    assert len(claims) == 2
+    lost = claims[0]["metadata"]["name"]
+    cluster.kubectl("delete", "nodeclaims.joiner.sh", lost, "--wait=false")
+
+    def revoked() -> Obj | None:
+        found = first_request(cluster, ns)
+        return found if found is not None and true(found, "CapacityRevoked") else None
+
+    answer = eventually(revoked, timeout=60, what="CapacityRevoked=True")
+    assert answer["metadata"]["uid"] == request["metadata"]["uid"]
+    assert reason(answer, "CapacityRevoked") == "CapacityIsRevoked"
+    assert lost in str((condition(answer, "CapacityRevoked") or {}).get("message"))
+
+    def deactivated() -> bool:
+        workloads = cluster.items("workloads.kueue.x-k8s.io", namespace=ns)
+        return bool(workloads) and workloads[0]["spec"].get("active") is False
+
+    eventually(deactivated, timeout=60, what="Kueue deactivates the workload")
+    eventually(
+        lambda: cluster.get("job", "held", namespace=ns)["spec"]["suspend"] is True,
+        timeout=60,
+        what="the Job suspended again",
+    )
+    assert joiner.metric("joiner_provisioningrequests_total", outcome="Revoked") == 1
+    wait_seconds(3)
+    assert [c["metadata"]["name"] for c in nodeclaims(cluster)] == [claims[1]["metadata"]["name"]], (
+        "nothing bought in the lost node's place; the other machine stays"
+    )
