@@ -26,22 +26,41 @@ def hold_room(
     left: Sequence[Pod],
     daemons: Sequence[Pod],
     whole_nodes: bool,
+    others: Sequence[ExistingNode] = (),
 ) -> Room:
     """``arrived``: the request's pods pending now; ``left``: placeholders for those not bound yet
     (the arrived among them). ``whole_nodes``: every one of ``nodes`` is the booking's (an atomic
-    request's own machines), else only those holding room."""
-    plan = solve(pods=arrived, node_pools=(), existing_nodes=nodes, daemon_pods=daemons)
-    placed = placements(plan, arrived)
+    request's own machines), else only those holding room. ``others``: the rest of the cluster's
+    nodes (other bookings' room already held on them), used for what ``nodes`` cannot hold -- an
+    atomic request whose pods (or some of them) fit on room that existed."""
+    placed = _two_stage(nodes, others, arrived, daemons)
     after = [replace(n, pods=(*n.pods, *placed.get(n.name, ()))) for n in nodes]
+    after_others = [replace(n, pods=(*n.pods, *placed.get(n.name, ()))) for n in others]
     rest = list(left[: max(0, len(left) - len(arrived))])
-    held = placements(solve(pods=rest, node_pools=(), existing_nodes=after, daemon_pods=daemons), rest)
-    kept = frozenset(n.name for n in nodes) if whole_nodes else frozenset(held) | frozenset(placed)
+    held = _two_stage(after, after_others, rest, daemons)
+    kept = frozenset(held) | frozenset(placed)
+    if whole_nodes:
+        kept |= frozenset(n.name for n in nodes)
     return Room(
         placed=placed,
         held=held,
         nodes=kept,
         claimed=frozenset(p.key for ps in placed.values() for p in ps),
     )
+
+
+def _two_stage(
+    first: Sequence[ExistingNode], then: Sequence[ExistingNode], pods: Sequence[Pod], daemons: Sequence[Pod]
+) -> dict[str, tuple[Pod, ...]]:
+    """Where ``pods`` go: onto ``first`` as far as they fit, the others onto ``then``."""
+    if not pods:
+        return {}
+    out = placements(solve(pods=pods, node_pools=(), existing_nodes=first, daemon_pods=daemons), pods) if first else {}
+    done = {p.key for ps in out.values() for p in ps}
+    rest = [p for p in pods if p.key not in done]
+    if rest and then:
+        out.update(placements(solve(pods=rest, node_pools=(), existing_nodes=then, daemon_pods=daemons), rest))
+    return out
 
 
 def placements(plan: Plan, pods: Sequence[Pod]) -> dict[str, tuple[Pod, ...]]:

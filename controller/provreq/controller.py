@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import structlog
 
+from api.v1.conditions import INITIALIZED
+from api.v1.labels import LABEL_GANG
 from controller.context import Context
 from controller.gang.planner import (
     GangPlan,
@@ -39,6 +42,7 @@ from controller.provreq.decide import (
     Check,
     Cleanup,
     Conditions,
+    Consumed,
     ExpireBooking,
     Fail,
     Knobs,
@@ -46,10 +50,12 @@ from controller.provreq.decide import (
     MarkProvisioned,
     PlanAttempt,
     RequestView,
+    Revoke,
     Rollback,
     Step,
     attempt_of,
     booked,
+    consumed_update,
     decide,
     expired_update,
     failed_update,
@@ -59,6 +65,7 @@ from controller.provreq.decide import (
     provisioned_update,
     provisioning_message,
     provisioning_update,
+    revoked_update,
 )
 from controller.provreq.manifest import ANNOTATION_REQUEST, LABEL_REQUEST_UID, claim_name, request_claim_manifest
 from controller.provreq.request import (
@@ -170,15 +177,16 @@ class ProvisioningRequestController:
         return out
 
     def _consumers(self, req: ProvisioningRequest) -> tuple[list[PodView], list[PodView]]:
-        """The request's pods (Kueue annotates them): bound, and pending."""
+        """The request's pods (Kueue annotates them): bound (finished ones too: they were bound), and pending."""
         bound: list[PodView] = []
         pending: list[PodView] = []
         for pod in self.ctx.cluster.pod_views():
             if pod.namespace != req.namespace or pod.annotations.get(ANNOTATION_CONSUME) != req.name:
                 continue
-            if pod.is_terminal or pod.deleting:
-                continue
-            (bound if pod.node_name else pending).append(pod)
+            if pod.node_name:
+                bound.append(pod)  # a pod that ran and finished (kwok, a short Job) did bind
+            elif not pod.is_terminal and not pod.deleting:
+                pending.append(pod)
         return bound, pending
 
     def _view(self, req: ProvisioningRequest) -> RequestView:
@@ -201,7 +209,29 @@ class ProvisioningRequestController:
             attempt=attempt,
             consumers_bound=len(bound),
             consumers_pending=len(pending),
+            booked_gone=self._booked_gone(req.key),
         )
+
+    def _booked_gone(self, key: str) -> tuple[str, ...]:
+        """The nodes (or NodeClaims) the request's published booking keeps that are gone or going."""
+        booking = self.ctx.bookings.get(key)
+        if booking is None:
+            return ()
+        cluster = self.ctx.cluster
+        nodes = cluster.node_views()
+        claims = cluster.claim_views()
+        out: list[str] = []
+        for name in sorted(booking.nodes):
+            node = nodes.get(name)
+            if node is not None:
+                claim = cluster.claim_view_for_node(node)
+                if node.deletion_timestamp or (claim is not None and claim.deleting):
+                    out.append(name)
+                continue
+            claim = claims.get(name) or self.ctx.writer.just_created(name)
+            if claim is None or claim.deleting:
+                out.append(name)
+        return tuple(out)
 
     # --- reconcile ---------------------------------------------------------------------------
 
@@ -276,6 +306,20 @@ class ProvisioningRequestController:
             )
             metrics.BOOKINGS_EXPIRED.inc()
             log.info("provisioningrequest.booking_expired", request=req.key)
+            return None
+        if isinstance(step, Consumed):
+            self._release(req.key)
+            self._written.pop(req.uid, None)  # nothing more will be written for it
+            if await self._status(req, (consumed_update(step.bound),)):
+                log.info("provisioningrequest.booking_consumed", request=req.key, pods=step.bound)
+            return None
+        if isinstance(step, Revoke):
+            self._release(req.key)
+            if not await self._status(req, (revoked_update(step.message),)):
+                return None
+            await self._event(req, "CapacityRevoked", step.message, True)
+            metrics.REQUESTS.labels(req.class_name, "Revoked").inc()
+            log.warning("provisioningrequest.capacity_revoked", request=req.key, lost=list(step.lost))
             return None
         if isinstance(step, Fail):
             self._release(req.key)
@@ -405,18 +449,20 @@ class ProvisioningRequestController:
             fresh = ctx.cluster.store("ProvisioningRequest").get(req.key)
             if fresh is None or ProvisioningRequest.of(fresh).uid != req.uid:
                 return 1.0
-            pools, _, templates = await self._inputs()
+            pools, existing, templates = await self._inputs()
             now = ctx.clock.now()
             unavailable = frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current())
+            room = self._free_room(existing, now=now, req=req, gid=gid)
             request = PlanRequest(
                 key=req.key,
                 gid=gid,
                 pods=tuple(pods),
                 pools=tuple(templates),
                 defaults={name: pool_gang_defaults(pool) for name, (pool, _) in pools.items()},
-                # every node counts for the NodePools' limits (through their usage); none can host the
-                # pods, which are pinned to the request's own new nodes while they are planned
-                existing=(),
+                # every node counts for the NodePools' limits (through their usage); the pods are pinned
+                # to the request's gang, and the free room of the Initialized nodes is offered to it
+                # (labelled for the gang in this solve only): what fits there is booked, not bought
+                existing=tuple(room),
                 daemons=tuple(daemon_templates(ctx.cluster, component="provisioningrequest")),
                 unavailable=unavailable,
                 same_zone=step.same_zone,
@@ -426,10 +472,78 @@ class ProvisioningRequestController:
             solve_seconds = ctx.clock.monotonic() - started
             if isinstance(result, NoFit):
                 return await self._miss(view, step, result.reason, permanent=result.permanent)
+            if not result.plan.new_nodes:
+                return await self._found(view, step, result, solve_seconds=solve_seconds)
             why = self._refused_by_bounds(result, pools)
             if why is not None:
                 return await self._miss(view, step, why, permanent=False)
             return await self._provision(view, step, result, pools=pools, solve_seconds=solve_seconds, now=now)
+
+    def _free_room(
+        self, existing: Sequence[ExistingNode], *, now: Any, req: ProvisioningRequest, gid: str
+    ) -> list[ExistingNode]:
+        """The registered, Initialized nodes an atomic request's pods may use without buying: not
+        being deleted, not cordoned, not a gang's own (another request's may: its booking is held),
+        with every other booking's room held on them; labelled for the request's gang so its pinned
+        pods may land there in the solve."""
+        cluster = self.ctx.cluster
+        usable: set[str] = set()
+        for node in cluster.node_views().values():
+            claim = cluster.claim_view_for_node(node)
+            if node.deletion_timestamp or node.unschedulable:
+                continue
+            if LABEL_GANG in node.labels and LABEL_REQUEST_UID not in node.labels:
+                continue  # a gang's own machine (a request's machines keep the label, not the taint)
+            if claim is not None and (claim.deleting or not claim.is_true(INITIALIZED)):
+                continue
+            usable.add(node.name)
+        held = self.ctx.bookings.hold(list(existing), now, except_request=req.key)
+        return [
+            replace(n, labels={**dict(n.labels), LABEL_GANG: gid})
+            for n in held
+            if n.name in usable and not n.in_flight and not n.unschedulable
+        ]
+
+    def _planned_room(
+        self, view: RequestView, result: GangPlan, *, claim_names: Sequence[str]
+    ) -> dict[str, tuple[Pod, ...]]:
+        """Where the plan put the request's pods: existing node -> placeholders, and (``claim_names``,
+        one per new node of the plan) each new NodeClaim -> the placeholders it is bought for."""
+        by_key = {p.key: p for p in self._placeholders(view)[0]}  # the same names as the pinned ones
+        held = {
+            node: tuple(by_key[k] for k in keys if k in by_key)
+            for node, keys in result.plan.existing_placements.items()
+            if keys
+        }
+        for name, node in zip(claim_names, result.plan.new_nodes, strict=True):
+            held[name] = tuple(by_key[k] for k in node.pods if k in by_key)
+        return held
+
+    async def _found(
+        self, view: RequestView, step: PlanAttempt, result: GangPlan, *, solve_seconds: float
+    ) -> float | None:
+        """Every pod of an atomic request fits on room that exists: book it and buy nothing
+        (cluster-autoscaler answers ``Provisioned=True``, ``CapacityIsFound``, when no scale-up is needed)."""
+        req = view.request
+        held = self._planned_room(view, result, claim_names=())
+        self._publish(req, held=held, nodes=frozenset(held))
+        if not await self._status(req, (*step.accept, provisioned_update(atomic=False, message=""))):
+            return None
+        what = f"the {req.count} pods fit on existing capacity ({len(held)} nodes); nothing bought"
+        await self._event(req, "Provisioned", f"{what}; booked for {self.knobs.booking_seconds:.0f}s", False)
+        metrics.REQUESTS.labels(req.class_name, "Provisioned").inc()
+        if req.created is not None:
+            metrics.PROVISIONED_SECONDS.labels(req.class_name).observe(
+                (self.ctx.clock.now() - req.created).total_seconds()
+            )
+        log.info(
+            "provisioningrequest.capacity_found",
+            request=req.key,
+            pods=req.count,
+            nodes=sorted(held),
+            solve_seconds=round(solve_seconds, 4),
+        )
+        return None  # the status write comes back as an event: then the booking
 
     def _refused_by_bounds(self, result: GangPlan, pools: Pools) -> str | None:
         """The NodePools' budgets and limits.nodes: the whole plan or none of it."""
@@ -493,6 +607,11 @@ class ProvisioningRequestController:
         if recorded is None:
             return None
         req = recorded
+        if any(plan.existing_placements.values()):
+            # the room found on existing nodes is held (with the attempt's own machines) while they
+            # come up, so no other pod is planned into it; rolled back or provisioned, it is re-decided
+            held = self._planned_room(view, result, claim_names=names)
+            self._publish(req, held=held, nodes=frozenset(held))
         written = await self.ctx.writer.create(manifests, reason="provisioningrequest", request=req.key)
         what = describe_plan(plan)
         log.info(
@@ -515,6 +634,7 @@ class ProvisioningRequestController:
 
     async def _rollback(self, view: RequestView, step: Rollback) -> float | None:
         req = view.request
+        self._release(req.key)
         await self._delete_claims(req.key, step.claims, reason="ProvisioningRequestRollback", message=step.message)
         recorded = await self._record(req, step.attempt)
         if recorded is None:
@@ -557,13 +677,13 @@ class ProvisioningRequestController:
         async with self.ctx.writer.lock:
             _, existing, _ = await self._inputs()
             now = self.ctx.clock.now()
-            if req.atomic:
-                names = {c.node_name or c.name for c in view.claims.values() if not c.deleting}
-                nodes = [n for n in existing if n.name in names]
-            else:
-                nodes = self.ctx.bookings.hold(existing, now, except_request=req.key)
+            # an atomic request's own machines first (kept whole), then -- for what they do not hold,
+            # room that existed when it was planned -- the rest of the cluster, other bookings held
+            names = {c.node_name or c.name for c in view.claims.values() if not c.deleting} if req.atomic else set()
+            others = self.ctx.bookings.hold([n for n in existing if n.name not in names], now, except_request=req.key)
             room = hold_room(
-                nodes,
+                [n for n in existing if n.name in names],
+                others=others,
                 arrived=arrived,
                 left=unmatched(placeholders, [self.ctx.cluster.scheduling_pod(p) for p in bound]),
                 daemons=daemon_templates(self.ctx.cluster, component="provisioningrequest"),

@@ -7,7 +7,7 @@ time. No I/O: the controller applies the step and the writes come back as watch 
                      attempt deleted, Provisioned=False, retry after a backoff
     either:          never fits -> Failed=True at once; ValidUntilSeconds passed -> Failed=True (Expired);
                      booked until the request's pods are bound, the request goes, or the booking time passes
-                     (then BookingExpired=True)
+                     (then BookingExpired=True); a booked node gone before then -> CapacityRevoked=True
 """
 
 from __future__ import annotations
@@ -23,16 +23,19 @@ from controller.clock import format_seconds, format_time, parse_time
 from controller.provreq.request import (
     ACCEPTED,
     BOOKING_EXPIRED,
+    CAPACITY_REVOKED,
     FAILED,
     MSG_BOOKING_EXPIRED,
     MSG_CAPACITY_FOUND,
     PARAM_VALID_UNTIL,
     PROVISIONED,
     REASON_ACCEPTED,
+    REASON_BOOKING_CONSUMED,
     REASON_BOOKING_EXPIRED,
     REASON_CAPACITY_FOUND,
     REASON_CAPACITY_NOT_FOUND,
     REASON_CAPACITY_PROVISIONED,
+    REASON_CAPACITY_REVOKED,
     REASON_EXPIRED,
     REASON_INVALID,
     REASON_NEVER_FITS,
@@ -111,6 +114,7 @@ class RequestView:
     attempt: Attempt | None
     consumers_bound: int = 0  # pods annotated with the request that are bound to a node
     consumers_pending: int = 0  # ... and that are not bound yet
+    booked_gone: tuple[str, ...] = ()  # nodes the published booking keeps that are no longer there
 
 
 # --- steps ----------------------------------------------------------------------------------------
@@ -182,6 +186,22 @@ class ExpireBooking:
 
 
 @dataclass(frozen=True, slots=True)
+class Consumed:
+    """Every pod of the request is bound: ``BookingExpired=True`` (``CapacityBookingConsumed``), so the
+    booking ends for good -- a pod that finishes or is drained later does not bring it back."""
+
+    bound: int
+
+
+@dataclass(frozen=True, slots=True)
+class Revoke:
+    """``CapacityRevoked=True``: capacity booked for the request went away before its pods bound."""
+
+    message: str
+    lost: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Fail:
     """``Failed=True``, and every NodeClaim the request still has deleted."""
 
@@ -198,7 +218,20 @@ class Cleanup:
     claims: tuple[str, ...]
 
 
-Step = Leave | Conditions | Check | PlanAttempt | Rollback | MarkProvisioned | Book | ExpireBooking | Fail | Cleanup
+Step = (
+    Leave
+    | Conditions
+    | Check
+    | PlanAttempt
+    | Rollback
+    | MarkProvisioned
+    | Book
+    | ExpireBooking
+    | Consumed
+    | Revoke
+    | Fail
+    | Cleanup
+)
 
 
 # --- the decision ---------------------------------------------------------------------------------
@@ -227,6 +260,8 @@ def booked(v: RequestView, *, now: datetime, knobs: Knobs) -> bool:
     """Whether the request's capacity is held for its pods now."""
     req = v.request
     if not req.served or req.deleting or req.is_true(FAILED) or req.is_true(BOOKING_EXPIRED):
+        return False
+    if req.is_true(CAPACITY_REVOKED):
         return False
     until = booking_until(req, knobs)
     if until is None or now >= until:
@@ -346,13 +381,22 @@ def _rollback(v: RequestView, *, message: str, capacity_only: bool, knobs: Knobs
 
 def _booking(v: RequestView, *, now: datetime, knobs: Knobs) -> Step:
     req = v.request
-    if req.is_true(BOOKING_EXPIRED):
+    if req.is_true(BOOKING_EXPIRED) or req.is_true(CAPACITY_REVOKED):
         return Leave(release=True)
     until = booking_until(req, knobs)
     if v.consumers_bound >= req.count:
-        return Leave(release=True)  # every pod it was made for is bound: nothing left to hold
+        return Consumed(bound=v.consumers_bound)  # every pod it was made for is bound: nothing left to hold
     if until is None or now >= until:
         return ExpireBooking()
+    rec = v.attempt
+    own = [n for n in rec.claims if claim_lost(v.claims.get(n))] if req.atomic and rec is not None else []
+    lost = tuple(sorted({*own, *v.booked_gone}))
+    if lost:
+        return Revoke(
+            message=f"the capacity booked for this request is gone before its pods bound: {claim_names(list(lost))} "
+            f"{'was' if len(lost) == 1 else 'were'} deleted ({v.consumers_bound} of {req.count} pods bound)",
+            lost=lost,
+        )
     return Book(until=until, remaining=(until - now).total_seconds())
 
 
@@ -388,6 +432,19 @@ def failed_update(reason: str, message: str) -> ConditionUpdate:
 
 def expired_update() -> ConditionUpdate:
     return ConditionUpdate(BOOKING_EXPIRED, "True", REASON_BOOKING_EXPIRED, MSG_BOOKING_EXPIRED)
+
+
+def consumed_update(bound: int) -> ConditionUpdate:
+    return ConditionUpdate(
+        BOOKING_EXPIRED,
+        "True",
+        REASON_BOOKING_CONSUMED,
+        f"Capacity booking is consumed: the {bound} pods of this request were scheduled",
+    )
+
+
+def revoked_update(message: str) -> ConditionUpdate:
+    return ConditionUpdate(CAPACITY_REVOKED, "True", REASON_CAPACITY_REVOKED, message)
 
 
 def miss(req: ProvisioningRequest, *, why: str, permanent: bool, knobs: Knobs) -> Conditions:

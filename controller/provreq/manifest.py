@@ -44,8 +44,11 @@ def request_claim_manifest(
         spec["taints"] = taints
     else:
         spec.pop("taints", None)
+    # nor the gang's label as a requirement (the Node would carry it, and disruption would take the
+    # machine for a gang still being admitted, never to be consolidated)
+    reqs = [r for r in spec.get("requirements") or [] if r.get("key") != LABEL_GANG]
     if same_zone:
-        reqs = [r for r in spec.get("requirements") or [] if r.get("key") != LABEL_ZONE]
+        reqs = [r for r in reqs if r.get("key") != LABEL_ZONE]
         reqs.append({"key": LABEL_ZONE, "operator": "In", "values": [node.choice.zone]})
-        spec["requirements"] = reqs
+    spec["requirements"] = reqs
     return manifest

@@ -6,7 +6,7 @@ from controller import metrics
 
 REQUESTS = metrics.counter(
     "joiner_provisioningrequests_total",
-    "ProvisioningRequests joiner answered, by provisioning class and outcome (Provisioned, Failed).",
+    "ProvisioningRequests joiner answered, by provisioning class and outcome (Provisioned, Failed, Revoked).",
     ("class", "outcome"),
 )
 PROVISIONED_SECONDS = metrics.histogram(

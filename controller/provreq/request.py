@@ -47,7 +47,13 @@ MSG_CAPACITY_FOUND: Final = "Capacity is found in the cluster"
 REASON_CAPACITY_PROVISIONED: Final = "CapacityIsProvisioned"
 REASON_CAPACITY_NOT_FOUND: Final = "CapacityIsNotFound"
 REASON_BOOKING_EXPIRED: Final = "CapacityReservationTimeExpired"
+# joiner's (cluster-autoscaler defines the CapacityRevoked condition type but no reason for it): a
+# booked node went away before the request's pods bound
+REASON_CAPACITY_REVOKED: Final = "CapacityIsRevoked"
 MSG_BOOKING_EXPIRED: Final = "Capacity reservation time is expired"
+# cluster-autoscaler (since kubernetes/autoscaler#9806): BookingExpired=True with this reason once every
+# pod of the request is scheduled, so the booking ends for good (Kueue ignores BookingExpired after admission)
+REASON_BOOKING_CONSUMED: Final = "CapacityBookingConsumed"
 REASON_EXPIRED: Final = "Expired"
 REASON_NEVER_FITS: Final = "CapacityCannotFit"  # joiner's: no NodePool can ever hold the request
 REASON_INVALID: Final = "InvalidRequest"  # joiner's: a pod template joiner cannot read

@@ -42,3 +42,14 @@ def test_each_bound_pod_takes_one_placeholder_of_its_shape() -> None:
     left = unmatched(placeholders, [gpu_pod("bound", 8)])
     assert [p.name for p in left] == ["ph-0", "ph-2"]
     assert [p.name for p in unmatched(left, [gpu_pod("other", 4)])] == ["ph-2"], "no shape matches: any one"
+
+
+def test_the_own_machines_are_filled_first_and_the_rest_goes_onto_other_room() -> None:
+    own = [node("own-0")]
+    others = [node("free-0"), node("free-1"), node("cpu", gpus=0)]
+    placeholders = [gpu_pod(f"ph-{i}") for i in range(2)]
+    room = hold_room(own, others=others, arrived=[], left=placeholders, daemons=(), whole_nodes=True)
+    assert len(room.held["own-0"]) == 1, "the request's own machine holds what it can"
+    assert sum(len(ps) for n, ps in room.held.items() if n != "own-0") == 1, "the other on free room"
+    assert "cpu" not in room.nodes
+    assert len(room.nodes) == 2, "the own machine and the one free node that holds room"

@@ -13,6 +13,7 @@ from controller.kube.resources import (
     KWOKNODECLASSES,
     NODECLAIMS,
     NODEPOOLS,
+    NODES,
     PODS,
     PODTEMPLATES,
     PROVISIONING_REQUESTS,
@@ -192,6 +193,7 @@ async def test_an_atomic_request_is_provisioned_only_when_every_node_is_initiali
         assert c["metadata"]["annotations"]["joiner.sh/provisioning-request"] == f"{NS}/job"
         assert "joiner.sh/gang" not in c["metadata"]["labels"]
         assert not [t for t in c["spec"].get("taints") or [] if t["key"] == "joiner.sh/gang"]
+        assert not [r for r in c["spec"]["requirements"] if r["key"] == "joiner.sh/gang"], "nor its label"
         zones = [r["values"] for r in c["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"]
         assert zones == [["zone-a"]] or zones == [["zone-b"]]
     assert len({str(c["spec"]["requirements"]) for c in claims.values()}) == 1, "one zone for the whole request"
@@ -255,6 +257,172 @@ async def test_the_booking_expires_when_the_pods_do_not_come(world: Harness) -> 
     assert expired["reason"] == "CapacityReservationTimeExpired"
     assert h.ctx.bookings.get(f"{NS}/job") is None
     assert "BookingExpired" in reasons(h, "job")
+
+
+async def spare_nodes(h: Harness, names: list[str]) -> None:
+    """Initialized 1-GPU nodes with nothing on them (bought for someone else, now free)."""
+    for n in names:
+        await h.create_claim(n, instance_types=["gpu-1"], requests={"cpu": "1", "nvidia.com/gpu": "1"})
+    await ready(h, names)
+
+
+async def test_an_atomic_request_that_fits_on_free_nodes_books_them_and_buys_nothing(world: Harness) -> None:
+    h = world
+    await spare_nodes(h, ["spare-0", "spare-1"])
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: is_true(h, "job", "Provisioned"), "Provisioned=True at once")
+    provisioned = cond(h, "job", "Provisioned")
+    assert provisioned is not None
+    assert provisioned["reason"] == "CapacityIsFound", "cluster-autoscaler's answer when no scale-up is needed"
+    assert is_true(h, "job", "Accepted")
+    assert sorted(h.kube.objects(NODECLAIMS)) == ["spare-0", "spare-1"], "nothing bought"
+    assert claims_of(h, "job") == {}
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "the free room is booked")
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None
+    assert booking.nodes == frozenset({"spare-0", "spare-1"})
+    assert sum(len(p) for p in booking.held.values()) == 2
+    assert "Provisioned" in reasons(h, "job")
+
+    # the booked room is not offered to a second request: it buys its own machine
+    await request(h, "other", sets=[("ppt-job-main", 1)])
+    await h.eventually(lambda: len(claims_of(h, "other")) == 1, "the second request buys")
+    assert not is_true(h, "other", "Provisioned")
+
+    # Kueue's pods arrive: nominated onto the booked nodes, the provisioner buys nothing for them
+    h.start(Provisioner(h.ctx))
+    for n in ("job-0", "job-1"):
+        await consumer(h, n, "job")
+
+    def nominated() -> set[str]:
+        return {
+            str((h.kube.obj(PODS, n, NS) or {}).get("status", {}).get("nominatedNodeName")) for n in ("job-0", "job-1")
+        }
+
+    await h.eventually(lambda: nominated() == {"spare-0", "spare-1"}, "each pod nominated onto a free node")
+    for _ in range(4):
+        await h.advance(5)
+    assert len(h.kube.objects(NODECLAIMS)) == 3, "only the second request's machine was bought"
+
+
+async def test_an_atomic_request_partly_fitting_on_free_nodes_buys_only_the_rest(world: Harness) -> None:
+    h = world
+    await spare_nodes(h, ["spare-0"])
+    zone = h.kube.obj(NODES, "spare-0")["metadata"]["labels"]["topology.kubernetes.io/zone"]  # type: ignore[index]
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 3)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims for the 2 pods the free node cannot hold")
+    for _ in range(3):
+        await h.advance(1)
+    assert len(claims_of(h, "job")) == 2, "not 3"
+    claims = claims_of(h, "job")
+    assert all(zone in str(c["spec"]["requirements"]) for c in claims.values()), "one zone with the free node"
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None, "the free room is held while the machines come up"
+    assert "spare-0" in booking.nodes
+    assert len(booking.held["spare-0"]) == 1, "one pod of the three on the free node"
+    assert not is_true(h, "job", "Provisioned")
+    await ready(h, sorted(claims))
+    await h.eventually(lambda: is_true(h, "job", "Provisioned"), "Provisioned=True once both are Initialized")
+    provisioned = cond(h, "job", "Provisioned")
+    assert provisioned is not None
+    assert provisioned["reason"] == "CapacityIsProvisioned"
+
+    def booked_nodes() -> frozenset[str]:
+        b = h.ctx.bookings.get(f"{NS}/job")
+        return frozenset() if b is None else b.nodes
+
+    await h.eventually(lambda: booked_nodes() == frozenset({"spare-0", *claims}), "own machines and the free node")
+    b = h.ctx.bookings.get(f"{NS}/job")
+    assert b is not None
+    assert sum(len(p) for p in b.held.values()) == 3
+
+
+async def test_the_booking_ends_when_the_pods_ran_even_if_they_already_finished(world: Harness) -> None:
+    """kwok (and any short Job) completes the pods right after they run; the request stays until
+    Kueue deletes the workload. Finished pods were bound: the room is free again for the next Job."""
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
+    names = sorted(claims_of(h, "job"))
+    await ready(h, names)
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    annotations = {"autoscaling.x-k8s.io/consume-provisioning-request": "job"}
+    await h.bind_pod("job-0", names[0], namespace=NS, metadata={"annotations": annotations})
+    await h.bind_pod(
+        "job-1", names[1], namespace=NS, metadata={"annotations": annotations}, status={"phase": "Succeeded"}
+    )
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is None, "the booking released")
+    await h.eventually(lambda: is_true(h, "job", "BookingExpired"), "the booking ends for good")
+    consumed = cond(h, "job", "BookingExpired")
+    assert consumed is not None
+    assert consumed["reason"] == "CapacityBookingConsumed", "cluster-autoscaler's reason since autoscaler#9806"
+    assert "BookingExpired" not in reasons(h, "job"), "no warning: nothing expired"
+
+
+async def test_a_booked_node_deleted_before_the_pods_bind_revokes_the_capacity(world: Harness) -> None:
+    """Kueue deactivates the workload on CapacityRevoked=True (its pods would wait for a node that is
+    gone); the request's other machines stay, ordinary nodes, and nothing is bought to replace it."""
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
+    names = sorted(claims_of(h, "job"))
+    await ready(h, names)
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    await consumer(h, "job-0", "job")
+    await h.kube.delete(NODECLAIMS, names[0])
+    await h.eventually(lambda: is_true(h, "job", "CapacityRevoked"), "CapacityRevoked=True")
+    revoked = cond(h, "job", "CapacityRevoked")
+    assert revoked is not None
+    assert revoked["reason"] == "CapacityIsRevoked"
+    assert names[0] in revoked["message"]
+    assert "0 of 2 pods bound" in revoked["message"]
+    assert "CapacityRevoked" in reasons(h, "job")
+    assert h.ctx.bookings.get(f"{NS}/job") is None, "the booking is released"
+    assert is_true(h, "job", "Provisioned"), "Provisioned stays as it was (Kueue reads CapacityRevoked)"
+    for _ in range(3):
+        await h.advance(5)
+    assert sorted(claims_of(h, "job")) == names[1:], "the other machine stays; nothing bought in its place"
+
+
+async def test_a_node_of_found_capacity_gone_before_the_pods_bind_revokes_it(world: Harness) -> None:
+    h = world
+    await spare_nodes(h, ["spare-0"])
+    await template(h, "ppt-check-main", gpus=1)
+    await request(h, "check", sets=[("ppt-check-main", 1)], klass=CHECK)
+    start(h)
+    await h.eventually(lambda: is_true(h, "check", "Provisioned"), "found on the spare node")
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/check") is not None, "booked")
+    await h.kube.delete(NODECLAIMS, "spare-0")
+    await h.eventually(lambda: is_true(h, "check", "CapacityRevoked"), "CapacityRevoked=True")
+    revoked = cond(h, "check", "CapacityRevoked")
+    assert revoked is not None
+    assert "spare-0" in revoked["message"]
+
+
+async def test_a_node_deleted_after_the_pods_bound_revokes_nothing(world: Harness) -> None:
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 1)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
+    [name] = sorted(claims_of(h, "job"))
+    await ready(h, [name])
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    annotations = {"autoscaling.x-k8s.io/consume-provisioning-request": "job"}
+    await h.bind_pod("job-0", name, namespace=NS, metadata={"annotations": annotations})
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is None, "the booking ends: the pod bound")
+    await h.kube.delete(NODECLAIMS, name)
+    for _ in range(3):
+        await h.advance(5)
+    assert cond(h, "job", "CapacityRevoked") is None
 
 
 async def test_a_request_that_can_never_fit_fails_at_once_and_buys_nothing(world: Harness) -> None:

@@ -15,6 +15,7 @@ from controller.provreq.decide import (
     Check,
     Cleanup,
     Conditions,
+    Consumed,
     ExpireBooking,
     Fail,
     Knobs,
@@ -22,6 +23,7 @@ from controller.provreq.decide import (
     MarkProvisioned,
     PlanAttempt,
     RequestView,
+    Revoke,
     Rollback,
     attempt_of,
     booked,
@@ -91,7 +93,7 @@ def claim(name: str, *, initialized: bool = False, deleting: bool = False, reaso
 
 
 def view(
-    req: ProvisioningRequest, *, claims: Sequence[NodeClaimView] = (), templates: bool = True, **kw: int
+    req: ProvisioningRequest, *, claims: Sequence[NodeClaimView] = (), templates: bool = True, **kw: Any
 ) -> RequestView:
     return RequestView(
         request=req,
@@ -186,7 +188,10 @@ def test_booking_holds_until_the_pods_bind_or_the_time_passes() -> None:
     step = decide(view(provisioned, consumers_bound=1), now=at(200), knobs=KNOBS)
     assert step == Book(until=at(700), remaining=500.0)
     assert booked(view(provisioned, consumers_bound=1), now=at(200), knobs=KNOBS)
-    assert decide(view(provisioned, consumers_bound=2), now=at(200), knobs=KNOBS) == Leave(release=True)
+    assert decide(view(provisioned, consumers_bound=2), now=at(200), knobs=KNOBS) == Consumed(bound=2)
+    revoked = request(conditions=[cond("Provisioned", at=at(100)), cond("CapacityRevoked", at=at(150))])
+    assert decide(view(revoked, consumers_bound=1), now=at(200), knobs=KNOBS) == Leave(release=True)
+    assert not booked(view(revoked), now=at(200), knobs=KNOBS)
     assert decide(view(provisioned), now=at(700), knobs=KNOBS) == ExpireBooking()
     expired = request(conditions=[cond("Provisioned", at=at(100)), cond("BookingExpired", at=at(700))])
     assert decide(view(expired), now=at(800), knobs=KNOBS) == Leave(release=True)
@@ -242,3 +247,22 @@ def test_the_attempt_record_round_trips() -> None:
     rec = Attempt(number=3, claims=("a", "b"), started=T0, deadline=at(900), level=2, retry_at=at(60), last_failure="x")
     assert Attempt.from_json(rec.to_json()) == rec
     assert Attempt.from_json("{not json") is None
+
+
+def test_a_booked_machine_lost_before_the_pods_bind_revokes_the_capacity() -> None:
+    record = Attempt(number=1, claims=("a", "b"), started=at(0), deadline=at(900))
+    provisioned = request(conditions=[cond("Provisioned", at=at(100))], attempt=record)
+    whole = [claim("a", initialized=True), claim("b", initialized=True)]
+    assert isinstance(decide(view(provisioned, claims=whole, consumers_bound=1), now=at(200), knobs=KNOBS), Book)
+    for claims in ([claim("a", initialized=True)], [whole[0], claim("b", initialized=True, deleting=True)]):
+        step = decide(view(provisioned, claims=claims, consumers_bound=1), now=at(200), knobs=KNOBS)
+        assert isinstance(step, Revoke)
+        assert step.lost == ("b",)
+        assert "b was deleted (1 of 2 pods bound)" in step.message
+    # a node of room found on the cluster (check-capacity, or an atomic request answered CapacityIsFound)
+    found = request(klass=CLASS_CHECK_CAPACITY, conditions=[cond("Provisioned", at=at(100))])
+    step = decide(view(found, booked_gone=("n1",)), now=at(200), knobs=KNOBS)
+    assert isinstance(step, Revoke)
+    assert step.lost == ("n1",)
+    # every pod bound: the booking is consumed, whatever happens to the nodes after
+    assert decide(view(found, booked_gone=("n1",), consumers_bound=2), now=at(200), knobs=KNOBS) == Consumed(bound=2)
