@@ -32,10 +32,17 @@ class Batcher:
         self._max = max_seconds
         self._arriving = arriving
         self._trigger = asyncio.Event()
+        self._open = False
 
     def trigger(self) -> None:
         """Something happened that may need new capacity (a pod became unschedulable, ...)."""
         self._trigger.set()
+
+    def poke(self) -> None:
+        """Open a batch if none is open, without keeping an open one open longer: news that the
+        open batch already covers (kube-scheduler's verdict on a pod it will plan anyway)."""
+        if not self._open:
+            self._trigger.set()
 
     async def _triggered_within(self, seconds: float) -> bool:
         if self._trigger.is_set():
@@ -53,14 +60,18 @@ class Batcher:
         """Return when a batch is complete; the result is how long the batch stayed open."""
         await self._trigger.wait()
         opened = self._clock.monotonic()
-        while True:
-            self._trigger.clear()
-            elapsed = self._clock.monotonic() - opened
-            remaining = self._max - elapsed
-            if remaining <= 0:
-                return elapsed
-            if not await self._triggered_within(min(self._idle, remaining)) and not self._more_arriving():
-                return self._clock.monotonic() - opened
+        self._open = True
+        try:
+            while True:
+                self._trigger.clear()
+                elapsed = self._clock.monotonic() - opened
+                remaining = self._max - elapsed
+                if remaining <= 0:
+                    return elapsed
+                if not await self._triggered_within(min(self._idle, remaining)) and not self._more_arriving():
+                    return self._clock.monotonic() - opened
+        finally:
+            self._open = False
 
     def _more_arriving(self) -> bool:
         return self._arriving is not None and self._arriving()

@@ -53,6 +53,8 @@ BACKLOG_NOMINATION_GRACE_SECONDS = 600.0
 BACKLOG_NOMINATION_GRACE_CEILING_SECONDS = 3600.0
 BIND_RATE_WINDOW_SECONDS = 15.0
 RESYNC_SECONDS = 5.0
+# a burst still arriving: the longest gap between two of its pods (the ReplicaSet controller's steps)
+ARRIVAL_GAP_SECONDS = 3.0
 # Events on pods written at once: after a large decision there is one per pod, and they must not
 # crowd out the writes that launch the machines
 EVENT_CONCURRENCY = 4
@@ -111,6 +113,7 @@ class Provisioner:
         self._buffers_seen: dict[str, BufferReport | None] = {}  # pool -> the buffer report last acted on
         self._binds: deque[float] = deque()  # when kube-scheduler bound pods (monotonic), for its pace
         self._grace = NOMINATION_GRACE_SECONDS
+        self._last_arrival: float | None = None  # when the last pod kube-scheduler had not tried arrived
         self._opened: dict[str, datetime] = {}  # Node -> when its joiner.sh/unregistered taint went
         self._nominated_events = TokenBucket(ctx.clock, rate=NOMINATED_EVENTS_PER_SECOND, burst=NOMINATED_EVENTS_BURST)
 
@@ -128,8 +131,15 @@ class Provisioner:
         if pod.node_name and old is not None and not old.node_name:
             self._binds.append(self.ctx.clock.monotonic())
         if pod.is_unschedulable:
-            self.batcher.trigger()
+            if old is not None and old.awaits_scheduler and self._may_plan_untried(old):
+                # kube-scheduler's first verdict on a pod the open batch plans anyway once it waited
+                # --plan-untried-after: in a burst these come for seconds after the last pod arrived
+                # (one every few milliseconds), and each would keep the batch open
+                self.batcher.poke()
+            else:
+                self.batcher.trigger()
         elif etype == "ADDED" and self._may_plan_untried(pod):
+            self._last_arrival = self.ctx.clock.monotonic()
             self._arm_untried()
 
     def _may_plan_untried(self, pod: PodView) -> bool:
@@ -189,15 +199,24 @@ class Provisioner:
                 self.batcher.trigger()
 
     def _scheduler_has_untried_pods(self) -> bool:
-        """Pods created within the last batch window that kube-scheduler has not tried yet: the burst
-        is still arriving. (Older ones belong to a scheduler that is not running; they must not hold
-        every batch open.)
+        """More of the burst is on its way: a quiet second must not close the batch yet.
 
-        Not only the untried pods too young to be planned (``plan_untried_after_seconds``): the
-        ReplicaSet controller creates a burst in steps (1, 2, 4, ... pods, each step once the last
-        one is seen), a second or two apart on a loaded machine, and creation times have a
-        one-second resolution; closing once the last pod was old enough split a 1,000-pod burst in
-        two (382 pods, then the rest: 15 NodeClaims where one plan buys 11)."""
+        While untried pods are planned (``plan_untried_after_seconds``): a pod kube-scheduler has not
+        tried yet arrived within the last ``ARRIVAL_GAP_SECONDS`` (or the untried wait, if longer),
+        as this process saw it arrive. The ReplicaSet controller creates a burst in steps (1, 2, 4,
+        ... pods, each once the last is seen), up to two seconds apart on a loaded machine; once it
+        stopped, the batch closes however far behind kube-scheduler is (at 1,000 pods it had tried
+        600 of them 6 s after the last was created, and the batch used to wait for it to the 10 s
+        maximum). Creation times have a one-second resolution, so the watch's arrival is used:
+        closing once the last pod's ``creationTimestamp`` was 2 s old split a burst in two plans.
+
+        Without planning untried pods: pods created within the last batch window that kube-scheduler
+        has not tried yet. (Older ones belong to a scheduler that is not running; they must not hold
+        every batch open.)"""
+        after = self.ctx.settings.plan_untried_after_seconds
+        if after is not None:
+            gap = max(ARRIVAL_GAP_SECONDS, after + 0.5)
+            return self._last_arrival is not None and self.ctx.clock.monotonic() - self._last_arrival < gap
         now = self.ctx.clock.now()
         window = self.ctx.settings.batch_max_seconds + 1.0
         for pod in self.ctx.cluster.pod_views():

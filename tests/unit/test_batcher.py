@@ -97,3 +97,27 @@ async def test_a_burst_that_never_ends_is_still_cut_at_max() -> None:
         await _settle()
     assert done.done()
     assert done.result() == 10.0
+
+
+async def test_a_poke_opens_a_batch_but_does_not_keep_an_open_one_open() -> None:
+    """kube-scheduler's verdicts on pods the open batch plans anyway come every few milliseconds for
+    seconds: they must not hold it open, but one that comes with no batch open starts one."""
+    clock = FakeClock()
+    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0)
+    done = asyncio.ensure_future(batcher.wait())
+    batcher.poke()  # none open: this opens one
+    await _settle()
+    for _ in range(3):
+        await clock.advance(0.4)
+        batcher.poke()  # the open one is not extended
+        await _settle()
+    await _settle()
+    assert done.done()
+    assert done.result() == 1.0
+    # after it closed, the next poke opens the next batch
+    following = asyncio.ensure_future(batcher.wait())
+    batcher.poke()
+    await _settle()
+    await clock.advance(1.1)
+    await _settle()
+    assert following.done()

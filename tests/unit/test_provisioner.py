@@ -141,22 +141,47 @@ async def test_nodepool_status_writes_do_not_start_a_batch_but_spec_changes_do(h
     assert provisioner.batcher._trigger.is_set()
 
 
-async def test_the_batch_waits_while_kube_scheduler_has_pods_it_has_not_tried(h: Harness) -> None:
+async def test_the_batch_waits_while_pods_kube_scheduler_has_not_tried_keep_arriving(h: Harness) -> None:
+    """The burst is arriving while untried pods keep coming (the ReplicaSet controller's steps, a
+    second or two apart); once they stop for three seconds the batch may close, however far behind
+    kube-scheduler is: the untried ones are planned in it."""
+    from controller.provisioning.provisioner import ARRIVAL_GAP_SECONDS
+
     provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
     assert not provisioner._scheduler_has_untried_pods()
-    untried: Obj = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "fresh", "namespace": "default"},
-        "spec": {"containers": [_container("1")]},
-        "status": {"phase": "Pending"},
-    }
-    await h.kube.create(PODS, untried)
-    await h.cached("Pod", "default/fresh")
+
+    async def arrives(name: str) -> None:
+        pod: Obj = {"metadata": {"name": name, "namespace": "default"}, "spec": {"containers": [_container("1")]}}
+        await h.kube.create(PODS, {**pod, "status": {"phase": "Pending"}})
+        await h.cached("Pod", f"default/{name}")
+
+    await arrives("first")
     assert provisioner._scheduler_has_untried_pods()
-    # a pod nobody tries for longer than a batch window (another scheduler's) does not hold batches open
-    await h.advance(h.ctx.settings.batch_max_seconds + 2)
+    await h.advance(2.0)  # the next step of the burst, two seconds later
+    assert provisioner._scheduler_has_untried_pods()
+    await arrives("second")
+    await h.advance(ARRIVAL_GAP_SECONDS - 0.5)
+    assert provisioner._scheduler_has_untried_pods()
+    await h.advance(1.0)  # nothing new for longer than the gap: the burst is in; both untried still
     assert not provisioner._scheduler_has_untried_pods()
+    assert all(v.awaits_scheduler for v in h.cluster.pod_views())
+
+
+async def test_without_planning_untried_pods_the_batch_waits_for_kube_scheduler_up_to_a_window() -> None:
+    h = await make_harness(Settings(plan_untried_after_seconds=None))
+    try:
+        provisioner = Provisioner(h.ctx)
+        fresh: Obj = {"metadata": {"name": "fresh", "namespace": "default"}, "spec": {"containers": [_container("1")]}}
+        await h.kube.create(PODS, {**fresh, "status": {"phase": "Pending"}})
+        await h.cached("Pod", "default/fresh")
+        await h.advance(h.ctx.settings.batch_max_seconds - 1)
+        assert provisioner._scheduler_has_untried_pods()
+        # a pod nobody tries for longer than a batch window (another scheduler's) does not hold batches open
+        await h.advance(3)
+        assert not provisioner._scheduler_has_untried_pods()
+    finally:
+        await h.close()
 
 
 async def test_pods_get_a_nominated_event_unless_they_were_bound_first(h: Harness) -> None:
