@@ -55,9 +55,7 @@ from controller.scheduling.kubeconv import (
     is_terminal,
     node_from_dict,
     nodeclaim_from_dict,
-    nodepool_from_dict,
     pod_from_dict,
-    pool_usage,
 )
 from controller.serialization import (
     DuplicateKeyError,
@@ -504,11 +502,17 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
         in_flight = _converted(f"NodeClaim {_name(claim)!r}", nodeclaim_from_dict, claim, instance_types=default_types)
         if in_flight is not None and not any(e.name == in_flight.name for e in existing):
             existing.append(in_flight)
-    pools = []
-    for where, np_obj in sc.nodepools:
-        types = _catalog_for(np_obj, sc, catalog, where)
-        name = _name(np_obj)
-        pools.append(_converted(where, nodepool_from_dict, np_obj, types, usage=pool_usage(name, existing)))
+    # the NodePools as the controller makes them (state/inputs.py): validated once into their view,
+    # usage counted from the scenario's machines
+    from controller.state.inputs import pool_template  # (the views, as _short_gangs reads them)
+    from controller.state.views import NodePoolView
+
+    pools = [
+        _converted(
+            where, pool_template, NodePoolView.of(dict(np_obj)), _catalog_for(np_obj, sc, catalog, where), existing
+        )
+        for where, np_obj in sc.nodepools
+    ]
     daemons = [_converted(f"DaemonSet {_name(d)!r}", daemonset_from_dict, d) for d in sc.daemonsets]
     # as the controller does: a gang's nodes share one zone unless the gang's annotation or
     # every NodePool's spec.gang.sameZone says otherwise

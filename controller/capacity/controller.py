@@ -52,7 +52,7 @@ from controller.scheduling.resources import CPU, Resources
 from controller.scheduling.warm import place_buffer
 from controller.state.buffers import BufferReport
 from controller.state.existing import cluster_capacity
-from controller.state.nodepools import daemon_templates
+from controller.state.inputs import daemon_templates
 from controller.state.queue import WorkQueue
 from controller.state.spend import claim_prices
 from controller.state.views import PodView
