@@ -44,6 +44,29 @@ def matches(obj: HasConditions, update: ConditionUpdate) -> bool:
     )
 
 
+def transition_time(old: Mapping[str, Any] | None, status: str, now: str) -> str:
+    """A condition's lastTransitionTime: the old condition's while its status stays, else ``now``.
+    The one rule every condition written by joiner follows."""
+    if old is not None and old.get("status") == status and old.get("lastTransitionTime"):
+        return str(old["lastTransitionTime"])
+    return now
+
+
+def condition(obj: Mapping[str, Any], ctype: str, *, ok: bool, reason: str, message: str, now: str) -> Obj:
+    """One condition of ``obj`` to write (NodePools, NodeClasses): ``True`` or ``False`` with its
+    reason and message, the transition time kept while the status stays, the generation observed."""
+    old = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), None)
+    status = "True" if ok else "False"
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": transition_time(old, status, now),
+        "observedGeneration": (obj.get("metadata") or {}).get("generation", 1),
+    }
+
+
 def with_conditions(obj: Mapping[str, Any], updates: Iterable[ConditionUpdate], *, now: datetime) -> list[Obj]:
     """The object's conditions (JSON, from ``view.raw``) with `updates` applied; lastTransitionTime
     moves only on a status change."""
@@ -62,8 +85,7 @@ def with_conditions(obj: Mapping[str, Any], updates: Iterable[ConditionUpdate], 
             new["observedGeneration"] = generation
         for i, cond in enumerate(conditions):
             if cond.get("type") == update.type:
-                if cond.get("status") == update.status and cond.get("lastTransitionTime"):
-                    new["lastTransitionTime"] = cond["lastTransitionTime"]
+                new["lastTransitionTime"] = transition_time(cond, update.status, stamp)
                 conditions[i] = new
                 break
         else:

@@ -12,9 +12,9 @@ import pytest
 from controller.cloudprovider.gcp.api import GCPApi
 from controller.cloudprovider.gcp.provider import GCPCloudProvider
 from controller.cloudprovider.gcp.pubsub import PubSubSource, parse
+from controller.cloudprovider.notices import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Notice
 from controller.cloudprovider.types import OfferingId
 from controller.interruption.controller import InterruptionController
-from controller.interruption.messages import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Notice
 from controller.kube.resources import NODECLAIMS
 from tests.gcp.conftest import nodeclaim
 from tests.gcp.fake_gce import PROJECT, FakeGCE
