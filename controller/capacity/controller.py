@@ -45,7 +45,7 @@ from controller.cloudprovider.types import CloudProviderError
 from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import CONFIGMAPS
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv, kubeconv_nodes
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode
 from controller.scheduling.resources import CPU, Resources
@@ -343,7 +343,7 @@ class CapacityController:
             else ({"forecast": 0, "forecast_confidence": 0.0} if forecast is not None and forecast.enabled else {})
         )
         try:
-            template = kubeconv.nodepool_template(model, types)
+            template = kubeconv_nodes.nodepool_template(model, types)
         except ValueError as err:
             log.warning("capacity.unreadable", nodepool=name, error=str(err))
             return BufferReport(pool=name, problems=(str(err),))

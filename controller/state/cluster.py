@@ -12,7 +12,7 @@ from typing import Any
 from controller.clock import Clock
 from controller.kube import resources as r
 from controller.kube.resources import Resource
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv, kubeconv_nodes
 from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, Pod
 from controller.state.informer import EventType, Informer, Source
@@ -224,7 +224,7 @@ class ClusterState:
         ignore_taint_keys: Iterable[str] = EPHEMERAL_TAINT_KEYS,
     ) -> ExistingNode:
         """`node` as the solver's :class:`ExistingNode` with ``pods`` on it, as
-        :func:`kubeconv.node_from_dict` makes it; the Node itself (labels, allocatable, taints) is
+        :func:`kubeconv_nodes.node_from_dict` makes it; the Node itself (labels, allocatable, taints) is
         converted once per resourceVersion. Raises :class:`kubeconv.ConversionError` (a ValueError)."""
         version = str((node.raw.get("metadata") or {}).get("resourceVersion") or "")
         key = (version, in_flight, frozenset(ignore_taint_keys))
@@ -232,7 +232,7 @@ class ClusterState:
         if hit is not None and version and hit[0] == key:
             base = hit[1]
         else:
-            base = kubeconv.node_from_dict(node.raw, in_flight=in_flight, ignore_taint_keys=key[2])
+            base = kubeconv_nodes.node_from_dict(node.raw, in_flight=in_flight, ignore_taint_keys=key[2])
             if version and node.name in self._nodes:
                 self._node_models[node.name] = (key, base)
         pods = tuple(pods)

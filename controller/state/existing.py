@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from api.v1.labels import LABEL_INSTANCE_TYPE
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv_nodes
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, Pod
@@ -31,12 +31,12 @@ from controller.state.views import NodeClaimView, StateNode
 def _claim_capacity(
     claim: NodeClaimView, *, instance_types: Sequence[InstanceType], pods: Sequence[Pod]
 ) -> ExistingNode | None:
-    node = kubeconv.nodeclaim_from_dict(claim.raw, instance_types=instance_types, pods=pods)
+    node = kubeconv_nodes.nodeclaim_from_dict(claim.raw, instance_types=instance_types, pods=pods)
     planned = claim.planned_instance_type
     if node is None and planned:
         meta = claim.raw.get("metadata") or {}
         labels = {**claim.labels, LABEL_INSTANCE_TYPE: planned}
-        node = kubeconv.nodeclaim_from_dict(
+        node = kubeconv_nodes.nodeclaim_from_dict(
             {**claim.raw, "metadata": {**meta, "labels": labels}}, instance_types=instance_types, pods=pods
         )
     return node
@@ -66,10 +66,10 @@ def existing_node(
         ignore = {*EPHEMERAL_TAINT_KEYS, *startup}
         if cache is not None:
             return cache.scheduling_node(node, pods=pods, in_flight=True, ignore_taint_keys=ignore)
-        return kubeconv.node_from_dict(node.raw, pods=pods, in_flight=True, ignore_taint_keys=ignore)
+        return kubeconv_nodes.node_from_dict(node.raw, pods=pods, in_flight=True, ignore_taint_keys=ignore)
     if cache is not None:
         return cache.scheduling_node(node, pods=pods)
-    return kubeconv.node_from_dict(node.raw, pods=pods)
+    return kubeconv_nodes.node_from_dict(node.raw, pods=pods)
 
 
 def cluster_capacity(

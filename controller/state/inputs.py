@@ -31,7 +31,7 @@ from typing import NamedTuple, Protocol
 import structlog
 
 from controller.cloudprovider.types import CloudProviderError
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv, kubeconv_nodes
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, OfferingKey, Pod
 from controller.state.cluster import ClusterState
@@ -125,11 +125,11 @@ def pool_template(
 ) -> NodePoolTemplate:
     """One NodePool as the solver sees it, its usage counted from ``existing``; raises
     :class:`kubeconv.ConversionError` for one that is invalid or does not convert."""
-    usage = kubeconv.pool_usage(view.name, existing)
+    usage = kubeconv_nodes.pool_usage(view.name, existing)
     if view.model is None:
         errors = view.invalid.errors if view.invalid is not None else []
         raise kubeconv.ConversionError(f"NodePool {view.name}: " + "; ".join(str(e) for e in errors))
-    return kubeconv.nodepool_template(view.model, types, usage=usage)
+    return kubeconv_nodes.nodepool_template(view.model, types, usage=usage)
 
 
 def pool_templates(

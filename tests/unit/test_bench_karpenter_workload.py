@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from controller.plan import build_inputs, load_scenario, read_documents
+from controller.plan import build_inputs
+from controller.scenario import load_scenario, read_documents
 from controller.scheduling import Resources
 from hack.bench.karpenter_workload import karpenter_catalog, karpenter_pods, write_scenario
 

@@ -10,7 +10,7 @@ import pytest
 
 from controller.cli import build_parser, main
 from controller.helptext import for_terminal
-from controller.plan import MAX_DEPTH, MAX_PODS
+from controller.scenario import MAX_DEPTH, MAX_PODS
 
 MARKUP = re.compile(r"``|`[^`\n]+`|:[a-z]+:`|\.\. [a-z]+::")
 

@@ -295,7 +295,7 @@ def test_a_zero_limit_is_reported_as_reached_in_the_nodepool_status() -> None:
 def test_the_controller_reads_a_zero_limit_as_no_room_too() -> None:
     """The provisioner and the gang controller build their pools with the same conversion."""
     from controller.cloudprovider.catalog import load_catalog
-    from controller.scheduling.kubeconv import nodepool_from_dict
+    from controller.scheduling.kubeconv_nodes import nodepool_from_dict
 
     pool = {
         "apiVersion": "joiner.sh/v1",

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.cloudprovider.catalog import load_catalog
-from controller.plan import Outcome, build_inputs, execute, load_scenario, read_documents
+from controller.plan import Outcome, build_inputs, execute
+from controller.scenario import load_scenario, read_documents
 from controller.scheduling import parse_catalog
 from controller.scheduling.resources import ONE_POD, Resources, sum_resources
 from tests.unit.scheduling.builders import check_plan

@@ -38,7 +38,7 @@ from controller.gang.record import (
     Avoided,
     Record,
 )
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv_nodes
 from controller.scheduling.bounds import PoolBounds
 from controller.scheduling.model import ExistingNode
 from controller.scheduling.resources import Resources
@@ -67,7 +67,7 @@ def capacity(*, existing: tuple[ExistingNode, ...] = (), **kw: Any) -> Capacity:
     p = pool()
     return Capacity(
         pools={"gpu": p},
-        templates=(kubeconv.nodepool_from_dict(p, CATALOG, usage=Resources()),),
+        templates=(kubeconv_nodes.nodepool_from_dict(p, CATALOG, usage=Resources()),),
         existing=existing,
         **kw,
     )
