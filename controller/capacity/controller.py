@@ -29,7 +29,7 @@ from api.v1.nodepool import NodePool
 from api.v1.types import parse_duration
 from api.v1.validation import InvalidObjectError, validate
 from controller.capacity.buffer import MILLI, BufferNeed, buffer_needs, node_type, virtual_pods
-from controller.capacity.forecast import Decision, ForecastConfig, ForecastError, decide
+from controller.capacity.forecast import ForecastConfig, ForecastError, Prewarm, decide
 from controller.capacity.history import History, deserialize, serialize
 from controller.capacity.metrics import (
     BUDGET,
@@ -51,7 +51,7 @@ from controller.scheduling.model import ExistingNode
 from controller.scheduling.resources import CPU, Resources
 from controller.scheduling.warm import place_buffer
 from controller.state.buffers import BufferReport
-from controller.state.existing import cluster_capacity
+from controller.state.existing import cluster_machines
 from controller.state.inputs import daemon_templates
 from controller.state.queue import WorkQueue
 from controller.state.spend import claim_prices
@@ -91,7 +91,7 @@ class CapacityController:
         self.queue = WorkQueue(name="capacity", clock=ctx.clock)
         self._spend_labels: dict[str, set[str]] = {}  # pool -> capacity types with a spend series
         self.histories: dict[str, History] = {}  # pool -> demand history (forecast pools)
-        self.decisions: dict[str, Decision] = {}  # pool -> the forecast's latest decision
+        self.decisions: dict[str, Prewarm] = {}  # pool -> the forecast's latest decision
         self._loaded = False
 
     # --- triggers --------------------------------------------------------------------------
@@ -289,7 +289,7 @@ class CapacityController:
         """The pool's nodes (registered and in flight) and the names of those initialized."""
         cluster = self.ctx.cluster
         nodes = [
-            n for n in cluster_capacity(cluster, types, extra_claims=self.ctx.writer.in_flight()) if n.node_pool == name
+            n for n in cluster_machines(cluster, types, extra_claims=self.ctx.writer.in_flight()) if n.node_pool == name
         ]
         initialized = set()
         for n in nodes:

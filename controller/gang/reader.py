@@ -1,6 +1,6 @@
 """What the gang controller reads, and nothing else: which pods belong to which gang (kept from
 watch events), the one :class:`~controller.gang.decide.GangView` of a gang that ``decide`` takes,
-and the :class:`~controller.gang.attempt.Capacity` a plan is made against (NodePools, instance
+and the :class:`~controller.gang.attempt.GangInputs` a plan is made against (NodePools, instance
 types, machines, DaemonSets, offerings out of capacity, budgets). It reads the cache, the writer's
 in-flight NodeClaims, PodGroup sizes and the cloud's instance types; it writes nothing.
 """
@@ -16,7 +16,7 @@ import structlog
 from api.v1.labels import LABEL_GANG
 from controller.context import Context
 from controller.gang import claims as cl
-from controller.gang.attempt import Capacity
+from controller.gang.attempt import GangInputs
 from controller.gang.decide import GangView, first_created
 from controller.gang.markers import (
     ANNOTATION_GANG_NAME,
@@ -217,11 +217,11 @@ class GangReader:
             component="gang",
         )
 
-    def _capacity(self, pools: OfferedPools, inputs: SolverInputs, claim_of_node: dict[str, str]) -> Capacity:
+    def _capacity(self, pools: OfferedPools, inputs: SolverInputs, claim_of_node: dict[str, str]) -> GangInputs:
         ctx = self.ctx
         claims = [*ctx.cluster.claim_views().values(), *ctx.writer.in_flight()]
         raw = manifests(pools)
-        return Capacity(
+        return GangInputs(
             pools=raw,
             templates=inputs.templates,
             existing=inputs.existing,
@@ -231,7 +231,7 @@ class GangReader:
             claim_of_node=claim_of_node,
         )
 
-    async def capacity(self, gid: str) -> Capacity:
+    async def inputs(self, gid: str) -> GangInputs:
         """For a new attempt: every machine of the cluster (the gang's own named with their NodeClaim)."""
         pools, existing = await self._pools()
         mine = {
@@ -239,7 +239,7 @@ class GangReader:
         }
         return self._capacity(pools, self._inputs(pools, existing=existing, usage_from=existing), mine)
 
-    async def kept_capacity(self, view: GangView, kept: Sequence[str]) -> tuple[Capacity, str | None]:
+    async def kept_inputs(self, view: GangView, kept: Sequence[str]) -> tuple[GangInputs, str | None]:
         """For a re-plan: the attempt's kept machines as the only ones the members may use; and why
         they cannot be read that way, if they cannot."""
         pools, existing = await self._pools()

@@ -15,7 +15,7 @@ import structlog
 from controller.clock import format_time
 from controller.kube.resources import AKSNODECLASSES
 from controller.nodeclass.loop import NodeClassStatusLoop, Obj, Wiring
-from controller.state.writes import condition
+from controller.state.patches import condition
 
 log = structlog.get_logger()
 

@@ -36,10 +36,10 @@ from controller.scheduling.resources import Resources, sum_resources
 from controller.scheduling.tiermix import TIERS, TierMix, shares, weight
 from controller.state.buffers import BufferReport
 from controller.state.nodepools import tier_mix
+from controller.state.patches import transition_time
 from controller.state.queue import WorkQueue
 from controller.state.refusals import Refusal
 from controller.state.spend import claim_prices
-from controller.state.writes import transition_time
 
 log = structlog.get_logger()
 Obj = dict[str, Any]

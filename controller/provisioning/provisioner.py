@@ -22,7 +22,7 @@ import structlog
 from controller import metrics
 from controller.context import Context
 from controller.provisioning.batcher import Batcher
-from controller.provisioning.capacity import split_nominated
+from controller.provisioning.nominations import split_nominated
 from controller.provisioning.nominator import Nominator
 from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.instancetypes import InstanceType

@@ -75,10 +75,10 @@ from controller.state.bookings import Booking
 from controller.state.deletion import delete_nodeclaim
 from controller.state.informer import EventType
 from controller.state.inputs import OfferedPools, SolverInputs
+from controller.state.patches import ConditionUpdate, with_conditions
 from controller.state.spend import pool_bounds
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import NewClaim
-from controller.state.writes import ConditionUpdate, with_conditions
 
 log = structlog.get_logger()
 

@@ -40,8 +40,8 @@ from controller.provreq.request import (
     options,
     spec_problems,
 )
+from controller.state.patches import ConditionUpdate
 from controller.state.views import NodeClaimView, Obj
-from controller.state.writes import ConditionUpdate
 
 ANNOTATION_ATTEMPT: Final = "joiner.sh/provisioning-attempt"
 """On the request: joiner's record of its current attempt (JSON), so a restart resumes it."""
@@ -400,7 +400,7 @@ def miss(req: ProvisioningRequest, *, why: str, permanent: bool, knobs: Knobs) -
             event=("ProvisioningFailed", why, True),
         )
     return Conditions(
-        updates=(*_accept(req), not_found_update(f"Capacity is not found, joiner will try again: {why}")),
+        updates=(*_accept(req), not_found_update(f"GangInputs is not found, joiner will try again: {why}")),
         requeue=knobs.retry_seconds,
         event=("CapacityNotFound", why, True),
     )

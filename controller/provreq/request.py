@@ -43,11 +43,11 @@ CAPACITY_REVOKED: Final = "CapacityRevoked"
 # reasons and messages, as cluster-autoscaler writes them where it has one
 REASON_ACCEPTED: Final = "Accepted"
 REASON_CAPACITY_FOUND: Final = "CapacityIsFound"
-MSG_CAPACITY_FOUND: Final = "Capacity is found in the cluster"
+MSG_CAPACITY_FOUND: Final = "GangInputs is found in the cluster"
 REASON_CAPACITY_PROVISIONED: Final = "CapacityIsProvisioned"
 REASON_CAPACITY_NOT_FOUND: Final = "CapacityIsNotFound"
 REASON_BOOKING_EXPIRED: Final = "CapacityReservationTimeExpired"
-MSG_BOOKING_EXPIRED: Final = "Capacity reservation time is expired"
+MSG_BOOKING_EXPIRED: Final = "GangInputs reservation time is expired"
 REASON_EXPIRED: Final = "Expired"
 REASON_NEVER_FITS: Final = "CapacityCannotFit"  # joiner's: no NodePool can ever hold the request
 REASON_INVALID: Final = "InvalidRequest"  # joiner's: a pod template joiner cannot read

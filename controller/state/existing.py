@@ -9,7 +9,7 @@ NodeClaim, or both) to the solver's :class:`ExistingNode`. Pure.
   allocatable, else the instance type it launched on, else the one its plan chose (so a machine
   created but not launched yet is not bought twice). None when none of these is known.
 
-`cluster_capacity` applies it to the whole cache: what the provisioner and gangs are given about
+`cluster_machines` applies it to the whole cache: what the provisioner and gangs are given about
 the machines that exist or are coming up.
 
 The solver stays pure and knows nothing of views; this module is the state side of that edge.
@@ -72,7 +72,7 @@ def existing_node(
     return kubeconv_nodes.node_from_dict(node.raw, pods=pods)
 
 
-def cluster_capacity(
+def cluster_machines(
     cluster: ClusterState, instance_types: Sequence[InstanceType], *, extra_claims: Iterable[NodeClaimView] = ()
 ) -> list[ExistingNode]:
     """Registered Nodes with the (non-terminal) pods bound to them, then NodeClaims without a Node

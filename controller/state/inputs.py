@@ -35,7 +35,7 @@ from controller.scheduling import kubeconv, kubeconv_nodes
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, OfferingKey, Pod
 from controller.state.cluster import ClusterState
-from controller.state.existing import cluster_capacity
+from controller.state.existing import cluster_machines
 from controller.state.views import NodeClaimView, NodePoolView, Obj
 
 log = structlog.get_logger()
@@ -117,7 +117,7 @@ def machines(
     """Every machine of the cluster as the solver sees it: registered Nodes with their pods, and
     NodeClaims without a Node yet (``in_flight``: the ones just created that the cache does not show
     yet) as the capacity they will bring."""
-    return cluster_capacity(cluster, list(all_types(pools).values()), extra_claims=in_flight)
+    return cluster_machines(cluster, list(all_types(pools).values()), extra_claims=in_flight)
 
 
 def pool_template(

@@ -11,8 +11,8 @@ import pytest
 from api.v1.labels import ANNOTATION_PLANNED_PRICE, LABEL_NODEPOOL
 from controller.provisioning.nodepool_status import desired_status, most_used_limit
 from controller.scheduling.resources import Resources
+from controller.state.patches import ConditionUpdate, claim_status, why_not_ready
 from controller.state.refusals import Refusal
-from controller.state.writes import ConditionUpdate, claim_status, why_not_ready
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -20,7 +20,7 @@ from controller.cloudprovider.aws.instancetypes import max_pods
 from controller.cloudprovider.aws.nodeclass import Resolution, ResolvedNodeClass
 from controller.cloudprovider.aws.preflight import DryRunResult, dry_run, launch_requests, probe_instance_type
 from controller.cloudprovider.types import CreateError
-from controller.state.writes import condition
+from controller.state.patches import condition
 
 log = structlog.get_logger()
 Obj = dict[str, Any]

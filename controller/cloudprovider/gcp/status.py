@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 
 from controller.cloudprovider.gcp.nodeclass import NodeClassResolver, ResolvedNodeClass
-from controller.state.writes import condition
+from controller.state.patches import condition
 
 log = structlog.get_logger()
 Obj = dict[str, Any]

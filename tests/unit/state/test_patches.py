@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from controller.state.views import NodeClaimView, NodeView, TaintRef
-from controller.state.writes import (
+from controller.state.patches import (
     ConditionUpdate,
     finalizer_patch,
     label_patch,
@@ -14,6 +13,7 @@ from controller.state.writes import (
     taint_patch,
     with_conditions,
 )
+from controller.state.views import NodeClaimView, NodeView, TaintRef
 from tests.unit.state.test_views import a_claim, a_node
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)

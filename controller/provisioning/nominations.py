@@ -1,20 +1,14 @@
-"""What the solver is given about the cluster, shared by the provisioner and the gang controller:
-the NodePools that may launch now (with their instance types), and which nominated pods still fit
-the machine planned for them. The capacity that exists or is in flight comes from
-`controller.state.existing.cluster_capacity`, daemonset overhead from `controller.state.nodepools`."""
+"""Nominations kept or released: which pods nominated to a planned machine still fit next to what
+kube-scheduler bound there (:func:`split_nominated`). The provisioner keeps the ones that fit on
+their machine and plans the others again. (What the solver is given about the cluster is
+``controller/state/inputs.py``'s.)"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import structlog
 
 from controller.scheduling.model import ExistingNode, Pod
 from controller.scheduling.resources import ONE_POD
-
-log = structlog.get_logger()
-Obj = dict[str, Any]
 
 
 def split_nominated(node: ExistingNode, nominated: Sequence[Pod]) -> tuple[list[Pod], list[Pod]]:

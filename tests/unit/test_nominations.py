@@ -1,4 +1,4 @@
-"""What the provisioner and the gang controller count as capacity coming up."""
+"""Nominations: which pods nominated to a planned machine still fit there (`provisioning/nominations.py`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 from api.v1.labels import ANNOTATION_PLANNED_INSTANCE_TYPE
 from controller.clock import FakeClock
 from controller.cloudprovider.catalog import load_catalog
-from controller.provisioning.capacity import split_nominated
+from controller.provisioning.nominations import split_nominated
 from controller.scheduling.model import ExistingNode, Pod
 from controller.scheduling.resources import Resources
 from controller.state.cluster import ClusterState
-from controller.state.existing import cluster_capacity
+from controller.state.existing import cluster_machines
 from controller.state.views import NodeClaimView
 
 
@@ -33,7 +33,7 @@ def test_a_claim_not_yet_in_the_cache_counts_once_however_often_it_is_passed() -
     catalog = load_catalog()
     claim = _claim("gpu-abc12", "g6.xlarge")
     extra = [NodeClaimView.of(c) for c in (claim, dict(claim), _claim("gpu-def34", "g6.2xlarge"))]
-    nodes = cluster_capacity(cluster, catalog, extra_claims=extra)
+    nodes = cluster_machines(cluster, catalog, extra_claims=extra)
     assert sorted(n.name for n in nodes) == ["gpu-abc12", "gpu-def34"]
     assert all(n.in_flight for n in nodes)
     g6 = next(it for it in catalog if it.name == "g6.xlarge")
@@ -44,7 +44,7 @@ def test_a_claim_the_cache_shows_is_not_counted_again() -> None:
     cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
     claim = _claim("gpu-abc12", "g6.xlarge")
     cluster.informers["NodeClaim"]._apply("ADDED", claim)
-    nodes = cluster_capacity(cluster, load_catalog(), extra_claims=[NodeClaimView.of(claim)])
+    nodes = cluster_machines(cluster, load_catalog(), extra_claims=[NodeClaimView.of(claim)])
     assert [n.name for n in nodes] == ["gpu-abc12"]
 
 
