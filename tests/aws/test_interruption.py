@@ -18,7 +18,7 @@ from controller.interruption.messages import parse
 from controller.kube.resources import NODECLAIMS
 from controller.metrics import REGISTRY
 from tests.aws.conftest import REGION
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 

@@ -95,7 +95,7 @@ async def test_the_status_controller_writes_status_once_and_again_only_on_change
     from controller.kube.resources import EC2NODECLASSES
     from controller.nodeclass.ec2 import EC2NodeClassStatusController
     from controller.state.cluster import ClusterState
-    from tests.unit.nodeclaim.fakeapi import FakeKube
+    from tests.unit.fakeapi import FakeKube
 
     kube = FakeKube(clock=clock)
     created = await kube.create(EC2NODECLASSES, world.nodeclass())

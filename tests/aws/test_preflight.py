@@ -17,7 +17,7 @@ from controller.nodeclass.ec2 import EC2NodeClassStatusController
 from controller.state.cluster import ClusterState
 from tests.aws.conftest import TEST_PRICES, FaultProxy, World, nodeclaim
 from tests.aws.iampolicy import controller_policy, enforce
-from tests.unit.nodeclaim.fakeapi import FakeKube
+from tests.unit.fakeapi import FakeKube
 
 Obj = dict[str, Any]
 

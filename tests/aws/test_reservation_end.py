@@ -19,7 +19,7 @@ from controller.kube.resources import NODECLAIMS, NODES
 from controller.nodeclaim.gc import GarbageCollector, claims_out_of_reservation
 from controller.state.views import NodeClaimView
 from tests.aws.conftest import TEST_PRICES, FaultProxy, Params, World, nodeclaim, resolve_into
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 RID = "cr-0ending"

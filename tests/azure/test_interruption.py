@@ -17,7 +17,7 @@ from controller.interruption.controller import InterruptionController
 from controller.kube.resources import NODECLAIMS
 from tests.azure.conftest import nodeclaim
 from tests.azure.fake_arm import FakeARM
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from controller.interruption.controller import InterruptionController
 from controller.kube.resources import NODECLAIMS
 from tests.gcp.conftest import nodeclaim
 from tests.gcp.fake_gce import PROJECT, FakeGCE
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 SUBSCRIPTION = f"projects/{PROJECT}/subscriptions/interruptions"

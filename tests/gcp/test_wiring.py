@@ -18,7 +18,7 @@ from controller.operator.app import GCPOptions, Runnable, build_cloud_provider, 
 from controller.state.cluster import WATCHED, ClusterState
 from tests.gcp.conftest import nodeclass
 from tests.gcp.fake_gce import FakeGCE
-from tests.unit.nodeclaim.fakeapi import FakeKube
+from tests.unit.fakeapi import FakeKube
 
 Obj = dict[str, Any]
 

@@ -12,15 +12,10 @@ from controller.scheduling.instancetypes import InstanceType
 from controller.state.cluster import ClusterState
 from controller.state.inputs import offered_pools, solver_inputs, unavailable_offerings
 from controller.state.views import NodePoolView
+from tests.unit.builders import nodepool
 from tests.unit.scheduling.builders import itype
 
 Obj = dict[str, Any]
-REF = {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "d"}
-
-
-def nodepool(name: str, **spec: Any) -> Obj:
-    body: Obj = {"template": {"spec": {"nodeClassRef": REF}}, **spec}
-    return {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": body}
 
 
 class Cloud:

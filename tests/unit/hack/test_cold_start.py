@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-FAKE_GO = Path(__file__).parent / "data" / "fake-go"
+REPO = Path(__file__).resolve().parents[3]
+FAKE_GO = Path(__file__).parents[1] / "data" / "fake-go"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from controller.cli import build_parser, main
 from controller.envsettings import SettingsError, from_environment, markdown_table, parse_seconds, settings_model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:

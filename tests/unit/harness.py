@@ -22,7 +22,7 @@ from controller.scheduling.instancetypes import parse_catalog
 from controller.settings import Settings
 from controller.state.cluster import WATCHED, ClusterState
 from controller.state.writer import NodeClaimWriter
-from tests.unit.nodeclaim.fakeapi import FakeKube
+from tests.unit.fakeapi import FakeKube
 
 Obj = dict[str, Any]
 

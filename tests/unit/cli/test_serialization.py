@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from controller import serialization
 from controller.serialization import dump_yaml, dumps_json_pretty, load_all_yaml, load_yaml, loads_json
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REFERENCE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 CASES = [

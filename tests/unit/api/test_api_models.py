@@ -48,7 +48,7 @@ from tests.e2e.data.validation_cases import (
     load_karpenter_nodepool,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
 CASES = load_invalid_cases()
 T0 = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)

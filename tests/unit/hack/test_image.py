@@ -12,7 +12,7 @@ import pytest
 
 from controller.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 LOCK = (ROOT / "deploy" / "image" / "requirements.lock").read_text()
 

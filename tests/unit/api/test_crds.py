@@ -13,7 +13,7 @@ import yaml
 from api import crdgen
 from api.v1 import KWOKNodeClass, NodeClaim, NodePool
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = ROOT / "deploy" / "crds"
 FILES = {
     "NodePool": "joiner.sh_nodepools.yaml",

@@ -16,7 +16,7 @@ from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
 from controller.settings import Settings
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 

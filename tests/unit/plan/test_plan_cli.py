@@ -12,7 +12,7 @@ import yaml
 
 from controller.cli import main
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "hack" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "hack" / "scenarios"
 
 
 def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from controller.kube.client import ApiError
 from controller.kube.resources import NODECLAIMS, PODS, Resource
 from controller.provisioning.provisioner import Provisioner
 from controller.settings import Settings
-from tests.unit.nodeclaim.harness import Harness, make_harness
-from tests.unit.test_provisioner import claims, pending, register
+from tests.unit.harness import Harness, make_harness
+from tests.unit.provisioning.test_provisioner import claims, pending, register
 
 Obj = dict[str, Any]
 
