@@ -13,7 +13,8 @@ import pytest
 
 from controller.clock import FakeClock
 from controller.cloudprovider.aws.api import AWSApi
-from controller.cloudprovider.aws.provider import AWSCloudProvider, capacity_type_of
+from controller.cloudprovider.aws.instances import capacity_type_of
+from controller.cloudprovider.aws.provider import AWSCloudProvider
 from controller.cloudprovider.types import Instance
 from controller.kube.resources import NODECLAIMS, NODES
 from controller.nodeclaim.gc import GarbageCollector, claims_out_of_reservation
