@@ -109,7 +109,7 @@ def _world() -> ClusterState:
     return cluster
 
 
-def test_cluster_capacity_counts_nodes_with_their_pods_then_claims_coming_up() -> None:
+def test_cluster_machines_counts_nodes_with_their_pods_then_claims_coming_up() -> None:
     cluster = _world()
     planned = a_claim("just-made", pid=None)
     nodes = cluster_machines(cluster, TYPES, extra_claims=[NodeClaimView.of(planned), NodeClaimView.of(a_claim())])
