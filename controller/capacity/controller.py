@@ -29,7 +29,7 @@ from api.v1.nodepool import NodePool
 from api.v1.types import parse_duration
 from api.v1.validation import InvalidObjectError, validate
 from controller.capacity.buffer import MILLI, BufferNeed, buffer_needs, node_type, virtual_pods
-from controller.capacity.forecast import Decision, ForecastConfig, ForecastError, decide
+from controller.capacity.forecast import ForecastConfig, ForecastError, Prewarm, decide
 from controller.capacity.history import History, deserialize, serialize
 from controller.capacity.metrics import (
     BUDGET,
@@ -45,14 +45,14 @@ from controller.cloudprovider.types import CloudProviderError
 from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import CONFIGMAPS
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv, kubeconv_nodes
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode
 from controller.scheduling.resources import CPU, Resources
 from controller.scheduling.warm import place_buffer
 from controller.state.buffers import BufferReport
-from controller.state.existing import cluster_capacity
-from controller.state.nodepools import daemon_templates
+from controller.state.existing import cluster_machines
+from controller.state.inputs import daemon_templates
 from controller.state.queue import WorkQueue
 from controller.state.spend import claim_prices
 from controller.state.views import PodView
@@ -91,7 +91,7 @@ class CapacityController:
         self.queue = WorkQueue(name="capacity", clock=ctx.clock)
         self._spend_labels: dict[str, set[str]] = {}  # pool -> capacity types with a spend series
         self.histories: dict[str, History] = {}  # pool -> demand history (forecast pools)
-        self.decisions: dict[str, Decision] = {}  # pool -> the forecast's latest decision
+        self.decisions: dict[str, Prewarm] = {}  # pool -> the forecast's latest decision
         self._loaded = False
 
     # --- triggers --------------------------------------------------------------------------
@@ -289,7 +289,7 @@ class CapacityController:
         """The pool's nodes (registered and in flight) and the names of those initialized."""
         cluster = self.ctx.cluster
         nodes = [
-            n for n in cluster_capacity(cluster, types, extra_claims=self.ctx.writer.in_flight()) if n.node_pool == name
+            n for n in cluster_machines(cluster, types, extra_claims=self.ctx.writer.in_flight()) if n.node_pool == name
         ]
         initialized = set()
         for n in nodes:
@@ -343,7 +343,7 @@ class CapacityController:
             else ({"forecast": 0, "forecast_confidence": 0.0} if forecast is not None and forecast.enabled else {})
         )
         try:
-            template = kubeconv.nodepool_template(model, types)
+            template = kubeconv_nodes.nodepool_template(model, types)
         except ValueError as err:
             log.warning("capacity.unreadable", nodepool=name, error=str(err))
             return BufferReport(pool=name, problems=(str(err),))

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from api.v1.types import format_duration
-from controller.capacity.forecast import Decision, ForecastConfig, decide, weekly_profile
+from controller.capacity.forecast import ForecastConfig, Prewarm, decide, weekly_profile
 from controller.capacity.history import History
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -16,7 +16,7 @@ DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
 def explain(pool: str, history: History, *, now: datetime, current: float, config: ForecastConfig) -> dict[str, Any]:
     """Everything the command shows, as plain data."""
-    decision: Decision = decide(history.peaks, now=now, current=current, config=config)
+    decision: Prewarm = decide(history.peaks, now=now, current=current, config=config)
     hours = sorted(history.peaks)
     return {
         "nodepool": pool,

@@ -66,7 +66,7 @@ class Prediction:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Prewarm:
     """What to keep warm now: ``prewarm`` units (GPUs or CPUs) on top of the demand already there."""
 
     prewarm: int
@@ -122,7 +122,7 @@ def predict(history: Mapping[datetime, float], hour: datetime, *, now: datetime,
     return Prediction(hour=hour, demand=value, confidence=round(confidence, 4), samples=len(samples), basis=basis)
 
 
-def decide(history: Mapping[datetime, float], *, now: datetime, current: float, config: ForecastConfig) -> Decision:
+def decide(history: Mapping[datetime, float], *, now: datetime, current: float, config: ForecastConfig) -> Prewarm:
     """How much to keep warm now (see the module text)."""
     hours = []
     h = hour_of(now)
@@ -133,7 +133,7 @@ def decide(history: Mapping[datetime, float], *, now: datetime, current: float, 
     confident = [p for p in predictions if p.confidence >= config.confidence]
     best = max(predictions, key=lambda p: (p.confidence >= config.confidence, p.demand, p.confidence))
     if not confident:
-        return Decision(
+        return Prewarm(
             prewarm=0,
             predicted=best.demand,
             current=current,
@@ -145,7 +145,7 @@ def decide(history: Mapping[datetime, float], *, now: datetime, current: float, 
         )
     top = max(confident, key=lambda p: p.demand)
     prewarm = max(0, math.ceil(top.demand - current - 1e-9))
-    return Decision(
+    return Prewarm(
         prewarm=prewarm,
         predicted=top.demand,
         current=current,

@@ -51,10 +51,10 @@ from controller.kube.resources import NODECLAIMS
 from controller.state.deletion import delete_nodeclaim, termination_reason
 from controller.state.informer import EventType
 from controller.state.manifest import nodeclaim_manifest
+from controller.state.patches import ConditionUpdate, claim_status, matches
 from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import CreateReason, NewClaim
-from controller.state.writes import ConditionUpdate, claim_status, matches
 
 log = structlog.get_logger()
 

@@ -49,14 +49,11 @@ from controller.disruption.budgets import (
     count_pool,
 )
 from controller.disruption.model import Blocked, Command, Decision, NodeState, PoolPolicy, Snapshot
-from controller.scheduling.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from controller.disruption.moves import EPS, Simulation, least_churn, restrict_price, to_command
 from controller.scheduling.model import ExistingNode, NewNodeClaim, Plan, Pod
-from controller.scheduling.requirements import Requirement
 from controller.scheduling.resources import ONE_POD, sum_resources
 from controller.scheduling.solver import SolveCache, solve
 from controller.scheduling.tiermix import apply as apply_tier_mix
-
-_EPS: Final = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,66 +67,6 @@ class Options:
 
 
 DEFAULT_OPTIONS: Final = Options()
-
-
-@dataclass(frozen=True, slots=True)
-class _Sim:
-    plan: Plan
-    moved: tuple[str, ...]
-    unplaced: tuple[str, ...]  # candidates' pods with no place
-    lost: tuple[str, ...]  # pods that had a place before and have none now
-    new_nodes: tuple[NewNodeClaim, ...]
-    new_price: float
-    pods: tuple[Pod, ...] = ()  # the candidates' pods
-
-    @property
-    def ok(self) -> bool:
-        return not self.unplaced and not self.lost
-
-    def placements(self) -> tuple[tuple[str, str], ...]:
-        where: dict[str, str] = {}
-        for node in self.new_nodes:
-            for key in node.pods:
-                where[key] = node.name
-        for name, keys in self.plan.existing_placements.items():
-            for key in keys:
-                where[key] = name
-        return tuple((key, where[key]) for key in self.moved if key in where)
-
-    def why(self) -> str:
-        for key in (*self.unplaced, *self.lost):
-            return f"pod {key} would fit nowhere ({self.plan.unschedulable.get(key, 'no room')})"
-        return "every pod has a place"
-
-
-def restrict_price(node: NewNodeClaim, ceiling: float) -> NewNodeClaim:
-    """The replacement with only the instance types and offerings at or under ``ceiling`` $/hour."""
-    kept = []
-    for cand in node.candidates:
-        offers = tuple(o for o in cand.offerings if o.price <= ceiling + _EPS)
-        if offers:
-            kept.append(replace(cand, offerings=offers, price=offers[0].price))
-    unchanged = len(kept) == len(node.candidates) and all(
-        len(k.offerings) == len(c.offerings) for k, c in zip(kept, node.candidates, strict=True)
-    )
-    if not kept or unchanged:
-        return node
-    kept.sort(key=lambda c: (c.price, c.instance_type))
-    all_offers = [o for c in kept for o in c.offerings]
-    requirements = node.requirements.without(LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE).with_(
-        Requirement(LABEL_INSTANCE_TYPE, False, frozenset(c.instance_type for c in kept)),
-        Requirement(LABEL_ZONE, False, frozenset(o.zone for o in all_offers)),
-        Requirement(LABEL_CAPACITY_TYPE, False, frozenset(o.capacity_type for o in all_offers)),
-    )
-    first = kept[0].offerings[0]
-    choice = replace(
-        node.choice,
-        instance_type=kept[0].instance_type,
-        zone=first.zone,
-        capacity_type=first.capacity_type,
-        price=first.price,
-    )
-    return replace(node, candidates=tuple(kept), requirements=requirements, choice=choice)
 
 
 class _Planner:
@@ -226,7 +163,7 @@ class _Planner:
             return False
         return node.stable_since is None or self.now - node.stable_since >= policy.consolidate_after
 
-    def _simulate(self, nodes: Sequence[NodeState], *, cordon: Collection[str] = ()) -> _Sim:
+    def _simulate(self, nodes: Sequence[NodeState], *, cordon: Collection[str] = ()) -> Simulation:
         remove = {n.node for n in nodes}
         existing = [
             replace(e, unschedulable=True) if e.name in cordon and not e.unschedulable else e
@@ -240,7 +177,7 @@ class _Planner:
         moved_set = set(moved_keys)
         lost = tuple(k for k in plan.unschedulable if k not in moved_set and k not in self.baseline.unschedulable)
         base_new = len(self.baseline.new_nodes)
-        return _Sim(
+        return Simulation(
             plan=plan,
             moved=moved_keys,
             unplaced=unplaced,
@@ -250,7 +187,7 @@ class _Planner:
             pods=tuple(moved),
         )
 
-    def _fewer(self, sim: _Sim) -> _Sim:
+    def _fewer(self, sim: Simulation) -> Simulation:
         """``sim`` with its new nodes merged into one, when one node can host them all for no more.
 
         The solver packs for the cheapest price per pod and may open two small nodes where one
@@ -272,7 +209,7 @@ class _Planner:
             daemon_pods=self.snap.daemons,
             unavailable=self.snap.unavailable,
         )
-        if merged.unschedulable or len(merged.new_nodes) != 1 or merged.total_price > sim.new_price + _EPS:
+        if merged.unschedulable or len(merged.new_nodes) != 1 or merged.total_price > sim.new_price + EPS:
             return sim
         return replace(sim, new_nodes=merged.new_nodes, new_price=merged.total_price)
 
@@ -346,7 +283,7 @@ class _Planner:
         chosen = self._take_within_budget(safe, REASON_EMPTY)
         if not chosen:
             return None
-        return _command(REASON_EMPTY, chosen, old_price=sum(n.price for n in chosen), detail="no pods to move")
+        return to_command(REASON_EMPTY, chosen, old_price=sum(n.price for n in chosen), detail="no pods to move")
 
     def _expired(self) -> Command | None:
         return self._replace_method(
@@ -384,11 +321,11 @@ class _Planner:
             return None
         cordon = {n.node for n in eligible}
         batches = [chosen] if len(chosen) == 1 else [chosen, chosen[:1]]
-        sim: _Sim | None = None
+        sim: Simulation | None = None
         for batch in batches:
             sim = self._simulate(batch, cordon=cordon - {n.node for n in batch})
             if sim.ok:
-                return _command(
+                return to_command(
                     reason,
                     batch,
                     old_price=sum(n.price for n in batch),
@@ -414,7 +351,9 @@ class _Planner:
             and n.node not in self.nominated
         )
 
-    def _consolidation(self, nodes: Sequence[NodeState], sim: _Sim, *, delete_only: bool = False) -> Command | None:
+    def _consolidation(
+        self, nodes: Sequence[NodeState], sim: Simulation, *, delete_only: bool = False
+    ) -> Command | None:
         """The command for moving ``nodes``' pods as ``sim`` found, if it is a consolidation."""
         if not sim.ok or (delete_only and sim.new_nodes):
             return None
@@ -426,13 +365,13 @@ class _Planner:
         old = sum(n.price for n in nodes)
         if new:
             target = old * (1 - self.opt.min_saving_fraction)
-            if sum(r.price for r in new) > target + _EPS:
+            if sum(r.price for r in new) > target + EPS:
                 return None
             slack = (target - sim.new_price) / len(new)
             new = tuple(restrict_price(r, r.price + slack) for r in new)
         elif old <= 0:
             return None
-        return _command(
+        return to_command(
             REASON_UNDERUTILIZED,
             nodes,
             old_price=old,
@@ -482,7 +421,7 @@ class _Planner:
             found.extend([whole] if whole is not None else [])
             found.extend(self._prefix_search(order, delete_only=False))
             found.extend(self._prefix_search(order, delete_only=True))
-        return _least_churn(found)
+        return least_churn(found)
 
     def _prefix_search(self, order: Sequence[NodeState], *, delete_only: bool) -> list[Command]:
         """Binary search for the longest prefix of ``order`` (two nodes or more) that consolidates;
@@ -529,7 +468,7 @@ class _Planner:
                 if not room.permits(count):
                     return room.explain()
         if reason == REASON_EMPTY:
-            return _command(REASON_EMPTY, nodes, old_price=sum(n.price for n in nodes), detail=command.detail)
+            return to_command(REASON_EMPTY, nodes, old_price=sum(n.price for n in nodes), detail=command.detail)
         if not replacements_ready and self.waiting is not None:
             return self.waiting
         cordon: set[str] = set()
@@ -581,49 +520,6 @@ class _Planner:
         elif reason == REASON_EXPIRED and not self._is_expired(n):
             return "it is no longer expired"
         return None
-
-
-def _least_churn(commands: Sequence[Command], *, tolerance: float = 0.005) -> Command | None:
-    """The command that saves the most; among those within ``tolerance`` of it, the one that buys
-    the fewest nodes, then the one with the biggest saving per disrupted pod."""
-    if not commands:
-        return None
-    top = max(c.saving for c in commands)
-    close = [c for c in commands if c.saving >= top * (1 - tolerance) - _EPS]
-    return min(close, key=lambda c: (len(c.replacements), -c.saving / max(1, len(c.pods)), c.candidates))
-
-
-IDLE_GPU_RECLAIM_NOTE = "opted in with joiner.sh/idle-gpu-reclaim"
-
-
-def _command(
-    reason: str,
-    nodes: Sequence[NodeState],
-    *,
-    old_price: float,
-    replacements: tuple[NewNodeClaim, ...] = (),
-    new_price: float = 0.0,
-    pods: tuple[str, ...] = (),
-    detail: str = "",
-    placements: tuple[tuple[str, str], ...] = (),
-) -> Command:
-    reclaimed = [key for n in nodes for key in n.reclaimable]
-    if reclaimed:
-        shown = ", ".join(reclaimed[:3]) + (f" and {len(reclaimed) - 3} more" if len(reclaimed) > 3 else "")
-        note = f"{len(reclaimed)} pod(s) on idle GPUs reclaimed ({IDLE_GPU_RECLAIM_NOTE}): {shown}"
-        detail = f"{detail}; {note}" if detail else note
-    return Command(
-        reason=reason,
-        candidates=tuple(n.claim for n in nodes),
-        nodes=tuple(n.node for n in nodes),
-        pools=tuple(n.pool for n in nodes),
-        replacements=replacements,
-        old_price=old_price,
-        new_price=new_price,
-        pods=pods,
-        detail=detail,
-        placements=placements,
-    )
 
 
 def plan(snapshot: Snapshot, options: Options = DEFAULT_OPTIONS) -> Decision:

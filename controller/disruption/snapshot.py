@@ -24,24 +24,24 @@ from api.v1.labels import (
     LABEL_ZONE,
     TAINT_DISRUPTED,
 )
-from api.v1.nodepool import DEFAULT_CONSOLIDATE_AFTER, NodePool
+from api.v1.nodepool import DEFAULT_CONSOLIDATE_AFTER
 from api.v1.types import parse_duration
-from api.v1.validation import InvalidObjectError, validate
 from controller.clock import format_time, parse_time
 from controller.cloudprovider.types import CloudProviderError
 from controller.context import Context
 from controller.disruption.budgets import BudgetError, parse_budgets
 from controller.disruption.model import WHEN_EMPTY_OR_UNDERUTILIZED, NodeState, PoolPolicy, Snapshot
 from controller.disruption.safety import idle_gpu_reclaimable, movable, safety_blockers, unowned_pods
-from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
+from controller.scheduling.model import ExistingNode, Pod
 from controller.scheduling.warm import place_buffer, virtual_pool, with_virtual_pods
+from controller.state import inputs
 from controller.state.bookings import Booking
 from controller.state.cluster import ClusterState
 from controller.state.existing import existing_node
-from controller.state.nodepools import daemon_templates, nodepool_hash, tier_mix
-from controller.state.views import NodeClaimView, Obj, PodView, StateNode
+from controller.state.inputs import OfferedPools, offered_pools
+from controller.state.nodepools import nodepool_hash, tier_mix
+from controller.state.views import NodeClaimView, NodePoolView, Obj, PodView, StateNode
 
 log = structlog.get_logger()
 
@@ -173,34 +173,30 @@ def _convert(cluster: ClusterState, pods: Iterable[PodView]) -> list[Pod]:
     return out
 
 
-async def pools_and_templates(
-    ctx: Context,
-) -> tuple[dict[str, Obj], dict[str, PoolPolicy], dict[str, tuple[InstanceType, ...]]]:
-    """NodePools (not being deleted) with their policies and the instance types they may launch."""
+async def pools_and_policies(ctx: Context) -> tuple[dict[str, Obj], dict[str, PoolPolicy], OfferedPools]:
+    """NodePools (not being deleted) with their policies, and those that may launch now with the
+    instance types they offer (an invalid one has a policy that says why, and offers nothing)."""
     objs: dict[str, Obj] = {}
     policies: dict[str, PoolPolicy] = {}
-    types: dict[str, tuple[InstanceType, ...]] = {}
-    for name, pool in sorted(ctx.cluster.nodepools().items()):
-        if pool["metadata"].get("deletionTimestamp"):
-            continue
-        objs[name] = pool
-        policies[name] = pool_policy(pool)
-        try:
-            validate(NodePool, pool)
-            types[name] = tuple(await ctx.cloud.instance_types(pool))
-        except InvalidObjectError as err:
-            policies[name] = PoolPolicy(name=name, problem=f"invalid NodePool: {err}")
-        except CloudProviderError as err:
-            log.debug("disruption.instance_types_unavailable", nodepool=name, error=str(err))
-    return objs, policies, types
+    for name, view in sorted(ctx.cluster.nodepool_views().items()):
+        if not view.deleting:
+            objs[name] = view.raw
+            policies[name] = pool_policy(view.raw)
+
+    def invalid(view: NodePoolView) -> None:
+        policies[view.name] = PoolPolicy(name=view.name, problem=f"invalid NodePool: {view.invalid}")
+
+    offered = await offered_pools(ctx.cluster, ctx.cloud, component="disruption", on_invalid=invalid, quiet=True)
+    return objs, policies, offered
 
 
 async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
     """One consistent view of the cache for the planner."""
     cluster = ctx.cluster
     now = ctx.clock.now()
-    pool_objs, policies, pool_types = await pools_and_templates(ctx)
-    all_types = {it.name: it for its in pool_types.values() for it in its}
+    pool_objs, policies, offered = await pools_and_policies(ctx)
+    pool_types = {name: pool.instance_types for name, pool in offered.items()}
+    all_types = inputs.all_types(offered)
     pdbs = list(cluster.pdbs())
 
     nodes: list[NodeState] = []
@@ -305,28 +301,25 @@ async def build_snapshot(ctx: Context, memory: Memory) -> Snapshot:
 
     nodes, other = keep_buffers(ctx.buffers.pods(), nodes, other)
     nodes, other = keep_bookings(ctx.bookings.active(now), nodes, other)
-    templates: list[NodePoolTemplate] = []
-    existing_for_usage = [*other, *(n.view for n in nodes)]
-    for name, pool in pool_objs.items():
-        if name not in pool_types:
-            continue
-        try:
-            usage = kubeconv.pool_usage(name, existing_for_usage)
-            templates.append(kubeconv.nodepool_from_dict(pool, pool_types[name], usage=usage))
-        except ValueError as err:
-            log.warning("disruption.nodepool_unreadable", nodepool=name, error=str(err))
-    daemons = daemon_templates(cluster, component="disruption")
+    # the what-if's machines: the candidates and the rest; every one counts for the NodePools' usage
+    what_if = inputs.solver_inputs(
+        cluster,
+        offered,
+        existing=[*other, *(n.view for n in nodes)],
+        unavailable=ctx.unavailable.current(),
+        component="disruption",
+        invalid_event="nodepool_unreadable",
+    )
     pending = [p for p in live_pods if is_pending(p)]
-    unavailable = frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current())
     return Snapshot(
         now=now,
         nodes=tuple(nodes),
         pools=policies,
-        templates=tuple(templates),
+        templates=what_if.templates,
         other_capacity=tuple(other),
-        daemons=tuple(daemons),
+        daemons=what_if.daemons,
         pending=tuple(_convert(cluster, pending)),
-        unavailable=unavailable,
+        unavailable=what_if.unavailable,
         active=memory.active,
         scheduler_backlog=scheduler_backlog(now, memory.last_bind, pending),
     )

@@ -1,7 +1,7 @@
 """What one step of a gang writes, worked out from what the controller read. Pure: no I/O, no clock.
 
 ``decide.py`` says which step comes next; for the steps that write a record or buy machines this
-module works out everything they write, from the gang's view and the :class:`Capacity` the
+module works out everything they write, from the gang's view and the :class:`GangInputs` the
 controller read under the writer's lock:
 
 * plan an attempt: the members in one solve (``planner.py``), the zone of a running gang it tops
@@ -71,7 +71,7 @@ Planned = tuple[NewNodeClaim, Obj]  # a machine of the plan and the NodeClaim ma
 
 
 @dataclass(frozen=True, slots=True)
-class Capacity:
+class GangInputs:
     """What the cluster offers a gang's plan, read under the writer's lock."""
 
     pools: Mapping[str, Obj]  # the valid NodePools by name, as written (manifests, spec.gang)
@@ -237,7 +237,7 @@ def running_nodes(v: GangView, existing: Iterable[ExistingNode]) -> tuple[Existi
 
 def _request(
     v: GangView,
-    capacity: Capacity,
+    capacity: GangInputs,
     *,
     pods: Sequence[Pod],
     existing: Sequence[ExistingNode],
@@ -292,7 +292,7 @@ def _names(claims: Iterable[Planned]) -> list[str]:
     return [str(manifest["metadata"]["name"]) for _, manifest in claims]
 
 
-def plan_attempt(v: GangView, capacity: Capacity, *, top_up: bool, now: datetime, knobs: Knobs) -> Solved | NoFit:
+def plan_attempt(v: GangView, capacity: GangInputs, *, top_up: bool, now: datetime, knobs: Knobs) -> Solved | NoFit:
     """Every gated member in one solve, within the NodePools' budgets; or why it does not fit.
 
     ``capacity.existing``: every machine of the cluster (only the running gang's may host members)."""
@@ -328,7 +328,7 @@ def plan_attempt(v: GangView, capacity: Capacity, *, top_up: bool, now: datetime
     )
 
 
-def provision(v: GangView, solved: Solved, capacity: Capacity, *, now: datetime, knobs: Knobs) -> Provision:
+def provision(v: GangView, solved: Solved, capacity: GangInputs, *, now: datetime, knobs: Knobs) -> Provision:
     """The attempt that buys the plan: its number and id, its NodeClaims, its record (started ``now``)."""
     pending = v.pending
     result = solved.result
@@ -410,7 +410,7 @@ def replan_zone(v: GangView, kept: Iterable[str]) -> str | None:
 def rebuy(
     v: GangView,
     d: Replan,
-    capacity: Capacity,
+    capacity: GangInputs,
     *,
     avoid: tuple[Avoided, ...],
     now: datetime,

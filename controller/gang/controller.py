@@ -295,7 +295,7 @@ class GangController:
                 self.queue.add_after(key, NEVER_FITS_RECHECK_SECONDS)
                 return
             self._never.pop(key, None)
-            capacity = await self.reader.capacity(view.gid)
+            capacity = await self.reader.inputs(view.gid)
             started = ctx.clock.monotonic()
             solved = plan_attempt(view, capacity, top_up=d.top_up, now=ctx.clock.now(), knobs=self.knobs)
             solve_seconds = ctx.clock.monotonic() - started
@@ -429,7 +429,7 @@ class GangController:
             now = ctx.clock.now()
             avoid = refused_avoid(view, d, now=now, knobs=self.knobs)
             self.effects.mark_unavailable(a for a in avoid if a.offering in d.rollback.avoid)
-            capacity, unreadable = await self.reader.kept_capacity(view, d.kept)
+            capacity, unreadable = await self.reader.kept_inputs(view, d.kept)
             step = rebuy(view, d, capacity, avoid=avoid, now=now, unreadable=unreadable)
             if isinstance(step, CannotRebuy):
                 pending = view.pending

@@ -28,8 +28,8 @@ from controller.gang.planner import gang_taint, gang_toleration
 from controller.gang.record import Record
 from controller.scheduling.model import NewNodeClaim
 from controller.state.manifest import nodeclaim_manifest
+from controller.state.patches import ConditionUpdate, claim_status, escape
 from controller.state.views import NodeClaimView, Obj, PodView
-from controller.state.writes import ConditionUpdate, claim_status, escape
 
 MAX_NAME_PREFIX: Final = 40
 

@@ -1,6 +1,6 @@
 """What the gang controller reads, and nothing else: which pods belong to which gang (kept from
 watch events), the one :class:`~controller.gang.decide.GangView` of a gang that ``decide`` takes,
-and the :class:`~controller.gang.attempt.Capacity` a plan is made against (NodePools, instance
+and the :class:`~controller.gang.attempt.GangInputs` a plan is made against (NodePools, instance
 types, machines, DaemonSets, offerings out of capacity, budgets). It reads the cache, the writer's
 in-flight NodeClaims, PodGroup sizes and the cloud's instance types; it writes nothing.
 """
@@ -16,7 +16,7 @@ import structlog
 from api.v1.labels import LABEL_GANG
 from controller.context import Context
 from controller.gang import claims as cl
-from controller.gang.attempt import Capacity
+from controller.gang.attempt import GangInputs
 from controller.gang.decide import GangView, first_created
 from controller.gang.markers import (
     ANNOTATION_GANG_NAME,
@@ -30,11 +30,19 @@ from controller.gang.podgroups import PodGroupSizes
 from controller.gang.record import ADMITTED, Record, newest, record_of
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
-from controller.state.existing import cluster_capacity, existing_node
-from controller.state.nodepools import daemon_templates, valid_pools
+from controller.scheduling.model import ExistingNode, Pod
+from controller.state.existing import existing_node
+from controller.state.inputs import (
+    OfferedPools,
+    SolverInputs,
+    all_types,
+    machines,
+    manifests,
+    offered_pools,
+    solver_inputs,
+)
 from controller.state.spend import pool_bounds
-from controller.state.views import NodeClaimView, NodeView, Obj, PodView, StateNode
+from controller.state.views import NodeClaimView, NodeView, PodView, StateNode
 
 log = structlog.get_logger()
 
@@ -189,62 +197,59 @@ class GangReader:
 
     # --- the capacity a plan is made against -------------------------------------------------------
 
-    async def _pools(
-        self,
-    ) -> tuple[dict[str, Obj], dict[str, InstanceType], list[ExistingNode], list[NodePoolTemplate]]:
-        """The valid NodePools, their instance types, the cluster's machines (in-flight NodeClaims
-        included) and the NodePools as the solver sees them, their usage counted from those machines."""
+    async def _pools(self) -> tuple[OfferedPools, list[ExistingNode]]:
+        """The valid NodePools with their instance types, and the cluster's machines (in-flight
+        NodeClaims included): every machine counts for the NodePools' usage."""
         ctx = self.ctx
-        pools = await valid_pools(ctx, component="gang")
-        all_types = {it.name: it for _, its in pools.values() for it in its}
-        existing = cluster_capacity(ctx.cluster, list(all_types.values()), extra_claims=ctx.writer.in_flight())
-        templates: list[NodePoolTemplate] = []
-        for name, (pool, its) in pools.items():
-            try:
-                templates.append(kubeconv.nodepool_from_dict(pool, its, usage=kubeconv.pool_usage(name, existing)))
-            except ValueError as err:
-                log.warning("gang.nodepool_invalid", nodepool=name, error=str(err))
-        return {n: p for n, (p, _) in pools.items()}, all_types, existing, templates
+        pools = await offered_pools(ctx.cluster, ctx.cloud, component="gang")
+        return pools, machines(ctx.cluster, pools, in_flight=ctx.writer.in_flight())
 
-    def _capacity(
-        self,
-        pools: dict[str, Obj],
-        all_types: dict[str, InstanceType],
-        templates: list[NodePoolTemplate],
-        existing: Sequence[ExistingNode],
-        claim_of_node: dict[str, str],
-    ) -> Capacity:
+    def _inputs(
+        self, pools: OfferedPools, *, existing: Sequence[ExistingNode], usage_from: Sequence[ExistingNode]
+    ) -> SolverInputs:
+        ctx = self.ctx
+        return solver_inputs(
+            ctx.cluster,
+            pools,
+            existing=existing,
+            usage_from=usage_from,
+            unavailable=ctx.unavailable.current(),
+            component="gang",
+        )
+
+    def _capacity(self, pools: OfferedPools, inputs: SolverInputs, claim_of_node: dict[str, str]) -> GangInputs:
         ctx = self.ctx
         claims = [*ctx.cluster.claim_views().values(), *ctx.writer.in_flight()]
-        return Capacity(
-            pools=pools,
-            templates=tuple(templates),
-            existing=tuple(existing),
-            daemons=tuple(daemon_templates(ctx.cluster, component="gang")),
-            unavailable=frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current()),
-            bounds=pool_bounds(pools, claims, all_types),
+        raw = manifests(pools)
+        return GangInputs(
+            pools=raw,
+            templates=inputs.templates,
+            existing=inputs.existing,
+            daemons=inputs.daemons,
+            unavailable=inputs.unavailable,
+            bounds=pool_bounds(raw, claims, dict(inputs.instance_types)),
             claim_of_node=claim_of_node,
         )
 
-    async def capacity(self, gid: str) -> Capacity:
+    async def inputs(self, gid: str) -> GangInputs:
         """For a new attempt: every machine of the cluster (the gang's own named with their NodeClaim)."""
-        pools, all_types, existing, templates = await self._pools()
+        pools, existing = await self._pools()
         mine = {
             n.name: claim for n in existing if n.labels.get(LABEL_GANG) == gid and (claim := self._claim_named(n.name))
         }
-        return self._capacity(pools, all_types, templates, existing, mine)
+        return self._capacity(pools, self._inputs(pools, existing=existing, usage_from=existing), mine)
 
-    async def kept_capacity(self, view: GangView, kept: Sequence[str]) -> tuple[Capacity, str | None]:
+    async def kept_inputs(self, view: GangView, kept: Sequence[str]) -> tuple[GangInputs, str | None]:
         """For a re-plan: the attempt's kept machines as the only ones the members may use; and why
         they cannot be read that way, if they cannot."""
-        pools, all_types, _, templates = await self._pools()
+        pools, existing = await self._pools()
         unreadable: str | None = None
         kept_nodes: list[ExistingNode] = []
         try:
-            kept_nodes = self._kept_nodes(view, kept, list(all_types.values()))
+            kept_nodes = self._kept_nodes(view, kept, list(all_types(pools).values()))
         except ValueError as err:  # a malformed pod or Node in the cache: no partial plan
             unreadable = str(err)
-        return self._capacity(pools, all_types, templates, kept_nodes, {}), unreadable
+        return self._capacity(pools, self._inputs(pools, existing=kept_nodes, usage_from=existing), {}), unreadable
 
     def _kept_nodes(
         self, view: GangView, kept: Sequence[str], instance_types: Sequence[InstanceType]

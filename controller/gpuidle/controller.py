@@ -32,9 +32,9 @@ from controller.gpuidle.tracker import IdleNode, IdleTracker
 from controller.kube.client import ConflictError, InvalidError, NotFoundError
 from controller.kube.resources import NODECLAIMS
 from controller.metrics import counter, gauge
+from controller.state.patches import ConditionUpdate, claim_status, matches
 from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView, NodeView
-from controller.state.writes import ConditionUpdate, claim_status, matches
 
 log = structlog.get_logger()
 

@@ -21,25 +21,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import structlog
 
 from api.v1.labels import ANNOTATION_REBALANCE_RECOMMENDED, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
 from controller.clock import format_time
-from controller.cloudprovider.types import OfferingId
-from controller.context import Context
-from controller.interruption.messages import (
+from controller.cloudprovider.notices import (
     REBALANCE,
     SCHEDULED_CHANGE,
     SPOT_INTERRUPTION,
     STATE_CHANGE,
     MalformedMessage,
+    MessageSource,
     Notice,
-    parse,
 )
+from controller.cloudprovider.types import OfferingId
+from controller.context import Context
+from controller.interruption.messages import parse
 from controller.interruption.replacement import Displaced, displaced, replaced
 from controller.kube.client import NotFoundError
 from controller.kube.resources import NODECLAIMS
@@ -73,22 +73,6 @@ REPLACEMENT = histogram(
 ERROR_BACKOFF_SECONDS: Final = 5.0
 REPLACEMENT_CHECK_SECONDS: Final = 1.0
 REPLACEMENT_GIVE_UP_SECONDS: Final = 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    id: str
-    receipt: str
-    body: str
-    sent_at: datetime | None = None  # when the queue received it (for the latency metric)
-
-
-class MessageSource(Protocol):
-    async def receive(self) -> list[Message]:
-        """The next messages (waits up to a long-poll interval; may return none)."""
-
-    async def delete(self, message: Message) -> None:
-        """Remove a handled message from the queue."""
 
 
 class InterruptionController:

@@ -13,8 +13,8 @@ from typing import Any, Final
 
 import structlog
 
+from controller.cloudprovider.notices import REBALANCE, SCHEDULED_CHANGE, SPOT_INTERRUPTION, STATE_CHANGE, Notice
 from controller.interruption.controller import ACTIONS, MESSAGES, InterruptionController
-from controller.interruption.messages import REBALANCE, SCHEDULED_CHANGE, SPOT_INTERRUPTION, STATE_CHANGE, Notice
 from controller.state.informer import EventType
 from controller.state.queue import WorkQueue
 

@@ -10,31 +10,25 @@ Four kinds are understood:
   ``shutting-down`` or ``terminated`` (other states are ignored).
 
 Anything else that is valid JSON of another EventBridge type parses to no notices (ignored);
-a body that is not an EventBridge event raises :class:`MalformedMessage`.
+a body that is not an EventBridge event raises :class:`MalformedMessage`. The notice and message
+types are the seam's (``controller/cloudprovider/notices.py``), shared with the providers' queues.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Final
 
-SPOT_INTERRUPTION: Final = "spot_interruption"
-REBALANCE: Final = "rebalance"
-SCHEDULED_CHANGE: Final = "scheduled_change"
-STATE_CHANGE: Final = "state_change"
+from controller.cloudprovider.notices import (
+    REBALANCE,
+    SCHEDULED_CHANGE,
+    SPOT_INTERRUPTION,
+    STATE_CHANGE,
+    MalformedMessage,
+    Notice,
+)
+
 ACTIONABLE_STATES: Final = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
-
-
-class MalformedMessage(ValueError):
-    """The message body is not an EventBridge event joiner can read."""
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    kind: str
-    instance_id: str
-    detail: str = ""  # the state, the Health event type, ...
 
 
 def parse(body: str) -> list[Notice]:

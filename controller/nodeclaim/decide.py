@@ -27,8 +27,8 @@ from api.v1.labels import TAINT_UNREGISTERED
 from controller.clock import format_seconds as fmt_seconds
 from controller.nodeclaim.nodes import initialization_blockers, registration_patch
 from controller.settings import Settings
+from controller.state.patches import ConditionUpdate, matches
 from controller.state.views import NodeClaimView, NodeView
-from controller.state.writes import ConditionUpdate, matches
 
 Step = Literal["Launch", "Registration", "Initialization"]
 

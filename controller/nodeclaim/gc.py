@@ -33,9 +33,9 @@ from controller.kube.client import NotFoundError
 from controller.kube.resources import NODECLAIMS, NODES
 from controller.nodeclaim import metrics
 from controller.state.deletion import delete_nodeclaim
+from controller.state.patches import escape, label_patch
 from controller.state.queue import RECONCILE_ERRORS
 from controller.state.views import NodeClaimView
-from controller.state.writes import escape, label_patch
 
 log = structlog.get_logger()
 

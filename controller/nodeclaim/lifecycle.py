@@ -52,9 +52,9 @@ from controller.nodeclaim.decide import (
 from controller.nodeclaim.nodes import initialization_blockers
 from controller.state.deletion import delete_nodeclaim
 from controller.state.informer import EventType
+from controller.state.patches import ConditionUpdate, claim_status, escape, finalizer_patch, label_patch, matches
 from controller.state.queue import WorkQueue
 from controller.state.views import NodeClaimView, NodeView, newer
-from controller.state.writes import ConditionUpdate, claim_status, escape, finalizer_patch, label_patch, matches
 
 log = structlog.get_logger()
 

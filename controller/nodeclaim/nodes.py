@@ -4,7 +4,7 @@
   unregistered taint);
 * `initialization_blockers`: why a registered Node is not initialized yet.
 
-The patch builders themselves are shared by every controller: `controller.state.writes`.
+The patch builders themselves are shared by every controller: `controller.state.patches`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from api.v1.labels import TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT
 from controller.scheduling.quantity import QuantityError, parse_quantity
+from controller.state.patches import Patch, finalizer_patch, label_patch, owner_patch, taint_patch
 from controller.state.views import NodeClaimView, NodeView
-from controller.state.writes import Patch, finalizer_patch, label_patch, owner_patch, taint_patch
 
 
 def registration_patch(

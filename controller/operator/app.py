@@ -109,7 +109,7 @@ def build_cloud_provider(
     if provider == "azure":
         from controller.cloudprovider.azure.api import AzureApi
         from controller.cloudprovider.azure.provider import AzureCloudProvider
-        from controller.cloudprovider.azure.status import AKSNodeClassStatusController
+        from controller.nodeclass.aks import AKSNodeClassStatusController
 
         if azure is None or not azure.cluster_name:
             raise ValueError("the azure provider needs --cluster-name")
@@ -139,7 +139,7 @@ def build_cloud_provider(
             NoToken,
         )
         from controller.cloudprovider.gcp.provider import GCPCloudProvider
-        from controller.cloudprovider.gcp.status import GCENodeClassStatusController
+        from controller.nodeclass.gce import GCENodeClassStatusController
 
         if gcp is None or not gcp.cluster_name:
             raise ValueError("the gcp provider needs --cluster-name")
@@ -166,7 +166,7 @@ def build_cloud_provider(
         from controller.cloudprovider.aws.api import AWSApi
         from controller.cloudprovider.aws.cluster import ClusterInfoSource, ClusterSettings
         from controller.cloudprovider.aws.provider import AWSCloudProvider
-        from controller.cloudprovider.aws.status import EC2NodeClassStatusController
+        from controller.nodeclass.ec2 import EC2NodeClassStatusController
 
         if aws is None or not aws.cluster_name:
             raise ValueError("the aws provider needs --cluster-name")

@@ -36,6 +36,7 @@ from controller.scheduling.resources import Resources, sum_resources
 from controller.scheduling.tiermix import TIERS, TierMix, shares, weight
 from controller.state.buffers import BufferReport
 from controller.state.nodepools import tier_mix
+from controller.state.patches import transition_time
 from controller.state.queue import WorkQueue
 from controller.state.refusals import Refusal
 from controller.state.spend import claim_prices
@@ -412,9 +413,7 @@ class NodePoolStatusController:
         now = format_time(self.ctx.clock.now())
         old_by_type = {c.get("type"): c for c in current.get("conditions") or []}
         for cond in status["conditions"]:
-            old = old_by_type.get(cond["type"])
-            same = old is not None and old.get("status") == cond["status"]
-            cond["lastTransitionTime"] = old.get("lastTransitionTime", now) if same and old else now
+            cond["lastTransitionTime"] = transition_time(old_by_type.get(cond["type"]), cond["status"], now)
             cond["observedGeneration"] = pool["metadata"].get("generation", 1)
         # a merge patch merges maps: resources the pool no longer holds must be nulled out
         resources: dict[str, str | None] = dict.fromkeys(current.get("resources") or {})

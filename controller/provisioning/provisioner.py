@@ -24,9 +24,8 @@ from controller import metrics
 from controller.clock import TokenBucket
 from controller.context import Context
 from controller.provisioning.batcher import Batcher
-from controller.provisioning.capacity import split_nominated
+from controller.provisioning.nominations import split_nominated
 from controller.provisioning.nominator import Nominator
-from controller.scheduling import kubeconv
 from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
@@ -36,9 +35,9 @@ from controller.scheduling.tiermix import Bend
 from controller.scheduling.tiermix import apply as apply_tier_mix
 from controller.scheduling.warm import is_virtual, virtual_pool
 from controller.state.buffers import BufferReport
-from controller.state.existing import cluster_capacity
+from controller.state.inputs import OfferedPools, machines, manifests, offered_pools, solver_inputs
 from controller.state.manifest import nodeclaim_manifest
-from controller.state.nodepools import daemon_templates, tier_mix, valid_pools
+from controller.state.nodepools import tier_mix
 from controller.state.spend import pool_bounds
 from controller.state.views import DEFAULT_SCHEDULER, NodeClaimView, NodeView, Obj, PodView
 from controller.state.writer import NewClaim
@@ -274,16 +273,6 @@ class Provisioner:
             return decision.plan if decision is not None else None
 
     # --- decide ----------------------------------------------------------------------------
-    async def _valid_pools(self) -> dict[str, tuple[Obj, tuple[InstanceType, ...]]]:
-        """NodePools that may launch now, with the instance types their provider offers them."""
-        return await valid_pools(self.ctx)
-
-    def _existing(self, instance_types: Sequence[InstanceType]) -> list[ExistingNode]:
-        """Registered nodes with their pods, and in-flight NodeClaims as the capacity they will bring
-        (including the ones this provisioner just created and the cache does not show yet)."""
-        pending = self._writer.in_flight()
-        return cluster_capacity(self.ctx.cluster, instance_types, extra_claims=pending)
-
     def _claim(self, name: str) -> NodeClaimView | None:
         return self.ctx.cluster.claim_views().get(name) or self._writer.just_created(name)
 
@@ -418,10 +407,10 @@ class Provisioner:
             except ValueError as err:
                 log.warning("provisioner.pod_unreadable", pod=key, error=str(err))
                 unreadable[key] = f"joiner cannot provision this pod: {err}"
-        pools = await self._valid_pools()
-        all_types = {it.name: it for _, its in pools.values() for it in its}
-        # the room booked for ProvisioningRequests' pods still to come counts as taken
-        existing = self.ctx.bookings.hold(self._existing(list(all_types.values())), now)
+        pools = await offered_pools(cluster, self.ctx.cloud, component="provisioner")
+        # the machines (with the ones just created); the room booked for ProvisioningRequests' pods
+        # still to come counts as taken
+        existing = self.ctx.bookings.hold(machines(cluster, pools, in_flight=self._writer.in_flight()), now)
         live = set(pending_objs)
         for key in [k for k in self._nominations if k not in live]:
             del self._nominations[key]
@@ -430,15 +419,11 @@ class Provisioner:
         buffer_pods = [p for p in buffer_pods if virtual_pool(p) in pools]
         if not pods and not unreadable and not buffer_pods:
             return None
-        templates: list[NodePoolTemplate] = []
-        for name, (pool, its) in pools.items():
-            try:
-                usage = kubeconv.pool_usage(name, existing)
-                templates.append(kubeconv.nodepool_from_dict(pool, its, usage=usage))
-            except ValueError as err:
-                log.warning("provisioner.nodepool_invalid", nodepool=name, error=str(err))
-        daemons = daemon_templates(cluster)
-        unavailable = {(o.instance_type, o.zone, o.capacity_type) for o in self.ctx.unavailable.current()}
+        inputs = solver_inputs(
+            cluster, pools, existing=existing, unavailable=self.ctx.unavailable.current(), component="provisioner"
+        )
+        templates, daemons, unavailable = inputs.templates, inputs.daemons, inputs.unavailable
+        all_types = dict(inputs.instance_types)
         started = time.perf_counter()
         plan = solve(
             pods=pods,
@@ -458,7 +443,7 @@ class Provisioner:
                 unavailable=unavailable,
                 types=all_types,
             )
-        mixes = {name: mix for name, (pool, _) in pools.items() if (mix := tier_mix(pool)) is not None}
+        mixes = {name: mix for name, (pool, _) in pools.items() if (mix := tier_mix(pool.raw)) is not None}
         plan, bends = apply_tier_mix(plan, mixes=mixes, existing=existing, instance_types=all_types)
         bounded = apply_bounds(plan, self._bounds(pools, plan, all_types))
         plan = bounded.plan
@@ -482,7 +467,7 @@ class Provisioner:
         return Batch(
             plan=plan,
             pending=pending_objs,
-            pools={n: p for n, (p, _) in pools.items()},
+            pools=manifests(pools),
             refused=refused,
             bends=tuple(bends),
         )
@@ -497,7 +482,7 @@ class Provisioner:
         templates: Sequence[NodePoolTemplate],
         existing: Sequence[ExistingNode],
         daemons: Sequence[Pod],
-        unavailable: set[tuple[str, str, str]],
+        unavailable: frozenset[tuple[str, str, str]],
         types: dict[str, InstanceType],
     ) -> Plan:
         """The real pods' plan, then the warm buffers' placeholders planned on what it leaves: room on
@@ -529,13 +514,11 @@ class Provisioner:
             total_price=plan.total_price + warm.total_price,
         )
 
-    def _bounds(
-        self, pools: dict[str, tuple[Obj, tuple[InstanceType, ...]]], plan: Plan, types: dict[str, InstanceType]
-    ) -> dict[str, PoolBounds]:
+    def _bounds(self, pools: OfferedPools, plan: Plan, types: dict[str, InstanceType]) -> dict[str, PoolBounds]:
         """Each pool's budget and limits.nodes, with what its NodeClaims (cached, just created) hold."""
         wanted = {node.node_pool for node in plan.new_nodes}
         claims = [*self.ctx.cluster.claim_views().values(), *self._writer.in_flight()]
-        return pool_bounds({name: pools[name][0] for name in wanted}, claims, types)
+        return pool_bounds({name: pools[name].view.raw for name in wanted}, claims, types)
 
     def _report_buffers(self, plan: Plan, buffer_pods: Sequence[Pod]) -> None:
         """Tell the book which pools' buffers could not be completed, and why (the first reason)."""

@@ -75,22 +75,21 @@ from controller.provreq.request import (
     placeholder_pods,
 )
 from controller.scheduling import kubeconv
-from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import ExistingNode, NodePoolTemplate, Pod
+from controller.scheduling.model import ExistingNode, Pod
 from controller.scheduling.solver import solve
+from controller.state import inputs as state_inputs
 from controller.state.bookings import Booking
 from controller.state.deletion import delete_nodeclaim
-from controller.state.existing import cluster_capacity
 from controller.state.informer import EventType
-from controller.state.nodepools import daemon_templates, valid_pools
+from controller.state.inputs import OfferedPools, SolverInputs
+from controller.state.patches import ConditionUpdate, with_conditions
 from controller.state.spend import pool_bounds
 from controller.state.views import NodeClaimView, Obj, PodView
 from controller.state.writer import NewClaim
-from controller.state.writes import ConditionUpdate, with_conditions
 
 log = structlog.get_logger()
 
-Pools = dict[str, tuple[Obj, tuple[InstanceType, ...]]]
+Pools = OfferedPools
 
 
 class ProvisioningRequestController:
@@ -411,18 +410,17 @@ class ProvisioningRequestController:
 
     # --- solver inputs -----------------------------------------------------------------------
 
-    async def _inputs(self) -> tuple[Pools, list[ExistingNode], list[NodePoolTemplate]]:
+    async def _inputs(self) -> SolverInputs:
         ctx = self.ctx
-        pools = await valid_pools(ctx, component="provisioningrequest")
-        all_types = {it.name: it for _, its in pools.values() for it in its}
-        existing = cluster_capacity(ctx.cluster, list(all_types.values()), extra_claims=ctx.writer.in_flight())
-        templates: list[NodePoolTemplate] = []
-        for name, (pool, its) in pools.items():
-            try:
-                templates.append(kubeconv.nodepool_from_dict(pool, its, usage=kubeconv.pool_usage(name, existing)))
-            except ValueError as err:
-                log.warning("provisioningrequest.nodepool_invalid", nodepool=name, error=str(err))
-        return pools, existing, templates
+        pools = await state_inputs.offered_pools(ctx.cluster, ctx.cloud, component="provisioningrequest")
+        existing = state_inputs.machines(ctx.cluster, pools, in_flight=ctx.writer.in_flight())
+        return state_inputs.solver_inputs(
+            ctx.cluster,
+            pools,
+            existing=existing,
+            unavailable=ctx.unavailable.current(),
+            component="provisioningrequest",
+        )
 
     def _placeholders(self, view: RequestView, *, gid: str | None = None) -> tuple[list[Pod], list[str]]:
         pods: list[Pod] = []
@@ -449,22 +447,22 @@ class ProvisioningRequestController:
             fresh = ctx.cluster.store("ProvisioningRequest").get(req.key)
             if fresh is None or ProvisioningRequest.of(fresh).uid != req.uid:
                 return 1.0
-            pools, existing, templates = await self._inputs()
+            inputs = await self._inputs()
+            pools = inputs.pools
             now = ctx.clock.now()
-            unavailable = frozenset((o.instance_type, o.zone, o.capacity_type) for o in ctx.unavailable.current())
-            room = self._free_room(existing, now=now, req=req, gid=gid)
+            room = self._free_room(list(inputs.existing), now=now, req=req, gid=gid)
             request = PlanRequest(
                 key=req.key,
                 gid=gid,
                 pods=tuple(pods),
-                pools=tuple(templates),
-                defaults={name: pool_gang_defaults(pool) for name, (pool, _) in pools.items()},
+                pools=inputs.templates,
+                defaults={name: pool_gang_defaults(pool.raw) for name, (pool, _) in pools.items()},
                 # every node counts for the NodePools' limits (through their usage); the pods are pinned
                 # to the request's gang, and the free room of the Initialized nodes is offered to it
                 # (labelled for the gang in this solve only): what fits there is booked, not bought
                 existing=tuple(room),
-                daemons=tuple(daemon_templates(ctx.cluster, component="provisioningrequest")),
-                unavailable=unavailable,
+                daemons=inputs.daemons,
+                unavailable=inputs.unavailable,
                 same_zone=step.same_zone,
             )
             started = ctx.clock.monotonic()
@@ -549,8 +547,8 @@ class ProvisioningRequestController:
         """The NodePools' budgets and limits.nodes: the whole plan or none of it."""
         ctx = self.ctx
         claims = [*ctx.cluster.claim_views().values(), *ctx.writer.in_flight()]
-        all_types = {it.name: it for _, its in pools.values() for it in its}
-        return refused_by_bounds(result.plan, pool_bounds({n: p for n, (p, _) in pools.items()}, claims, all_types))
+        bounds = pool_bounds(state_inputs.manifests(pools), claims, state_inputs.all_types(pools))
+        return refused_by_bounds(result.plan, bounds)
 
     async def _miss(self, view: RequestView, step: PlanAttempt, why: str, *, permanent: bool) -> float | None:
         req = view.request
@@ -583,7 +581,7 @@ class ProvisioningRequestController:
                 node,
                 request_claim_manifest(
                     node,
-                    pools[node.node_pool][0],
+                    pools[node.node_pool].view.raw,
                     name=claim_name(node.node_pool, req.uid, step.number, i),
                     req=req,
                     same_zone=result.same_zone,
@@ -675,7 +673,8 @@ class ProvisioningRequestController:
             except ValueError:
                 continue
         async with self.ctx.writer.lock:
-            _, existing, _ = await self._inputs()
+            inputs = await self._inputs()
+            existing = list(inputs.existing)
             now = self.ctx.clock.now()
             # an atomic request's own machines first (kept whole), then -- for what they do not hold,
             # room that existed when it was planned -- the rest of the cluster, other bookings held
@@ -686,7 +685,7 @@ class ProvisioningRequestController:
                 others=others,
                 arrived=arrived,
                 left=unmatched(placeholders, [self.ctx.cluster.scheduling_pod(p) for p in bound]),
-                daemons=daemon_templates(self.ctx.cluster, component="provisioningrequest"),
+                daemons=inputs.daemons,
                 whole_nodes=req.atomic,
             )
             self._publish(req, held=room.held, nodes=room.nodes, claimed=room.claimed)
@@ -723,13 +722,13 @@ class ProvisioningRequestController:
             await self._apply(view, Fail(reason="InvalidRequest", message="; ".join(sorted(set(problems))[:3])))
             return None
         async with self.ctx.writer.lock:
-            _, existing, _ = await self._inputs()
+            inputs = await self._inputs()
             now = self.ctx.clock.now()
             plan = solve(
                 pods=pods,
                 node_pools=(),
-                existing_nodes=self.ctx.bookings.hold(existing, now, except_request=req.key),
-                daemon_pods=daemon_templates(self.ctx.cluster, component="provisioningrequest"),
+                existing_nodes=self.ctx.bookings.hold(list(inputs.existing), now, except_request=req.key),
+                daemon_pods=inputs.daemons,
             )
             if plan.unschedulable:
                 why = next(iter(plan.unschedulable.values()))

@@ -43,8 +43,8 @@ from controller.provreq.request import (
     options,
     spec_problems,
 )
+from controller.state.patches import ConditionUpdate
 from controller.state.views import NodeClaimView, Obj
-from controller.state.writes import ConditionUpdate
 
 ANNOTATION_ATTEMPT: Final = "joiner.sh/provisioning-attempt"
 """On the request: joiner's record of its current attempt (JSON), so a restart resumes it."""

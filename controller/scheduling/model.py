@@ -125,7 +125,7 @@ class ExistingNode:
     """A registered node, or an in-flight NodeClaim (``in_flight=True``) not yet a usable node.
 
     ``taints`` are the taints pods must tolerate: leave out startup taints and the ephemeral
-    taints of a node that is still coming up (``kubeconv.node_from_dict`` does).
+    taints of a node that is still coming up (``kubeconv_nodes.node_from_dict`` does).
     ``pods`` are the pods bound to it (daemonset pods included), with their requests.
     ``capacity`` counts towards its NodePool's limits (defaults to ``allocatable``).
     """

@@ -15,7 +15,7 @@ from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_explain import Explanations
 from controller.scheduling.solver_model import Group, Node, Part, Sim, Slot
 from controller.scheduling.solver_numeric import fit_count, fit_dense, fits, suffix_minima, water_fill
-from controller.scheduling.solver_topology import ZoneTally
+from controller.scheduling.solver_tally import ZoneTally
 
 
 class Packer(Explanations):

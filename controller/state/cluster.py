@@ -12,12 +12,13 @@ from typing import Any
 from controller.clock import Clock
 from controller.kube import resources as r
 from controller.kube.resources import Resource
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv, kubeconv_nodes
 from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, Pod
 from controller.state.informer import EventType, Informer, Source
 from controller.state.views import (
     NodeClaimView,
+    NodePoolView,
     NodeView,
     Obj,
     PodView,
@@ -25,7 +26,7 @@ from controller.state.views import (
 )
 
 Listener = Callable[[EventType, Obj, Obj | None], None]
-View = PodView | NodeView | NodeClaimView
+View = PodView | NodeView | NodeClaimView | NodePoolView
 ViewListener = Callable[[EventType, Any, Any], None]
 """Called with (event, view, previous view or None); the view's class is the kind's."""
 
@@ -38,7 +39,12 @@ WATCHED: tuple[Resource, ...] = (
     r.DAEMONSETS,
     r.PDBS,
 )
-_VIEWS: dict[str, Callable[[Obj], View]] = {"Pod": PodView.of, "Node": NodeView.of, "NodeClaim": NodeClaimView.of}
+_VIEWS: dict[str, Callable[[Obj], View]] = {
+    "Pod": PodView.of,
+    "Node": NodeView.of,
+    "NodeClaim": NodeClaimView.of,
+    "NodePool": NodePoolView.of,
+}
 
 
 class ClusterState:
@@ -58,6 +64,7 @@ class ClusterState:
         self._pods: dict[str, PodView] = {}
         self._nodes: dict[str, NodeView] = {}
         self._claims: dict[str, NodeClaimView] = {}
+        self._pools: dict[str, NodePoolView] = {}
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         # pod key -> (resourceVersion, the solver's Pod): a pod is converted once per version, not
         # once per solve (a 10,000-pod burst re-reads the same pending and bound pods every few seconds)
@@ -86,7 +93,7 @@ class ClusterState:
             self._listeners[kind].append(listener)
 
     def subscribe_views(self, kind: str, listener: ViewListener) -> None:
-        """Like `subscribe`, with the event's views (Pod, Node, NodeClaim) instead of the dicts."""
+        """Like `subscribe`, with the event's views (Pod, Node, NodeClaim, NodePool) instead of the dicts."""
         if kind not in _VIEWS:
             raise ValueError(f"no view for {kind}")
         if listener not in self._view_listeners[kind]:
@@ -104,6 +111,8 @@ class ClusterState:
                     old_view = self._index_pod(etype, view)
                 elif kind == "Node":
                     old_view = self._index_node(etype, view)
+                elif kind == "NodePool":
+                    old_view = self._index_pool(etype, view)
                 else:
                     old_view = self._index_claim(etype, view)
                 if old_view is None and old is not None:
@@ -130,6 +139,14 @@ class ClusterState:
                 del self._pods_by_node[old_node]
         if new_node:
             self._pods_by_node[new_node].add(pod.key)
+        return old
+
+    def _index_pool(self, etype: EventType, pool: NodePoolView) -> NodePoolView | None:
+        old = self._pools.get(pool.name)
+        if etype == "DELETED":
+            self._pools.pop(pool.name, None)
+        else:
+            self._pools[pool.name] = pool
         return old
 
     def _index_node(self, etype: EventType, node: NodeView) -> NodeView | None:
@@ -207,7 +224,7 @@ class ClusterState:
         ignore_taint_keys: Iterable[str] = EPHEMERAL_TAINT_KEYS,
     ) -> ExistingNode:
         """`node` as the solver's :class:`ExistingNode` with ``pods`` on it, as
-        :func:`kubeconv.node_from_dict` makes it; the Node itself (labels, allocatable, taints) is
+        :func:`kubeconv_nodes.node_from_dict` makes it; the Node itself (labels, allocatable, taints) is
         converted once per resourceVersion. Raises :class:`kubeconv.ConversionError` (a ValueError)."""
         version = str((node.raw.get("metadata") or {}).get("resourceVersion") or "")
         key = (version, in_flight, frozenset(ignore_taint_keys))
@@ -215,7 +232,7 @@ class ClusterState:
         if hit is not None and version and hit[0] == key:
             base = hit[1]
         else:
-            base = kubeconv.node_from_dict(node.raw, in_flight=in_flight, ignore_taint_keys=key[2])
+            base = kubeconv_nodes.node_from_dict(node.raw, in_flight=in_flight, ignore_taint_keys=key[2])
             if version and node.name in self._nodes:
                 self._node_models[node.name] = (key, base)
         pods = tuple(pods)
@@ -266,6 +283,10 @@ class ClusterState:
         return out
 
     # --- dicts: the kinds without views (Pods, Nodes and NodeClaims are read as views above) -----
+    def nodepool_views(self) -> Mapping[str, NodePoolView]:
+        """The NodePools, each validated once when its watch event came."""
+        return self._pools
+
     def store(self, kind: str) -> dict[str, Obj]:
         return self.informers[kind].store
 

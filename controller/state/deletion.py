@@ -9,16 +9,14 @@ carries a uid precondition, so a NodeClaim re-created under the same name is nev
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import structlog
 
-from controller.kube.client import ConflictError, NotFoundError
+from controller.kube.client import ConflictError, KubeClient, NotFoundError
+from controller.kube.events import EventRecorder
 from controller.kube.resources import NODECLAIMS
 from controller.state.views import NodeClaimView
-
-if TYPE_CHECKING:
-    from controller.context import Context
 
 log = structlog.get_logger()
 
@@ -27,12 +25,21 @@ ANNOTATION_TERMINATION_REASON: Final = "joiner.sh/termination-reason"
 DEFAULT_TERMINATION_REASON: Final = "Deleted"
 
 
+class Deleter(Protocol):
+    """What a deletion needs of the controller's context: the client and the Event recorder."""
+
+    @property
+    def client(self) -> KubeClient: ...
+    @property
+    def events(self) -> EventRecorder: ...
+
+
 def termination_reason(claim: NodeClaimView) -> str:
     return str(claim.annotations.get(ANNOTATION_TERMINATION_REASON) or DEFAULT_TERMINATION_REASON)
 
 
 async def delete_nodeclaim(
-    ctx: Context, claim: NodeClaimView, *, reason: str, message: str, warning: bool = True
+    ctx: Deleter, claim: NodeClaimView, *, reason: str, message: str, warning: bool = True
 ) -> bool:
     """Annotate, record an Event, then delete. False when it was already gone or being deleted."""
     if claim.deleting:

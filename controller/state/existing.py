@@ -9,7 +9,7 @@ NodeClaim, or both) to the solver's :class:`ExistingNode`. Pure.
   allocatable, else the instance type it launched on, else the one its plan chose (so a machine
   created but not launched yet is not bought twice). None when none of these is known.
 
-`cluster_capacity` applies it to the whole cache: what the provisioner and gangs are given about
+`cluster_machines` applies it to the whole cache: what the provisioner and gangs are given about
 the machines that exist or are coming up.
 
 The solver stays pure and knows nothing of views; this module is the state side of that edge.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from api.v1.labels import LABEL_INSTANCE_TYPE
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv_nodes
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, Pod
@@ -31,12 +31,12 @@ from controller.state.views import NodeClaimView, StateNode
 def _claim_capacity(
     claim: NodeClaimView, *, instance_types: Sequence[InstanceType], pods: Sequence[Pod]
 ) -> ExistingNode | None:
-    node = kubeconv.nodeclaim_from_dict(claim.raw, instance_types=instance_types, pods=pods)
+    node = kubeconv_nodes.nodeclaim_from_dict(claim.raw, instance_types=instance_types, pods=pods)
     planned = claim.planned_instance_type
     if node is None and planned:
         meta = claim.raw.get("metadata") or {}
         labels = {**claim.labels, LABEL_INSTANCE_TYPE: planned}
-        node = kubeconv.nodeclaim_from_dict(
+        node = kubeconv_nodes.nodeclaim_from_dict(
             {**claim.raw, "metadata": {**meta, "labels": labels}}, instance_types=instance_types, pods=pods
         )
     return node
@@ -66,13 +66,13 @@ def existing_node(
         ignore = {*EPHEMERAL_TAINT_KEYS, *startup}
         if cache is not None:
             return cache.scheduling_node(node, pods=pods, in_flight=True, ignore_taint_keys=ignore)
-        return kubeconv.node_from_dict(node.raw, pods=pods, in_flight=True, ignore_taint_keys=ignore)
+        return kubeconv_nodes.node_from_dict(node.raw, pods=pods, in_flight=True, ignore_taint_keys=ignore)
     if cache is not None:
         return cache.scheduling_node(node, pods=pods)
-    return kubeconv.node_from_dict(node.raw, pods=pods)
+    return kubeconv_nodes.node_from_dict(node.raw, pods=pods)
 
 
-def cluster_capacity(
+def cluster_machines(
     cluster: ClusterState, instance_types: Sequence[InstanceType], *, extra_claims: Iterable[NodeClaimView] = ()
 ) -> list[ExistingNode]:
     """Registered Nodes with the (non-terminal) pods bound to them, then NodeClaims without a Node

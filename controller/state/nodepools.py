@@ -1,29 +1,17 @@
-"""What the cache says a new machine from a NodePool is made of: the hash of the NodePool's
-template (what drift detection compares a NodeClaim against), the pods every DaemonSet would
-run on it (its overhead, as solver pods), and which NodePools may launch now with the instance
-types their provider offers. Shared by provisioning, gangs and disruption."""
+"""What a NodePool's manifest says beyond the solver's template: the hash of its template (what
+drift detection compares a NodeClaim against) and its capacity-type mix. The NodePools that may
+launch now, and the solver's inputs made from them, are ``state/inputs.py``'s."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
-from api.v1.nodepool import NodePool
-from api.v1.validation import InvalidObjectError, validate
-from controller.cloudprovider.types import CloudProviderError
-from controller.scheduling import kubeconv
-from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.model import Pod
 from controller.scheduling.tiermix import TierMix, TierMixError
-from controller.state.cluster import ClusterState
-from controller.state.views import Obj
-
-if TYPE_CHECKING:
-    from controller.context import Context
 
 log = structlog.get_logger()
 
@@ -52,35 +40,3 @@ def tier_mix(pool: Mapping[str, Any]) -> TierMix | None:
     except (TierMixError, TypeError, ValueError, AttributeError) as err:
         log.warning("nodepool.tier_mix_unreadable", nodepool=(pool.get("metadata") or {}).get("name"), error=str(err))
         return None
-
-
-def daemon_templates(cluster: ClusterState, *, component: str = "provisioner") -> list[Pod]:
-    """The pod every DaemonSet would run on a new node (its overhead)."""
-    daemons = []
-    for ds in cluster.daemonsets():
-        try:
-            daemons.append(kubeconv.daemonset_from_dict(ds))
-        except ValueError as err:
-            log.warning(f"{component}.daemonset_unreadable", daemonset=ds["metadata"]["name"], error=str(err))
-    return daemons
-
-
-async def valid_pools(
-    ctx: Context, *, component: str = "provisioner"
-) -> dict[str, tuple[Obj, tuple[InstanceType, ...]]]:
-    """NodePools that may launch now, with the instance types their provider offers them."""
-    pools: dict[str, tuple[Obj, tuple[InstanceType, ...]]] = {}
-    for name, pool in sorted(ctx.cluster.nodepools().items()):
-        if pool["metadata"].get("deletionTimestamp"):
-            continue
-        try:
-            validate(NodePool, pool)
-            instance_types = tuple(await ctx.cloud.instance_types(pool))
-        except InvalidObjectError as err:
-            log.warning(f"{component}.nodepool_invalid", nodepool=name, error=str(err))
-            continue
-        except CloudProviderError as err:
-            log.warning(f"{component}.instance_types_unavailable", nodepool=name, error=str(err))
-            continue
-        pools[name] = (pool, instance_types)
-    return pools

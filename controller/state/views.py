@@ -5,6 +5,7 @@ attribute reads everywhere. Pure: no I/O, no clock.
 * :class:`PodView`, :class:`NodeView`, :class:`NodeClaimView` -- made once per event from the
   apiserver's dict (``X.of(obj)``); ``.raw`` keeps that dict for the kube edge (patches with a
   ``test`` of the current value, Events, manifests).
+* :class:`NodePoolView` -- a NodePool validated once per event: the API model, or why it is invalid.
 * :class:`StateNode` -- a Node and its NodeClaim joined by providerID; either may be missing
   (a NodeClaim not registered yet, a Node joiner does not manage).
 
@@ -35,6 +36,8 @@ from api.v1.labels import (
     TAINT_DISRUPTED,
     TAINT_DISRUPTED_EFFECT,
 )
+from api.v1.nodepool import NodePool
+from api.v1.validation import InvalidObjectError, validate
 from controller.clock import parse_time
 from controller.scheduling.taints import Taint, Toleration
 
@@ -481,6 +484,39 @@ class NodeClaimView(HasConditions):
 
     def has_finalizer(self, finalizer: str = FINALIZER_TERMINATION) -> bool:
         return finalizer in self.finalizers
+
+
+# --- NodePools ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodePoolView:
+    """A NodePool validated once per watch event by the API model (the rules the CRD enforces):
+    ``model`` when valid, else ``invalid`` names every bad field. ``raw`` is the manifest as
+    written, for what still reads it whole (its template hash, its spec.gang, status writes)."""
+
+    raw: Obj
+    name: str
+    deleting: bool
+    model: NodePool | None
+    invalid: InvalidObjectError | None
+
+    @staticmethod
+    def of(obj: Obj) -> NodePoolView:
+        meta = obj.get("metadata") or {}
+        model: NodePool | None = None
+        invalid: InvalidObjectError | None = None
+        try:
+            model = validate(NodePool, obj)
+        except InvalidObjectError as err:
+            invalid = err
+        return NodePoolView(
+            raw=obj,
+            name=str(meta.get("name") or ""),
+            deleting=bool(meta.get("deletionTimestamp")),
+            model=model,
+            invalid=invalid,
+        )
 
 
 _V = TypeVar("_V", NodeClaimView, NodeView)

@@ -33,9 +33,9 @@ from controller.kube.client import ApiError, ConflictError, InvalidError, NotFou
 from controller.kube.resources import NODECLAIMS, NODES, PODS
 from controller.state.deletion import delete_nodeclaim, termination_reason
 from controller.state.informer import EventType
+from controller.state.patches import ConditionUpdate, claim_status, finalizer_patch, matches, taint_patch
 from controller.state.queue import WorkQueue
 from controller.state.views import NodeClaimView, NodeView, PodView, TaintRef, newer
-from controller.state.writes import ConditionUpdate, claim_status, finalizer_patch, matches, taint_patch
 from controller.termination import metrics
 from controller.termination.drain import DrainPlan, grace_deadline, plan_drain, seconds_until
 

@@ -12,6 +12,7 @@ import yaml
 from controller.clock import FakeClock
 from controller.cloudprovider.aws.api import AWSApi
 from controller.cloudprovider.aws.fleet import client_token
+from controller.cloudprovider.aws.instances import instance_id_of, provider_id_of
 from controller.cloudprovider.aws.instancetypes import (
     Reservation,
     build_instance_type,
@@ -21,7 +22,7 @@ from controller.cloudprovider.aws.instancetypes import (
     max_pods,
     on_demand_prices,
 )
-from controller.cloudprovider.aws.provider import AWSCloudProvider, instance_id_of, provider_id_of
+from controller.cloudprovider.aws.provider import AWSCloudProvider
 from tests.aws.conftest import FaultProxy, World, nodeclaim, resolve_into
 
 POOL = {"metadata": {"name": "gpu"}, "spec": {"template": {"spec": {"nodeClassRef": {"name": "gpu"}}}}}

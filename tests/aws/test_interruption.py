@@ -11,13 +11,14 @@ import pytest
 
 from controller.cloudprovider.aws.api import AWSApi
 from controller.cloudprovider.aws.sqs import SQSSource
+from controller.cloudprovider.notices import MalformedMessage
 from controller.cloudprovider.types import OfferingId
 from controller.interruption.controller import MESSAGES, InterruptionController
-from controller.interruption.messages import MalformedMessage, parse
+from controller.interruption.messages import parse
 from controller.kube.resources import NODECLAIMS
 from controller.metrics import REGISTRY
 from tests.aws.conftest import REGION
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 

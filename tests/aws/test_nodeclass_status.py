@@ -8,7 +8,7 @@ from api.v1.ec2nodeclass import EC2NodeClass
 from controller.clock import FakeClock, format_time
 from controller.cloudprovider.aws.api import AWSApi
 from controller.cloudprovider.aws.nodeclass import Resolution, resolve, resolved_view
-from controller.cloudprovider.aws.status import _same, desired_status
+from controller.cloudprovider.aws.status import desired_status, same_status
 from tests.aws.conftest import World, resolve_into
 
 
@@ -83,19 +83,19 @@ async def test_transition_time_kept_while_ready_does_not_change(world: World, ap
     resolution = await resolve(api, EC2NodeClass.model_validate(obj), cluster=world.cluster)
     again = desired_status(obj, resolution, now=format_time(clock.now()))
     assert next(c for c in again["conditions"] if c["type"] == "Ready")["lastTransitionTime"] == first
-    assert _same(obj["status"], again)
+    assert same_status(obj["status"], again)
     changed = desired_status(obj, Resolution(ready=False, reason="AMINotFound", message="x"), now="later")
-    assert not _same(obj["status"], changed)
+    assert not same_status(obj["status"], changed)
     assert next(c for c in changed["conditions"] if c["type"] == "Ready")["lastTransitionTime"] == "later"
 
 
 async def test_the_status_controller_writes_status_once_and_again_only_on_change(
     world: World, api: AWSApi, clock: FakeClock
 ) -> None:
-    from controller.cloudprovider.aws.status import EC2NodeClassStatusController
     from controller.kube.resources import EC2NODECLASSES
+    from controller.nodeclass.ec2 import EC2NodeClassStatusController
     from controller.state.cluster import ClusterState
-    from tests.unit.nodeclaim.fakeapi import FakeKube
+    from tests.unit.fakeapi import FakeKube
 
     kube = FakeKube(clock=clock)
     created = await kube.create(EC2NODECLASSES, world.nodeclass())

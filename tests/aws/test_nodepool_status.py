@@ -14,7 +14,7 @@ from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.settings import Settings
 from controller.state.cluster import WATCHED, ClusterState
 from controller.state.writer import NodeClaimWriter
-from tests.unit.nodeclaim.fakeapi import FakeKube
+from tests.unit.fakeapi import FakeKube
 
 
 def pool(kind: str) -> dict[str, Any]:

@@ -11,13 +11,13 @@ import pytest
 from controller.clock import FakeClock
 from controller.cloudprovider.aws.api import AWSApi
 from controller.cloudprovider.aws.provider import AWSCloudProvider
-from controller.cloudprovider.aws.status import EC2NodeClassStatusController
 from controller.cloudprovider.types import NodeClassNotReadyError
 from controller.kube.resources import EC2NODECLASSES
+from controller.nodeclass.ec2 import EC2NodeClassStatusController
 from controller.state.cluster import ClusterState
 from tests.aws.conftest import TEST_PRICES, FaultProxy, World, nodeclaim
 from tests.aws.iampolicy import controller_policy, enforce
-from tests.unit.nodeclaim.fakeapi import FakeKube
+from tests.unit.fakeapi import FakeKube
 
 Obj = dict[str, Any]
 

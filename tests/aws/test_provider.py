@@ -8,7 +8,8 @@ import pytest
 
 from controller.clock import FakeClock
 from controller.cloudprovider.aws.api import RETRIES, AWSApi
-from controller.cloudprovider.aws.provider import AWSCloudProvider, instance_id_of
+from controller.cloudprovider.aws.instances import instance_id_of
+from controller.cloudprovider.aws.provider import AWSCloudProvider
 from controller.cloudprovider.types import (
     CreateError,
     InsufficientCapacityError,

@@ -13,13 +13,14 @@ import pytest
 
 from controller.clock import FakeClock
 from controller.cloudprovider.aws.api import AWSApi
-from controller.cloudprovider.aws.provider import AWSCloudProvider, capacity_type_of
+from controller.cloudprovider.aws.instances import capacity_type_of
+from controller.cloudprovider.aws.provider import AWSCloudProvider
 from controller.cloudprovider.types import Instance
 from controller.kube.resources import NODECLAIMS, NODES
 from controller.nodeclaim.gc import GarbageCollector, claims_out_of_reservation
 from controller.state.views import NodeClaimView
 from tests.aws.conftest import TEST_PRICES, FaultProxy, Params, World, nodeclaim, resolve_into
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 RID = "cr-0ending"

@@ -11,13 +11,13 @@ import pytest
 
 from controller.cloudprovider.azure.provider import AzureCloudProvider
 from controller.cloudprovider.azure.servicebus import ServiceBusSource, parse
+from controller.cloudprovider.notices import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Notice
 from controller.cloudprovider.types import OfferingId
 from controller.interruption.controller import InterruptionController
-from controller.interruption.messages import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Notice
 from controller.kube.resources import NODECLAIMS
 from tests.azure.conftest import nodeclaim
 from tests.azure.fake_arm import FakeARM
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.kube.resources import AKSNODECLASSES
 from controller.operator.app import AzureOptions, Runnable, build_cloud_provider, missing_crds
 from controller.state.cluster import WATCHED, ClusterState
-from tests.unit.nodeclaim.fakeapi import FakeKube
+from tests.unit.fakeapi import FakeKube
 
 
 def test_the_azure_provider_needs_a_cluster_name(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,13 +12,13 @@ import pytest
 from controller.cloudprovider.gcp.api import GCPApi
 from controller.cloudprovider.gcp.provider import GCPCloudProvider
 from controller.cloudprovider.gcp.pubsub import PubSubSource, parse
+from controller.cloudprovider.notices import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Notice
 from controller.cloudprovider.types import OfferingId
 from controller.interruption.controller import InterruptionController
-from controller.interruption.messages import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Notice
 from controller.kube.resources import NODECLAIMS
 from tests.gcp.conftest import nodeclaim
 from tests.gcp.fake_gce import PROJECT, FakeGCE
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 SUBSCRIPTION = f"projects/{PROJECT}/subscriptions/interruptions"

@@ -11,14 +11,14 @@ from controller.cli import main
 from controller.clock import FakeClock, RealClock
 from controller.cloudprovider.gcp.api import GCPApi
 from controller.cloudprovider.gcp.provider import GCPCloudProvider
-from controller.cloudprovider.gcp.status import GCENodeClassStatusController
 from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.kube.resources import GCENODECLASSES
+from controller.nodeclass.gce import GCENodeClassStatusController
 from controller.operator.app import GCPOptions, Runnable, build_cloud_provider, missing_crds
 from controller.state.cluster import WATCHED, ClusterState
 from tests.gcp.conftest import nodeclass
 from tests.gcp.fake_gce import FakeGCE
-from tests.unit.nodeclaim.fakeapi import FakeKube
+from tests.unit.fakeapi import FakeKube
 
 Obj = dict[str, Any]
 

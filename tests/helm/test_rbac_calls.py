@@ -34,6 +34,10 @@ DYNAMIC = {
         ("scheduling.x-k8s.io", "podgroups", "get"),
         ("scheduling.volcano.sh", "podgroups", "get"),
     ],
+    # the one status write of the NodeClass status loops, for the kind each loop names
+    "controller/nodeclass/loop.py": [
+        (r.group, f"{r.plural}/status", "patch") for r in (EC2NODECLASSES, GCENODECLASSES, AKSNODECLASSES)
+    ],
 }
 # the commands a user runs with their own credentials, not the controller's
 NOT_THE_CONTROLLER = {"controller/cli.py", "controller/plan.py"}

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Final
 
@@ -250,3 +250,17 @@ def latest_spot_prices(rows: Iterable[Obj]) -> dict[tuple[str, str], float]:
         if current is None or (stamp is not None and current[0] is not None and stamp > current[0]):
             newest[key] = (stamp, price)
     return {key: price for key, (_, price) in newest.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class TypesCache:
+    """What DescribeInstanceTypes gave for one NodeClass, cached by the provider: the types with
+    their offerings, and what a launch needs of each (architecture, GPU maker, pods, EFA)."""
+
+    at: float
+    key: tuple[Any, ...]
+    types: tuple[InstanceType, ...]
+    architectures: Mapping[str, str]
+    gpu_makers: Mapping[str, str]
+    max_pods: Mapping[str, int]  # what the kubelet of each type is told: the pods its capacity says
+    efa: Mapping[str, int] = field(default_factory=dict)  # EFA interfaces per type

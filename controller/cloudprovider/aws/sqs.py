@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.cloudprovider.aws.api import AWSApi
-from controller.interruption.controller import Message
+from controller.cloudprovider.notices import Message
 
 
 class SQSSource:

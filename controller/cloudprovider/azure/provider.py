@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ from api.v1.labels import (
     CAPACITY_TYPE_ON_DEMAND,
     CAPACITY_TYPE_RESERVED,
     CAPACITY_TYPE_SPOT,
-    LABEL_NODEPOOL,
     LABEL_REGION,
 )
 from controller.clock import Clock
@@ -46,7 +44,8 @@ from controller.cloudprovider.azure.instancetypes import (
     retail_prices,
     shipped_prices,
 )
-from controller.cloudprovider.kwok.offerings import Candidate, compatible, offering_labels
+from controller.cloudprovider.azure.vm import TAG_CLUSTER, TAG_NODECLAIM, vm_body
+from controller.cloudprovider.kwok.offerings import compatible, offering_labels
 from controller.cloudprovider.types import (
     CreateError,
     Instance,
@@ -62,10 +61,6 @@ log = structlog.get_logger()
 Obj = dict[str, Any]
 
 PROVIDER_ID_PREFIX: Final = "azure://"
-TAG_CLUSTER: Final = "joiner-cluster"
-TAG_NODECLAIM: Final = "joiner-nodeclaim"
-TAG_NODECLAIM_UID: Final = "joiner-nodeclaim-uid"
-TAG_NODEPOOL: Final = "joiner-nodepool"
 CAPACITY_CODES: Final = frozenset(
     {
         "AllocationFailed",
@@ -315,7 +310,7 @@ class AzureCloudProvider:
                 )
                 if reservation is None:
                     continue
-            body = self._vm_body(nodeclaim, spec, c, reservation=reservation)
+            body = vm_body(nodeclaim, spec, c, reservation=reservation, cluster_name=self.cluster_name)
             try:
                 vm = await self.api.call(
                     spec.subscription_id,
@@ -345,88 +340,6 @@ class AzureCloudProvider:
             f"no capacity for NodeClaim {name} in {len(refused)} offering(s) tried: {'; '.join(errors) or 'none'}",
             offerings=tuple(refused),
         )
-
-    def _vm_body(self, nodeclaim: Obj, spec: AKSNodeClassSpec, c: Candidate, *, reservation: Reservation | None) -> Obj:
-        meta = nodeclaim["metadata"]
-        gpu = "nvidia.com/gpu" in c.instance_type.capacity.to_quantities()
-        image = spec.gpu_image_id if gpu and spec.gpu_image_id else spec.image_id
-        image_ref = (
-            {"communityGalleryImageId": image}
-            if image.startswith("/CommunityGalleries/")
-            else {"sharedGalleryImageId": image}
-            if image.startswith("/SharedGalleries/")
-            else {"id": image}
-        )
-        tags = {
-            **spec.tags,
-            TAG_CLUSTER: self.cluster_name,
-            TAG_NODECLAIM: str(meta["name"]),
-            TAG_NODEPOOL: str((meta.get("labels") or {}).get(LABEL_NODEPOOL) or ""),
-        }
-        if meta.get("uid"):
-            tags[TAG_NODECLAIM_UID] = str(meta["uid"])
-        properties: Obj = {
-            "hardwareProfile": {"vmSize": c.instance_type.name},
-            "storageProfile": {
-                "imageReference": image_ref,
-                "osDisk": {
-                    "createOption": "FromImage",
-                    "diskSizeGB": spec.os_disk_size_gb,
-                    "managedDisk": {"storageAccountType": spec.os_disk_type},
-                    "deleteOption": "Delete",
-                },
-            },
-            "osProfile": {
-                "computerName": str(meta["name"])[:63],
-                "adminUsername": spec.admin_username,
-                "linuxConfiguration": {
-                    "disablePasswordAuthentication": True,
-                    "ssh": {
-                        "publicKeys": [
-                            {
-                                "path": f"/home/{spec.admin_username}/.ssh/authorized_keys",
-                                "keyData": spec.ssh_public_key,
-                            }
-                        ]
-                    },
-                },
-            },
-            "networkProfile": {
-                "networkApiVersion": "2022-11-01",
-                "networkInterfaceConfigurations": [
-                    {
-                        "name": f"{meta['name']}-nic",
-                        "properties": {
-                            "primary": True,
-                            "deleteOption": "Delete",
-                            "ipConfigurations": [
-                                {"name": "ipconfig1", "properties": {"subnet": {"id": spec.vnet_subnet_id}}}
-                            ],
-                        },
-                    }
-                ],
-            },
-            "priority": "Spot" if c.offering.capacity_type == CAPACITY_TYPE_SPOT else "Regular",
-        }
-        if spec.custom_data:
-            properties["osProfile"]["customData"] = base64.b64encode(spec.custom_data.encode()).decode()
-        if c.offering.capacity_type == CAPACITY_TYPE_SPOT:
-            properties["evictionPolicy"] = "Delete"
-            properties["billingProfile"] = {"maxPrice": spec.spot_max_price}
-        if reservation is not None and spec.capacity_reservation_group_id:
-            properties["capacityReservation"] = {"capacityReservationGroup": {"id": spec.capacity_reservation_group_id}}
-        body: Obj = {
-            "location": spec.location,
-            "zones": [c.offering.zone.rsplit("-", 1)[-1]],
-            "tags": tags,
-            "properties": properties,
-        }
-        if spec.managed_identities:
-            identities: Obj = {i: {} for i in spec.managed_identities}
-            body["identity"] = {"type": "UserAssigned", "userAssignedIdentities": identities}
-        return body
-
-    # --- delete / get / list -----------------------------------------------------------------
 
     async def _get_vm(self, subscription: str, rg: str, name: str) -> Obj | None:
         try:

@@ -28,8 +28,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from controller.interruption.controller import Message
-from controller.interruption.messages import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Notice
+from controller.cloudprovider.notices import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Message, Notice
 
 ANNOTATED: Final = "Microsoft.ResourceNotifications.HealthResources.ResourceAnnotated"
 ANNOTATIONS: Final = {

@@ -248,3 +248,13 @@ def build_instance_type(shape: Shape, row: Obj, *, boot_disk_gib: int, offerings
         labels=labels,
         offerings=offerings,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TypesCache:
+    """What the provider listed for one NodeClass: the instance types and the shape of each."""
+
+    at: float
+    key: tuple[Any, ...]
+    types: tuple[InstanceType, ...]
+    shapes: Mapping[str, Shape]

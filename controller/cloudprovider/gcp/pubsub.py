@@ -21,8 +21,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from controller.cloudprovider.gcp.api import GCPApi
-from controller.interruption.controller import Message
-from controller.interruption.messages import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Notice
+from controller.cloudprovider.notices import SCHEDULED_CHANGE, SPOT_INTERRUPTION, MalformedMessage, Message, Notice
 
 METHODS: Final = {
     "compute.instances.preempted": SPOT_INTERRUPTION,

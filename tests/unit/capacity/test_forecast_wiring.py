@@ -9,7 +9,7 @@ from controller.capacity.controller import HISTORY_CONFIGMAP, CapacityController
 from controller.capacity.history import History, deserialize, serialize
 from controller.kube.resources import CONFIGMAPS
 from tests.unit.capacity.test_wiring import h, pool, with_pool
-from tests.unit.nodeclaim.harness import Harness
+from tests.unit.harness import Harness
 
 __all__ = ["h"]
 FORECAST = {"forecast": {"enabled": True}}

@@ -17,7 +17,7 @@ from controller.capacity.controller import CapacityController
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"

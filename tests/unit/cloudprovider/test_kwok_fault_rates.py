@@ -10,7 +10,7 @@ import pytest
 
 from controller.cloudprovider.kwok.nodeclass import Failures, capacity_period, parse_nodeclass
 from controller.cloudprovider.types import CreateError, InsufficientCapacityError, OfferingId
-from tests.unit.nodeclaim.harness import Harness
+from tests.unit.harness import Harness
 
 
 def failures(**raw: object) -> Failures:

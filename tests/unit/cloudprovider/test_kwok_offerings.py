@@ -22,7 +22,7 @@ from controller.cloudprovider.kwok.offerings import Candidate, choose, compatibl
 from controller.cloudprovider.types import OfferingId
 from controller.scheduling.instancetypes import InstanceType, parse_catalog
 from controller.state.views import NodeClaimView
-from tests.unit.nodeclaim.harness import CATALOG
+from tests.unit.harness import CATALOG
 
 Obj = dict[str, Any]
 TYPES = parse_catalog(CATALOG)

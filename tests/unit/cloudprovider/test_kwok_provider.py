@@ -18,7 +18,7 @@ from controller.cloudprovider.types import (
 )
 from controller.kube.resources import CONFIGMAPS, NODECLAIMS, NODES
 from controller.scheduling.instancetypes import parse_catalog
-from tests.unit.nodeclaim.harness import CATALOG, Harness
+from tests.unit.harness import CATALOG, Harness
 
 
 async def test_create_answers_at_once_and_the_node_appears_without_delay(harness: Harness) -> None:

@@ -21,8 +21,8 @@ from controller.disruption.controller import (
 from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODEPOOLS, PODS
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.state.deletion import ANNOTATION_TERMINATION_REASON
+from controller.state.patches import ConditionUpdate
 from controller.state.views import NodeClaimView
-from controller.state.writes import ConditionUpdate
 from tests.unit.disruption.world import World
 
 

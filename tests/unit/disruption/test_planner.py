@@ -7,7 +7,8 @@ from datetime import timedelta
 
 from controller.disruption.budgets import Budget
 from controller.disruption.model import WHEN_EMPTY, Command
-from controller.disruption.planner import Options, plan, restrict_price, validate
+from controller.disruption.moves import restrict_price
+from controller.disruption.planner import Options, plan, validate
 from tests.unit.disruption.builders import (
     NOW,
     apply,

@@ -1,5 +1,5 @@
 """The controller-level world for disruption tests: the in-memory apiserver and cache of the
-NodeClaim tests (``tests.unit.nodeclaim.harness``), plus verbs for NodePools, managed nodes and pods."""
+NodeClaim tests (``tests.unit.harness``), plus verbs for NodePools, managed nodes and pods."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from controller.disruption.controller import DisruptionController
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PDBS
 from controller.settings import Settings
 from controller.state.nodepools import nodepool_hash
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 SETTINGS = Settings(disruption_poll_interval_seconds=1.0, disruption_validation_delay_seconds=5.0)

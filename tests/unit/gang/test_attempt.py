@@ -10,7 +10,7 @@ from typing import Any
 from controller.clock import FakeClock
 from controller.gang.attempt import (
     CannotRebuy,
-    Capacity,
+    GangInputs,
     Provision,
     Rebuy,
     ReplaceMember,
@@ -38,7 +38,7 @@ from controller.gang.record import (
     Avoided,
     Record,
 )
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv_nodes
 from controller.scheduling.bounds import PoolBounds
 from controller.scheduling.model import ExistingNode
 from controller.scheduling.resources import Resources
@@ -63,11 +63,11 @@ ZONE_B_OD = "gpu-8/zone-b/on-demand"
 ZONE_A_OD = "gpu-8/zone-a/on-demand"
 
 
-def capacity(*, existing: tuple[ExistingNode, ...] = (), **kw: Any) -> Capacity:
+def capacity(*, existing: tuple[ExistingNode, ...] = (), **kw: Any) -> GangInputs:
     p = pool()
-    return Capacity(
+    return GangInputs(
         pools={"gpu": p},
-        templates=(kubeconv.nodepool_from_dict(p, CATALOG, usage=Resources()),),
+        templates=(kubeconv_nodes.nodepool_from_dict(p, CATALOG, usage=Resources()),),
         existing=existing,
         **kw,
     )
@@ -110,7 +110,7 @@ def in_flight(c: Obj) -> ExistingNode:
 # --- starting an attempt --------------------------------------------------------------------------
 
 
-def start(v: Any, cap: Capacity, *, top_up: bool = False, now: Any = T0) -> Provision | NoFit:
+def start(v: Any, cap: GangInputs, *, top_up: bool = False, now: Any = T0) -> Provision | NoFit:
     """Solve, then start the attempt at the same instant (as the controller does, the solve taking no time)."""
     solved = plan_attempt(v, cap, top_up=top_up, now=now, knobs=KNOBS)
     return solved if isinstance(solved, NoFit) else provision(v, solved, cap, now=now, knobs=KNOBS)

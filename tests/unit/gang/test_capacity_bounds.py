@@ -8,7 +8,7 @@ from controller.kube.resources import NODECLAIMS, NODEPOOLS
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.termination.controller import TerminationController
 from tests.unit.gang.test_controller import events, gang_pod, gated, start_gangs
-from tests.unit.nodeclaim.harness import Harness
+from tests.unit.harness import Harness
 
 Obj = dict[str, Any]
 

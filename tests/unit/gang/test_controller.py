@@ -17,7 +17,7 @@ from controller.nodeclaim.lifecycle import LifecycleController
 from controller.settings import Settings
 from controller.state.views import PodView
 from controller.termination.controller import TerminationController
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 GID = "ml.train"

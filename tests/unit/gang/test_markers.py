@@ -20,6 +20,7 @@ from controller.gang.markers import (
 )
 from controller.scheduling import kubeconv
 from controller.state.views import PodView
+from tests.unit import builders
 
 
 def options_of(pods: list[dict[str, Any]]) -> GangOptions:
@@ -38,16 +39,9 @@ def pod(
     gates: list[str] | None = None,
     phase: str = "Pending",
 ) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels or {},
-            "annotations": annotations or {},
-        },
-        "spec": {"schedulingGates": [{"name": g} for g in gates or []]},
-        "status": {"phase": phase},
-    }
+    return builders.pod(
+        name, namespace=namespace, labels=labels or {}, annotations=annotations or {}, gates=gates or (), phase=phase
+    )
 
 
 def test_joiner_label_names_the_gang() -> None:

@@ -6,8 +6,8 @@ from controller.gang.patches import attempt_id, claim_name, pin_patch, record_pa
 from controller.gang.planner import gang_toleration
 from controller.gang.record import Record, record_of
 from controller.state.views import PodView
+from tests.unit.fakeapi import apply_json_patch, apply_merge_patch
 from tests.unit.gang.builders import GID, member
-from tests.unit.nodeclaim.fakeapi import apply_json_patch, apply_merge_patch
 
 REC = Record(seq=1, attempt=1, id="abc123", phase="Provisioning", nodeclaims=("a", "b"))
 

@@ -16,7 +16,7 @@ from controller.gang.planner import (
     refused_by_bounds,
     template_pods,
 )
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv_nodes
 from controller.scheduling.bounds import PoolBounds
 from controller.scheduling.model import ExistingNode, NodePoolTemplate
 from controller.scheduling.resources import Resources
@@ -36,7 +36,7 @@ def request(
 ) -> PlanRequest:
     pools = pools or [pool()]
     templates: list[NodePoolTemplate] = [
-        kubeconv.nodepool_from_dict(p, CATALOG, usage=usage or Resources()) for p in pools
+        kubeconv_nodes.nodepool_from_dict(p, CATALOG, usage=usage or Resources()) for p in pools
     ]
     pods, problems = convert_pods([PodView.of(m) for m in members], GID)
     assert not problems

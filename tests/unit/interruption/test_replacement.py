@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.interruption.replacement import controller_uid, displaced, replaced
 from controller.state.views import PodView
+from tests.unit.builders import pod_view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def pod(name: str, node: str | None, owner: str | None, *, phase: str = "Running", kind: str = "ReplicaSet") -> PodView:
-    meta: dict[str, Any] = {"name": name, "namespace": "ns"}
-    if owner:
-        meta["ownerReferences"] = [{"kind": kind, "name": owner, "uid": owner, "controller": True}]
-    spec = {"nodeName": node} if node else {}
-    return PodView.of({"metadata": meta, "spec": spec, "status": {"phase": phase}})
+    return pod_view(name, namespace="ns", node=node, phase=phase, owner=(kind, owner) if owner else None)
 
 
 def test_a_deployment_is_replaced_when_it_runs_as_many_pods_as_before_off_the_node() -> None:

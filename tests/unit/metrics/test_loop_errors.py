@@ -7,7 +7,7 @@ import asyncio
 
 from controller.metrics import REGISTRY
 from controller.nodeclaim.gc import GarbageCollector
-from tests.unit.nodeclaim.harness import Harness, harness
+from tests.unit.harness import Harness, harness
 
 __all__ = ["harness"]
 

@@ -27,7 +27,7 @@ from controller.nodeclaim.decide import (
 from controller.nodeclaim.decide import decide as decide_on_views
 from controller.nodeclaim.nodes import initialization_blockers as blockers_on_views
 from controller.settings import Settings
-from controller.state import writes as c
+from controller.state import patches as c
 from controller.state.views import NodeClaimView, NodeView
 
 Obj = dict[str, Any]

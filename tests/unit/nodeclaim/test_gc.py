@@ -11,7 +11,7 @@ from controller.kube.resources import NODES
 from controller.nodeclaim.gc import GarbageCollector, claims_without_node, orphaned_instances
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.state.views import NodeClaimView
-from tests.unit.nodeclaim.harness import Harness
+from tests.unit.harness import Harness
 
 Obj = dict[str, Any]
 

@@ -21,7 +21,7 @@ from controller.metrics import REGISTRY
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.scheduling.instancetypes import parse_catalog
 from controller.state.deletion import ANNOTATION_TERMINATION_REASON
-from tests.unit.nodeclaim.harness import CATALOG, Harness
+from tests.unit.harness import CATALOG, Harness
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from controller.cloudprovider.types import Instance, InsufficientCapacityError, 
 from controller.kube.resources import NODEPOOLS
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.provisioning.nodepool_status import NodePoolStatusController
-from tests.unit.nodeclaim.harness import Harness
+from tests.unit.harness import Harness
 
 REFUSED = OfferingId("gpu-1", "zone-a", "on-demand")
 

@@ -25,7 +25,7 @@ from controller.provreq.manifest import LABEL_REQUEST_UID
 from controller.settings import Settings
 from controller.state.cluster import WATCHED
 from controller.termination.controller import TerminationController
-from tests.unit.nodeclaim.harness import Harness, make_harness
+from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 NS = "team"

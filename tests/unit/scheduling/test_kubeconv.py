@@ -8,15 +8,12 @@ import pytest
 
 from api.v1 import NodePool
 from controller.scheduling import Requirement, Resources, Taint, solve
-from controller.scheduling.kubeconv import (
-    ConversionError,
-    daemonset_from_dict,
+from controller.scheduling.kubeconv import ConversionError, daemonset_from_dict, gang_of, pod_from_dict
+from controller.scheduling.kubeconv_nodes import (
     existing_nodes_from_dicts,
-    gang_of,
     nodeclaim_from_dict,
     nodepool_from_dict,
     nodepool_template,
-    pod_from_dict,
     pool_usage,
 )
 from controller.scheduling.labels import LABEL_INSTANCE_TYPE

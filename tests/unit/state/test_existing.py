@@ -9,7 +9,7 @@ from controller.scheduling.instancetypes import parse_catalog
 from controller.scheduling.model import Pod
 from controller.scheduling.resources import Resources
 from controller.state.cluster import ClusterState
-from controller.state.existing import cluster_capacity, existing_node
+from controller.state.existing import cluster_machines, existing_node
 from controller.state.views import NodeClaimView, NodeView, StateNode
 from tests.unit.state.test_views import a_claim, a_node
 
@@ -109,10 +109,10 @@ def _world() -> ClusterState:
     return cluster
 
 
-def test_cluster_capacity_counts_nodes_with_their_pods_then_claims_coming_up() -> None:
+def test_cluster_machines_counts_nodes_with_their_pods_then_claims_coming_up() -> None:
     cluster = _world()
     planned = a_claim("just-made", pid=None)
-    nodes = cluster_capacity(cluster, TYPES, extra_claims=[NodeClaimView.of(planned), NodeClaimView.of(a_claim())])
+    nodes = cluster_machines(cluster, TYPES, extra_claims=[NodeClaimView.of(planned), NodeClaimView.of(a_claim())])
     assert [(n.name, n.in_flight, len(n.pods)) for n in nodes] == [
         ("gpu-node", False, 1),
         ("other", False, 1),

@@ -7,7 +7,8 @@ from typing import Any
 from controller.clock import FakeClock
 from controller.scheduling.resources import Resources
 from controller.state.cluster import ClusterState
-from controller.state.nodepools import daemon_templates, nodepool_hash
+from controller.state.inputs import daemon_templates
+from controller.state.nodepools import nodepool_hash
 
 Obj = dict[str, Any]
 

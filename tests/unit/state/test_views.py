@@ -328,8 +328,8 @@ def test_the_cache_indexes_pod_views_by_node_and_passes_views_to_listeners() -> 
     assert cluster.pod_views_on_node("n-1") == []
     assert cluster.pod_view("ml/train-0") is None
     assert seen == [("ADDED", None, None), ("MODIFIED", "n-1", None), ("DELETED", "n-1", "n-1")]
-    with pytest.raises(ValueError, match="no view for NodePool"):
-        cluster.subscribe_views("NodePool", on_pod)
+    with pytest.raises(ValueError, match="no view for DaemonSet"):
+        cluster.subscribe_views("DaemonSet", on_pod)
 
 
 def test_the_pod_scheduling_rules_on_every_kind_of_pod() -> None:

@@ -18,8 +18,8 @@ from controller.metrics import REGISTRY
 from controller.scheduling import NodePoolTemplate, Pod, Resources, solve
 from controller.state.manifest import nodeclaim_manifest
 from controller.state.writer import CreateReason, NewClaim, NodeClaimWriter
-from tests.unit.nodeclaim.fakeapi import FakeKube
-from tests.unit.nodeclaim.harness import Harness
+from tests.unit.fakeapi import FakeKube
+from tests.unit.harness import Harness
 
 Obj = dict[str, Any]
 

@@ -9,14 +9,10 @@ from api.v1.labels import ANNOTATION_DO_NOT_DISRUPT
 from controller.clock import format_time
 from controller.state.views import NodeClaimView, PodView
 from controller.termination.drain import grace_deadline, is_drainable, plan_drain
+from tests.unit.builders import pod_view as pod
 
 Obj = dict[str, Any]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def pod(name: str, **kw: Any) -> PodView:
-    meta: Obj = {"name": name, "namespace": "default", **kw.pop("metadata", {})}
-    return PodView.of({"metadata": meta, "spec": kw.pop("spec", {}), "status": kw.pop("status", {"phase": "Running"})})
 
 
 def names(pods: tuple[PodView, ...]) -> list[str]:

@@ -8,7 +8,7 @@ from api.v1.labels import TAINT_DISRUPTED
 from controller.kube.resources import NODECLAIMS, NODES, PODS
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.termination.controller import TerminationController
-from tests.unit.nodeclaim.harness import Harness
+from tests.unit.harness import Harness
 
 
 @pytest.fixture

@@ -1,0 +1,206 @@
+"""The solver's inputs, made from the cluster state in one place for every purpose.
+
+Every decider that solves (the provisioner, a gang in a zone, a ProvisioningRequest, a
+consolidation what-if, the capacity controller's buffer shapes) reads the same things: the
+NodePools that may launch now with the instance types their provider offers them, the machines
+of the cluster (in-flight NodeClaims included), the NodePools as the solver sees them (their usage
+counted from those machines), the DaemonSets' overhead and the offerings out of capacity. This
+module is the one place that reads them:
+
+* :func:`offered_pools` -- the NodePools not being deleted, validated once when their watch event
+  came (:class:`~controller.state.views.NodePoolView`), each with its instance types; an invalid
+  one, or one whose provider cannot list its types, is left out with a log line.
+* :func:`machines` -- the cluster's machines as the solver's ``ExistingNode``.
+* :func:`pool_template`, :func:`pool_templates` -- NodePools as the solver's ``NodePoolTemplate``.
+* :func:`daemon_templates` -- the pod every DaemonSet would run on a new node.
+* :func:`unavailable_offerings` -- the offerings out of capacity, as the solver's keys.
+* :func:`solver_inputs` -- all of them in one :class:`SolverInputs`, over the machines the caller
+  chose (every machine for provisioning; the gang's kept ones for a re-plan; the nodes left after
+  a consolidation's candidates for a what-if).
+
+The offline ``joiner plan`` has no cache: it builds its templates with :func:`pool_template`
+from the scenario's NodePools, so it plans exactly as the controller does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+import structlog
+
+from controller.cloudprovider.types import CloudProviderError
+from controller.scheduling import kubeconv, kubeconv_nodes
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.model import ExistingNode, NodePoolTemplate, OfferingKey, Pod
+from controller.state.cluster import ClusterState
+from controller.state.existing import cluster_machines
+from controller.state.views import NodeClaimView, NodePoolView, Obj
+
+log = structlog.get_logger()
+
+
+class InstanceTypeSource(Protocol):
+    """What the builder needs of a cloud provider: the instance types a NodePool may launch."""
+
+    async def instance_types(self, nodepool: Obj) -> Sequence[InstanceType]: ...
+
+
+class Offering(Protocol):
+    """An offering marked out of capacity (``cloudprovider.types.OfferingId``)."""
+
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def zone(self) -> str: ...
+    @property
+    def capacity_type(self) -> str: ...
+
+
+class OfferedPool(NamedTuple):
+    """A NodePool that may launch now, with the instance types its provider offers it."""
+
+    view: NodePoolView
+    instance_types: tuple[InstanceType, ...]
+
+
+OfferedPools = dict[str, OfferedPool]
+
+
+async def offered_pools(
+    cluster: ClusterState,
+    cloud: InstanceTypeSource,
+    *,
+    component: str,
+    on_invalid: Callable[[NodePoolView], None] | None = None,
+    quiet: bool = False,
+) -> OfferedPools:
+    """The NodePools (by name, sorted) that may launch now, with their instance types.
+
+    ``on_invalid`` is told of every invalid NodePool instead of the ``<component>.nodepool_invalid``
+    warning; ``quiet`` logs a provider that cannot list its types at debug level."""
+    pools: OfferedPools = {}
+    for name, view in sorted(cluster.nodepool_views().items()):
+        if view.deleting:
+            continue
+        if view.invalid is not None:
+            if on_invalid is not None:
+                on_invalid(view)
+            else:
+                log.warning(f"{component}.nodepool_invalid", nodepool=name, error=str(view.invalid))
+            continue
+        try:
+            instance_types = tuple(await cloud.instance_types(view.raw))
+        except CloudProviderError as err:
+            (log.debug if quiet else log.warning)(
+                f"{component}.instance_types_unavailable", nodepool=name, error=str(err)
+            )
+            continue
+        pools[name] = OfferedPool(view, instance_types)
+    return pools
+
+
+def all_types(pools: Mapping[str, OfferedPool]) -> dict[str, InstanceType]:
+    """Every instance type the pools offer, by name."""
+    return {it.name: it for _, its in pools.values() for it in its}
+
+
+def manifests(pools: Mapping[str, OfferedPool]) -> dict[str, Obj]:
+    """The pools' manifests as written, by name (for budgets, limits, spec.gang and status)."""
+    return {name: pool.view.raw for name, pool in pools.items()}
+
+
+def machines(
+    cluster: ClusterState, pools: Mapping[str, OfferedPool], *, in_flight: Iterable[NodeClaimView] = ()
+) -> list[ExistingNode]:
+    """Every machine of the cluster as the solver sees it: registered Nodes with their pods, and
+    NodeClaims without a Node yet (``in_flight``: the ones just created that the cache does not show
+    yet) as the capacity they will bring."""
+    return cluster_machines(cluster, list(all_types(pools).values()), extra_claims=in_flight)
+
+
+def pool_template(
+    view: NodePoolView, types: Sequence[InstanceType], existing: Sequence[ExistingNode]
+) -> NodePoolTemplate:
+    """One NodePool as the solver sees it, its usage counted from ``existing``; raises
+    :class:`kubeconv.ConversionError` for one that is invalid or does not convert."""
+    usage = kubeconv_nodes.pool_usage(view.name, existing)
+    if view.model is None:
+        errors = view.invalid.errors if view.invalid is not None else []
+        raise kubeconv.ConversionError(f"NodePool {view.name}: " + "; ".join(str(e) for e in errors))
+    return kubeconv_nodes.nodepool_template(view.model, types, usage=usage)
+
+
+def pool_templates(
+    pools: Mapping[str, OfferedPool],
+    existing: Sequence[ExistingNode],
+    *,
+    on_error: Callable[[str, ValueError], None],
+) -> list[NodePoolTemplate]:
+    """The offered NodePools as the solver sees them, each one's usage counted from ``existing``;
+    ``on_error(name, err)`` is told of one that does not convert, which is left out."""
+    templates: list[NodePoolTemplate] = []
+    for name, (view, types) in pools.items():
+        try:
+            templates.append(pool_template(view, types, existing))
+        except ValueError as err:
+            on_error(name, err)
+    return templates
+
+
+def daemon_templates(cluster: ClusterState, *, component: str) -> list[Pod]:
+    """The pod every DaemonSet would run on a new node (its overhead)."""
+    daemons = []
+    for ds in cluster.daemonsets():
+        try:
+            daemons.append(kubeconv.daemonset_from_dict(ds))
+        except ValueError as err:
+            log.warning(f"{component}.daemonset_unreadable", daemonset=ds["metadata"]["name"], error=str(err))
+    return daemons
+
+
+def unavailable_offerings(marked: Iterable[Offering]) -> frozenset[OfferingKey]:
+    """The offerings out of capacity (``UnavailableOfferings.current()``) as the solver's keys."""
+    return frozenset((o.instance_type, o.zone, o.capacity_type) for o in marked)
+
+
+@dataclass(frozen=True, slots=True)
+class SolverInputs:
+    """What one solve takes besides its pods, read from the cluster state at one moment."""
+
+    pools: OfferedPools  # the NodePools that may launch now, with their instance types
+    instance_types: Mapping[str, InstanceType]  # every type they offer, by name
+    existing: tuple[ExistingNode, ...]  # the machines the pods may use
+    templates: tuple[NodePoolTemplate, ...]  # the NodePools as the solver sees them, usage counted
+    daemons: tuple[Pod, ...]  # the DaemonSets' overhead on a new node
+    unavailable: frozenset[OfferingKey]  # offerings every decider skips now
+
+
+def solver_inputs(
+    cluster: ClusterState,
+    pools: OfferedPools,
+    *,
+    existing: Sequence[ExistingNode],
+    usage_from: Sequence[ExistingNode] | None = None,
+    unavailable: Iterable[Offering],
+    component: str,
+    invalid_event: str = "nodepool_invalid",
+) -> SolverInputs:
+    """The solver's inputs over ``existing`` (the machines the caller lets the pods use): the pools'
+    templates with their usage counted from ``usage_from`` (``existing`` unless given: a gang's
+    re-plan uses only its kept machines but every machine counts for the NodePools' limits)."""
+
+    def invalid(name: str, err: ValueError) -> None:
+        log.warning(f"{component}.{invalid_event}", nodepool=name, error=str(err))
+
+    counted = existing if usage_from is None else usage_from
+    templates = pool_templates(pools, counted, on_error=invalid)
+    return SolverInputs(
+        pools=pools,
+        instance_types=all_types(pools),
+        existing=tuple(existing),
+        templates=tuple(templates),
+        daemons=tuple(daemon_templates(cluster, component=component)),
+        unavailable=unavailable_offerings(unavailable),
+    )

@@ -1,3 +1,0 @@
-from tests.unit.disruption.world import world
-
-__all__ = ["world"]

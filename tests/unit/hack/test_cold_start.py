@@ -1,0 +1,125 @@
+"""`make test` on a cold machine: the builds run in the background with one progress line per
+binary and Go's output in a log file, and a failed build fails `make test` with the log's tail.
+
+Go itself is replaced by tests/unit/data/fake-go (it "downloads" and "builds" instantly, and fails
+to compile the binary named by FAKE_GO_FAIL); the build scripts, hack/build-all.sh and
+hack/test.sh are the real ones, run in a copy of the repository's skeleton."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE_GO = Path(__file__).parents[1] / "data" / "fake-go"
+
+
+@pytest.fixture
+def skeleton(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    for script in ("build-all.sh", "build-binaries.sh", "build-tools.sh", "build-kueue.sh", "test.sh"):
+        (root / "hack").mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / "hack" / script, root / "hack" / script)
+    shutil.copytree(REPO / "hack" / "tools", root / "hack" / "tools")
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    shutil.copy(FAKE_GO, fake_bin / "go")
+    (fake_bin / "go").chmod(0o755)
+    return root
+
+
+def env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    out = dict(os.environ)
+    out.update(PATH=f"{tmp_path / 'bin'}{os.pathsep}{out['PATH']}", JOINER_CACHE_DIR=str(tmp_path / "cache"), **extra)
+    return out
+
+
+def run(args: list[str], cwd: Path, environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, env=environment, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_one_line_per_binary_with_what_is_left_and_go_in_a_log(skeleton: Path, tmp_path: Path) -> None:
+    done = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    built = [line.split("] ", 1)[1] for line in lines if "] built " in line]
+    assert [b.split(" in ")[0] for b in built] == [
+        "built etcd",
+        "built kwok",
+        "built kube-apiserver",
+        "built kube-scheduler",
+        "built kube-controller-manager",
+        "built kubectl",
+        "built helm",
+        "built promtool",
+        "built prometheus",
+        "built kueue",
+    ]
+    assert built[0].endswith(
+        "9 left: kwok kube-apiserver kube-scheduler kube-controller-manager kubectl helm promtool prometheus kueue"
+    )
+    assert built[-1].endswith("0 left")
+    assert "go: downloading" not in done.stdout + done.stderr
+    log = (tmp_path / "cache" / "build.log").read_text()
+    assert "go: downloading example.com/x v1.0.0" in log
+    again = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path))
+    assert "cached in" in again.stdout
+    assert "] built " not in again.stdout
+
+
+def test_a_failed_build_shows_the_logs_tail_and_fails(skeleton: Path, tmp_path: Path) -> None:
+    done = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path, FAKE_GO_FAIL="kube-scheduler"))
+    assert done.returncode == 1
+    assert "hack/build-binaries.sh failed" in done.stdout
+    assert "    ./x.go:1: undefined: y" in done.stdout  # the compiler's words, from the log
+
+
+def fake_venv(root: Path, *, unit_rc: int) -> None:
+    """A .venv/bin whose pytest and python exit as told (the real ones would run this test again)."""
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool, rc in (("pytest", unit_rc), ("python", 0)):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*"\nexit {rc}\n')
+        (bin_dir / tool).chmod(0o755)
+    (root / "Makefile").write_text("lint-fast:\n\t@echo lint-fast ran\n")
+
+
+def test_make_test_fails_when_the_background_build_fails_though_the_unit_tests_pass(
+    skeleton: Path, tmp_path: Path
+) -> None:
+    fake_venv(skeleton, unit_rc=0)
+    done = run(["bash", "hack/test.sh"], skeleton, env(tmp_path, FAKE_GO_FAIL="kubectl"))
+    assert done.returncode == 1, done.stdout
+    out = done.stdout
+    assert (
+        out.index("pytest tests -q --ignore=tests/e2e")
+        < out.index("lint-fast ran")
+        < out.index("unit tests and lint passed")
+    )
+    assert "./x.go:1: undefined: y" in out
+    assert "FAILED after" in out
+    assert "the build of the cluster binaries or tools failed" in out
+    assert "pytest tests/helm tests/e2e" not in out
+
+
+def test_make_test_runs_e2e_after_the_build_and_gives_the_unit_verdict_first(skeleton: Path, tmp_path: Path) -> None:
+    fake_venv(skeleton, unit_rc=0)
+    done = run(["bash", "hack/test.sh"], skeleton, env(tmp_path))
+    assert done.returncode == 0, done.stdout
+    out = done.stdout
+    assert (
+        out.index("unit tests and lint passed")
+        < out.index("built kubectl")
+        < out.index("pytest tests/helm tests/e2e -q")
+    )
+    failing = tmp_path / "second"
+    shutil.copytree(skeleton, failing, ignore=shutil.ignore_patterns(".venv", ".build"))
+    fake_venv(failing, unit_rc=1)
+    done = run(["bash", "hack/test.sh"], failing, env(tmp_path))
+    assert done.returncode == 1
+    assert "unit tests failed" in done.stdout
+    assert "pytest tests/helm tests/e2e" not in done.stdout

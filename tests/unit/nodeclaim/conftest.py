@@ -1,3 +1,0 @@
-from tests.unit.nodeclaim.harness import harness
-
-__all__ = ["harness"]

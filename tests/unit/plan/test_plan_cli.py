@@ -1,0 +1,120 @@
+"""`joiner plan` on the example scenarios in hack/scenarios."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller.cli import main
+
+SCENARIOS = Path(__file__).resolve().parents[3] / "hack" / "scenarios"
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["plan", *args, "-o", "json"]) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_gpu_scenario_buys_gpu_aware_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    out = plan_json(capsys, "-f", str(SCENARIOS / "gpu-mixed.yaml"))
+    assert set(out) >= {"nodeClaims", "existingNodes", "unschedulable", "totalPrice"}
+    claims = out["nodeClaims"]
+    for claim in claims:
+        assert set(claim) >= {"name", "nodePool", "instanceType", "instanceTypes", "zone", "capacityType", "price"}
+        assert claim["instanceTypes"][0] == claim["instanceType"]
+    assert out["totalPrice"] == pytest.approx(sum(c["price"] for c in claims), abs=1e-4)
+    # each 1-GPU L4 inference replica gets a 1-GPU L4 machine
+    inference = [c for c in claims if any(p.startswith("ml/llm-inference") for p in c["pods"])]
+    assert sum(len(c["pods"]) for c in inference) == 6
+    assert all(c["instanceType"].startswith("g6.") and c["nodePool"] == "gpu" for c in inference)
+    # the training job is a gang: two 8-GPU H100 machines carrying the gang id
+    gang = [c for c in claims if c["gang"] == "ml/pretrain"]
+    assert sorted(p for c in gang for p in c["pods"]) == ["ml/pretrain-0", "ml/pretrain-1"]
+    assert all(c["instanceType"] == "p5.48xlarge" for c in gang)
+    # web is spread over the three zones, on the CPU pool
+    web_zones = [c["zone"] for c in claims for p in c["pods"] if p.startswith("default/web-")]
+    assert sorted(web_zones.count(z) for z in set(web_zones)) == [3, 3, 3]
+    assert {c["nodePool"] for c in claims if any(p.startswith("default/web-") for p in c["pods"])} == {"cpu"}
+    assert out["unschedulable"] == [
+        {
+            "pod": "ml/too-big",
+            "reason": 'nodepool "gpu": no instance type has 16 nvidia.com/gpu (largest: 8); '
+            'nodepool "cpu": no instance type has nvidia.com/gpu',
+        }
+    ]
+
+
+def test_existing_and_in_flight_capacity_is_used_first(capsys: pytest.CaptureFixture[str]) -> None:
+    out = plan_json(capsys, "-f", str(SCENARIOS / "existing-capacity.yaml"))
+    assert out["nodeClaims"] == []
+    placed = {e["node"]: len(e["pods"]) for e in out["existingNodes"]}
+    assert placed == {"node-a": 1, "default-x7k2p": 6}  # node-b is cordoned
+    assert out["totalPrice"] == 0
+
+
+def test_yaml_and_table_output(capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = str(SCENARIOS / "gpu-mixed.yaml")
+    assert main(["plan", "-f", scenario, "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["unschedulable"][0]["pod"] == "ml/too-big"
+    assert main(["plan", "-f", scenario]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == [
+        "NODECLAIM", "NODEPOOL", "INSTANCE-TYPE", "ZONE", "CAPACITY", "$/H", "PODS", "GANG", "FALLBACKS",
+    ]  # fmt: skip
+    assert "ml/too-big" in table
+    assert "Total:" in table.splitlines()[-1]
+
+
+def test_pods_from_stdin_default_to_the_default_namespace(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = (SCENARIOS / "existing-capacity.yaml").read_text().split("---")[0]
+    pod = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: lone}\nspec: {containers: [{name: c}]}\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(pool + pod))
+    out = plan_json(capsys, "-f", "-")
+    assert out["nodeClaims"][0]["pods"] == ["default/lone"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kind: [unclosed", "not valid YAML"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\n",
+         "document 2 (Secret 's'): kind: unknown kind 'Secret'"),
+        ("apiVersion: joiner.sh/v1\nkind: NodePool\nmetadata: {name: bad}\nspec:\n  template:\n    spec:\n"
+         "      nodeClassRef: {group: joiner.sh, kind: KWOKNodeClass, name: default}\n"
+         "      requirements: [{key: joiner.sh/gpu-count, operator: Gt, values: [many]}]\n",
+         "document 1 (NodePool 'bad'): invalid: spec.template.spec.requirements[0]"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+         "    - {name: c, resources: {requests: {cpu: lots}}}\n",
+         "Pod default/p: spec.containers[0].resources.requests"),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_non_zero_and_names_the_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    assert main(["plan", "-f", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert message in captured.err
+    assert captured.err.startswith("error: ")
+
+
+def test_a_gang_is_planned_in_one_zone_unless_it_opts_out(capsys: pytest.CaptureFixture[str]) -> None:
+    text = (SCENARIOS / "gangs.yaml").read_text()
+    out = plan_json(capsys, "-f", str(SCENARIOS / "gangs.yaml"))
+    by_gang: dict[str, set[str]] = {}
+    for claim in out["nodeClaims"]:
+        if claim["gang"]:
+            by_gang.setdefault(claim["gang"], set()).add(claim["zone"])
+    assert by_gang, "the scenario has a gang"
+    assert all(len(zones) == 1 for zones in by_gang.values()), by_gang
+    assert "joiner.sh/gang-same-zone" not in text  # the one-zone placement is the default

@@ -1,0 +1,232 @@
+"""Telling kube-scheduler the plan: status.nominatedNodeName of each planned pod follows the
+provisioner's plan, from the moment the planned Node exists."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from controller.kube.client import ApiError
+from controller.kube.resources import NODECLAIMS, PODS, Resource
+from controller.provisioning.provisioner import Provisioner
+from controller.settings import Settings
+from tests.unit.harness import Harness, make_harness
+from tests.unit.provisioning.test_provisioner import claims, pending, register
+
+Obj = dict[str, Any]
+
+POOL: Obj = {
+    "apiVersion": "joiner.sh/v1",
+    "kind": "NodePool",
+    "metadata": {"name": "default"},
+    "spec": {
+        "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}}
+    },
+}
+
+
+async def _harness(settings: Settings | None = None) -> Harness:
+    from controller.kube.resources import NODEPOOLS
+
+    h = await make_harness(settings)
+    await h.create_nodeclass()
+    await h.kube.create(NODEPOOLS, POOL)
+    await h.cached("NodePool", "default")
+    return h
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    harness = await _harness()
+    try:
+        yield harness
+    finally:
+        await harness.close()
+
+
+def nominated(h: Harness, pod: str) -> str | None:
+    obj = h.kube.obj(PODS, pod, "default")
+    assert obj is not None
+    value = (obj.get("status") or {}).get("nominatedNodeName")
+    return str(value) if value else None
+
+
+async def up(h: Harness, claim: Obj) -> None:
+    """The claim's machine joined and is Initialized (what the lifecycle controller records)."""
+    await register(h, claim)
+    await initialize(h, claim)
+
+
+async def initialize(h: Harness, claim: Obj) -> None:
+    name = claim["metadata"]["name"]
+    cond = {
+        "type": "Initialized",
+        "status": "True",
+        "reason": "Initialized",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    await h.kube.patch(NODECLAIMS, name, {"status": {"conditions": [cond]}}, subresource="status")
+    await h.cached("NodeClaim", name)
+
+
+async def scheduler_clears(h: Harness, pod: str) -> None:
+    """What kube-scheduler does when it tries the pod and no node takes it yet."""
+    await h.kube.patch(PODS, pod, {"status": {"nominatedNodeName": None}}, namespace="default", subresource="status")
+    await h.cached("Pod", f"default/{pod}")
+
+
+async def test_pods_are_nominated_to_their_planned_node_as_soon_as_it_exists(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    await pending(h, "a", "1500m")
+    await pending(h, "b", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await h.cached("NodeClaim", claim["metadata"]["name"])
+    await h.settle()
+    # no Node yet: nothing the scheduler could hold room on
+    assert nominated(h, "a") is None
+    assert nominated(h, "b") is None
+    # the Node joined: nominated before it opens to kube-scheduler (the lifecycle keeps it closed
+    # until then), so kube-scheduler keeps their room from the first moment it may use the Node
+    await register(h, claim)
+    node = claim["metadata"]["name"]
+    await h.eventually(lambda: nominated(h, "a") == node and nominated(h, "b") == node, "both pods nominated")
+
+
+async def test_a_nomination_the_scheduler_cleared_is_set_again_while_the_plan_holds(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    await pending(h, "a", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await up(h, claim)
+    node = claim["metadata"]["name"]
+    await h.eventually(lambda: nominated(h, "a") == node, "pod nominated")
+    await scheduler_clears(h, "a")
+    await h.eventually(lambda: nominated(h, "a") == node, "pod nominated again")
+
+
+async def test_a_released_nomination_is_cleared_and_the_pod_follows_the_new_plan(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    await pending(h, "a", "1500m")
+    await pending(h, "b", "1500m")
+    await provisioner.reconcile()
+    [first] = claims(h)
+    await up(h, first)
+    first_node = first["metadata"]["name"]
+    await h.eventually(lambda: nominated(h, "b") == first_node, "b nominated")
+    # a pod joiner never planned for took the room: "b" is planned again, on a new NodeClaim
+    await h.bind_pod(
+        "stranger",
+        first_node,
+        spec={"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "2"}}}]},
+    )
+    await h.cached("Pod", "default/stranger")
+    await provisioner.reconcile()
+    await h.eventually(lambda: nominated(h, "b") is None, "the stale nomination cleared")
+    assert nominated(h, "a") == first_node
+    [second] = [c for c in claims(h) if c["metadata"]["name"] != first_node]
+    await up(h, second)
+    await h.eventually(lambda: nominated(h, "b") == second["metadata"]["name"], "b nominated to its new node")
+
+
+async def test_a_nomination_written_by_someone_else_is_left_alone(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    await pending(h, "a", "1500m")
+    # the scheduler's preemption nominated it to a node joiner does not know
+    await h.kube.patch(
+        PODS, "a", {"status": {"nominatedNodeName": "elsewhere"}}, namespace="default", subresource="status"
+    )
+    await h.cached("Pod", "default/a")
+    provisioner.nominator.sync()
+    await h.settle()
+    assert nominated(h, "a") == "elsewhere"
+    assert not [c for c in h.kube.calls if c[0] == "patch/status" and c[1] == "pods" and c[2] == "a"][1:]
+
+
+async def test_bound_pods_are_not_written(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    await pending(h, "a", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    node = claim["metadata"]["name"]
+    await h.kube.patch(PODS, "a", {"spec": {"nodeName": node}}, namespace="default")
+    await h.cached("Pod", "default/a")
+    h.kube.calls.clear()
+    await up(h, claim)
+    await h.settle()
+    assert not [c for c in h.kube.calls if c[0] == "patch/status" and c[1] == "pods"]
+
+
+async def test_a_cluster_that_refuses_the_field_turns_nominations_off_and_provisioning_goes_on(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    real_patch = h.kube.patch
+
+    async def refuse(res: Resource, name: str, patch: Any, **kwargs: Any) -> Obj:
+        if res is PODS and kwargs.get("subresource") == "status":
+            raise ApiError(403, "Forbidden", 'pods "a" is forbidden: cannot patch resource "pods/status"')
+        return await real_patch(res, name, patch, **kwargs)
+
+    h.kube.patch = refuse  # type: ignore[method-assign]
+    await pending(h, "a", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await up(h, claim)
+    await h.eventually(lambda: not provisioner.nominator.enabled, "nominations turned off")
+    h.kube.patch = real_patch  # type: ignore[method-assign]
+    assert nominated(h, "a") is None
+    await pending(h, "b", "3")
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert len(claims(h)) == 2
+
+
+async def test_nominations_can_be_switched_off() -> None:
+    h = await _harness(Settings(nominate=False))
+    try:
+        provisioner = Provisioner(h.ctx)
+        h.start(provisioner.nominator)
+        await pending(h, "a", "1500m")
+        await provisioner.reconcile()
+        [claim] = claims(h)
+        await up(h, claim)
+        await h.settle()
+        assert nominated(h, "a") is None
+        assert h.kube.obj(NODECLAIMS, claim["metadata"]["name"]) is not None
+    finally:
+        await h.close()
+
+
+async def test_a_pod_bound_just_before_its_nomination_does_not_turn_nominations_off(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    real_patch = h.kube.patch
+    raced: list[str] = []
+
+    async def bound_meanwhile(res: Resource, name: str, patch: Any, **kwargs: Any) -> Obj:
+        if res is PODS and kwargs.get("subresource") == "status" and name == "a" and not raced:
+            raced.append(name)  # what the apiserver answers when kube-scheduler bound the pod first
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: status.nominatedNodeName: Forbidden: '
+                "may not be set on pods that are already bound to a node",
+            )
+        return await real_patch(res, name, patch, **kwargs)
+
+    h.kube.patch = bound_meanwhile  # type: ignore[method-assign]
+    await pending(h, "a", "1500m")
+    await pending(h, "b", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await up(h, claim)
+    await h.eventually(lambda: nominated(h, "b") is not None, "b nominated")
+    assert raced == ["a"]
+    assert provisioner.nominator.enabled
