@@ -497,10 +497,12 @@ class _LineReader:
         dashes: tuple[int, ...] = ()
         while content[0] == "-" and (len(content) == 1 or content[1] == " "):
             dashes += (column,)
-            rest = content[1:].lstrip(" ")
-            column += len(content) - len(rest)
+            rest = content[2:]
             if not rest:
                 return start, _ITEM_OPEN, None, None, dashes
+            if rest[0] == " ":
+                raise _NotLines  # more than one space after the dash: its item is further right
+            column += 2
             content = rest
         # a key?
         first = content[0]

@@ -320,6 +320,8 @@ READ = [
     "~: 1\ntrue: 2\n1.5: 3\n2002-12-14: 4\n'': 5\n\"x y\": 6\n",
     "a:\n  - 1\n  -\n  - - 2\n",
     "a: -1\nb: -x\nc: x-\nd: a:b\ne: http://x/#y\n",
+    "k: >\n  a\n  b\n\n  c\n    more\n  d\n\n\n  e\n   f\nl: >+\n  x\n\nm: |-\n  y\n\n",
+    "- >\n  a\n  b\n- |+\n  c\n\n- >-\n  d\n",
     'message: "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes\n  are available."\n',
 ]
 
@@ -377,6 +379,8 @@ FALLBACK = {
     "sequence then key at the root": "- a\nb: 1\n",
     "key after a scalar": "a: 1\n  b: 2\n",
     "unterminated quote": "a: 'x\n",
+    "spaces after a dash": "-   a: 1\n    b: 2\n",
+    "spaces after a dash, then a key two past the dash": "-   a: 1\n  b: 2\n",
     "junk after a quote": "a: 'x' y\n",
 }
 
