@@ -640,6 +640,8 @@ def _load_lines(text: str, shapes: list[tuple[int, int] | None] | None) -> list[
     ``---``. Raises :class:`_NotLines` for anything else (flow collections with content, anchors,
     aliases, tags, directives, plain scalars over several lines, tabs, a key twice, an error...):
     the caller then reads the stream with libyaml, which gives the same objects and the errors."""
+    if not isinstance(text, str):
+        raise _NotLines  # bytes (PyYAML reads them too): libyaml decodes them
     if not text:
         return []
     lines = text.split("\n")

@@ -417,3 +417,14 @@ def test_kubectl_printed_pods_are_read_line_by_line() -> None:
     assert docs == list(yaml.load_all(text, Loader=PURE))
     _same_as_today(text)
     assert docs[0]["items"][0]["status"]["conditions"][0]["message"].startswith("0/3 nodes are available")
+
+
+@pytest.mark.parametrize("text", [*READ, "", "# nothing\n", b"a: 1\n"])
+def test_load_yaml_reads_one_document_as_pyyaml_does(text: str) -> None:
+    def outcome(load: Any) -> str:
+        try:
+            return repr(load(text))
+        except yaml.YAMLError as err:
+            return f"{type(err).__name__}: {err}"
+
+    assert outcome(lambda t: serialization.load_yaml(t, strict=True)) == outcome(lambda t: yaml.load(t, Loader=FAST))
