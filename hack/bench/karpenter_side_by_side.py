@@ -182,7 +182,7 @@ def compile_joiner() -> None:
     )
 
 
-def run_joiner(size: int, *, repeat: int, workdir: Path) -> JoinerRun:
+def run_joiner(size: int, *, repeat: int, workdir: Path, kubectl: bool = False) -> JoinerRun:
     catalog = karpenter_catalog()
     pool = karpenter_pool(catalog)
     pods = karpenter_pods(size)
@@ -197,7 +197,7 @@ def run_joiner(size: int, *, repeat: int, workdir: Path) -> JoinerRun:
     zone_of = {key: n.choice.zone for n in plan.new_nodes for key in n.pods}
     a_zones = Counter(zone_of.get(p.key, "?") for p in pods if p.labels.get("my-label") == "a")
     node_zones = Counter(n.choice.zone for n in plan.new_nodes)
-    scenario, catalog_file = write_scenario(workdir, size)
+    scenario, catalog_file = write_scenario(workdir, size, kubectl=kubectl)
     joiner = Path(sys.executable).with_name("joiner")
     runs: list[tuple[float, float]] = []
     for _ in range(max(1, repeat)):
@@ -230,6 +230,11 @@ def main() -> int:
         "--repeat", type=int, default=1, help="joiner solves and whole commands per size (the best is reported)"
     )
     parser.add_argument("--skip-karpenter", action="store_true", help="only joiner's side")
+    parser.add_argument(
+        "--kubectl",
+        action="store_true",
+        help="hand joiner plan the pods as `kubectl get pods -o yaml` prints them (a List of full, pending Pods)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     procs = [int(p) for p in args.procs.split(",") if p]
@@ -257,7 +262,7 @@ def main() -> int:
                         f"${k.price:.2f}/h; my-label=a by zone {k.a_by_zone}; nodes by zone {k.nodes_by_zone}",
                         flush=True,
                     )
-            j = run_joiner(size, repeat=args.repeat, workdir=Path(tmp))
+            j = run_joiner(size, repeat=args.repeat, workdir=Path(tmp), kubectl=args.kubectl)
             print(
                 f"  joiner {size} pods: solve {j.solve_seconds:.2f} s (CPU {j.solve_cpu_seconds:.2f} s), "
                 f"whole command {j.command_seconds:.2f} s (CPU {j.command_cpu_seconds:.2f} s), "
