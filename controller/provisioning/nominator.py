@@ -8,8 +8,8 @@ is bought. Kubernetes lets a component other than the scheduler set a pending po
 the scheduler tries that node first, and counts the pod on it when it places any other pod of
 equal or lower priority, so the room stays for the pod it was planned for.
 
-This controller keeps that field equal to the plan, as `Provisioner` records it (pod key ->
-NodeClaim):
+This controller keeps that field equal to the plan, as `Provisioner` records it in its `Places`
+(`places.py`: pod key -> NodeClaim):
 - it is set as soon as the NodeClaim's Node exists. The Node stays closed to kube-scheduler (its
   `joiner.sh/unregistered` taint on) until the pods planned there are nominated to it (the
   lifecycle reads the plan from `ctx.planned`, see `controller.nodeclaim.decide`): nominated only

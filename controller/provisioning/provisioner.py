@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import structlog
 
-from api.v1.labels import TAINT_UNREGISTERED
 from controller import metrics
 from controller.clock import TokenBucket
 from controller.context import Context
 from controller.provisioning.batcher import Batcher
-from controller.provisioning.nominations import split_nominated
 from controller.provisioning.nominator import Nominator
+from controller.provisioning.places import Places
 from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
@@ -39,18 +37,10 @@ from controller.state.inputs import OfferedPools, machines, manifests, offered_p
 from controller.state.manifest import nodeclaim_manifest
 from controller.state.nodepools import tier_mix
 from controller.state.spend import pool_bounds
-from controller.state.views import DEFAULT_SCHEDULER, NodeClaimView, NodeView, Obj, PodView
+from controller.state.views import DEFAULT_SCHEDULER, Obj, PodView
 from controller.state.writer import NewClaim
 
 log = structlog.get_logger()
-# a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
-# if kube-scheduler has not bound it there by then, it is solved again
-NOMINATION_GRACE_SECONDS = 10.0
-# ... and up to this long while kube-scheduler is visibly working through a backlog, or longer when
-# the backlog at kube-scheduler's pace takes longer (twice its time, at most the ceiling)
-BACKLOG_NOMINATION_GRACE_SECONDS = 600.0
-BACKLOG_NOMINATION_GRACE_CEILING_SECONDS = 3600.0
-BIND_RATE_WINDOW_SECONDS = 15.0
 RESYNC_SECONDS = 5.0
 # a burst still arriving: the longest gap between two of its pods (the ReplicaSet controller's steps)
 ARRIVAL_GAP_SECONDS = 3.0
@@ -102,33 +92,24 @@ class Provisioner:
             max_seconds=ctx.settings.batch_max_seconds,
             arriving=self._scheduler_has_untried_pods,
         )
-        self._nominations: dict[str, str] = {}  # pod key -> NodeClaim the last decision put it on
+        # where each pending pod was planned (pod key -> NodeClaim), and for how long it keeps that place
+        self.places = Places(ctx)
         # creates the NodeClaims, and counts the ones just created (by anyone) until the cache shows them
         self._writer = ctx.writer
         self._event_tasks: set[asyncio.Task[None]] = set()
         self._untried_timer: asyncio.Task[None] | None = None
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
-        self.nominator = Nominator(ctx, nominations=lambda: self._nominations, claim=self._claim)
+        self.nominator = Nominator(ctx, nominations=lambda: self.places.nominations, claim=self.places.claim)
         self._buffers_seen: dict[str, BufferReport | None] = {}  # pool -> the buffer report last acted on
-        self._binds: deque[float] = deque()  # when kube-scheduler bound pods (monotonic), for its pace
-        self._grace = NOMINATION_GRACE_SECONDS
         self._last_arrival: float | None = None  # when the last pod kube-scheduler had not tried arrived
-        self._opened: dict[str, datetime] = {}  # Node -> when its joiner.sh/unregistered taint went
         self._nominated_events = TokenBucket(ctx.clock, rate=NOMINATED_EVENTS_PER_SECOND, burst=NOMINATED_EVENTS_BURST)
 
     # --- triggers --------------------------------------------------------------------------
-    def _on_node(self, etype: str, node: NodeView, old: NodeView | None) -> None:
-        # a planned Node opened: the grace of the pods planned there counts from now
-        if etype == "DELETED":
-            self._opened.pop(node.name, None)
-        elif old is not None and old.has_taint(TAINT_UNREGISTERED) and not node.has_taint(TAINT_UNREGISTERED):
-            self._opened[node.name] = self.ctx.clock.now()
-
     def _on_pod(self, etype: str, pod: PodView, old: PodView | None) -> None:
         if etype == "DELETED":
             return
         if pod.node_name and old is not None and not old.node_name:
-            self._binds.append(self.ctx.clock.monotonic())
+            self.places.bound()
         if pod.is_unschedulable:
             if old is not None and old.awaits_scheduler and self._may_plan_untried(old):
                 # kube-scheduler's first verdict on a pod the open batch plans anyway once it waited
@@ -228,7 +209,7 @@ class Provisioner:
     async def run(self) -> None:
         cluster = self.ctx.cluster
         cluster.subscribe_views("Pod", self._on_pod)
-        cluster.subscribe_views("Node", self._on_node)
+        cluster.subscribe_views("Node", self.places.on_node)
         cluster.subscribe("NodeClaim", self._on_capacity_change)
         cluster.subscribe("NodePool", self._on_capacity_change)
         cluster.subscribe("KWOKNodeClass", self._on_capacity_change)
@@ -268,125 +249,11 @@ class Provisioner:
                 else:  # nothing pending to plan: no pool refuses anything
                     self.ctx.refusals.record(pools=self.ctx.cluster.nodepools(), unschedulable={})
             finally:
-                self.ctx.planned.publish(self._nominations if self.nominator.enabled else {})
+                self.ctx.planned.publish(self.places.nominations if self.nominator.enabled else {})
             self.nominator.sync()  # the plan may have moved pods, released or made nominations
             return decision.plan if decision is not None else None
 
     # --- decide ----------------------------------------------------------------------------
-    def _claim(self, name: str) -> NodeClaimView | None:
-        return self.ctx.cluster.claim_views().get(name) or self._writer.just_created(name)
-
-    def bind_rate(self) -> float:
-        """Pods kube-scheduler bound per second over the last ``BIND_RATE_WINDOW_SECONDS``."""
-        horizon = self.ctx.clock.monotonic() - BIND_RATE_WINDOW_SECONDS
-        while self._binds and self._binds[0] < horizon:
-            self._binds.popleft()
-        return len(self._binds) / BIND_RATE_WINDOW_SECONDS
-
-    def nomination_grace(self) -> float:
-        """How long a pod planned onto a NodeClaim keeps its place after the node is Initialized.
-
-        10 s normally. While kube-scheduler works through a backlog (a large burst: it binds a few
-        dozen pods a second, so thousands of pods wait minutes on nodes that are ready for them),
-        solving the waiting pods again would only put them back where they are, at the cost of a large
-        solve every few seconds: so while kube-scheduler has bound pods in the last
-        ``BIND_RATE_WINDOW_SECONDS`` and pods wait on Initialized nodes, they keep their place after
-        their node was Initialized for ``BACKLOG_NOMINATION_GRACE_SECONDS``, or for twice the time
-        kube-scheduler needs at its pace to bind the pods still planned (10,000 pods at 13 a second:
-        26 min), at most ``BACKLOG_NOMINATION_GRACE_CEILING_SECONDS``. Once it stops binding, the
-        10 s apply again. A pod whose room was taken is released at once whatever the grace
-        (``split_nominated``).
-        """
-        rate = self.bind_rate()
-        if rate <= 0:
-            return NOMINATION_GRACE_SECONDS
-        for claim_name in self._nominations.values():
-            claim = self._claim(claim_name)
-            if claim is not None and not claim.deleting and claim.initialized:
-                backlog = 2.0 * len(self._nominations) / rate
-                return min(BACKLOG_NOMINATION_GRACE_CEILING_SECONDS, max(BACKLOG_NOMINATION_GRACE_SECONDS, backlog))
-        return NOMINATION_GRACE_SECONDS
-
-    def _claim_node_name(self, claim_name: str) -> str | None:
-        """The node a nominated NodeClaim stands for in the solver's input, or None if it is gone
-        or has been initialized and open to kube-scheduler long enough that a pod still pending on
-        it will not land there.
-
-        The grace counts from the later of the two: a planned Node stays closed (its
-        `joiner.sh/unregistered` taint on) until its pods are nominated, which on a loaded apiserver
-        took longer than the grace after it was Initialized, and 130 of a 1,000-pod burst were
-        solved again while kube-scheduler had not yet been allowed to place them: 19 NodeClaims for
-        a plan of 11, four of them left empty."""
-        claim = self._claim(claim_name)
-        if claim is None or claim.deleting:
-            return None
-        initialized = claim.condition("Initialized")
-        if initialized is not None and initialized.is_true:
-            node = self.ctx.cluster.node_view_for_claim(claim)
-            if node is not None and node.has_taint(TAINT_UNREGISTERED):
-                return claim.node_name or claim_name  # still closed: its pods cannot have landed yet
-            since = initialized.transitioned
-            opened = self._opened.get(node.name) if node is not None else None
-            if since is None or (opened is not None and opened > since):
-                since = opened
-            if since is None or (self.ctx.clock.now() - since).total_seconds() > self._grace:
-                return None
-        return claim.node_name or claim_name
-
-    def _with_nominations(self, pods: list[Pod], existing: list[ExistingNode]) -> tuple[list[Pod], list[ExistingNode]]:
-        """Pods an earlier decision already placed on capacity still coming up keep their place:
-        they are counted on that NodeClaim, not solved again (a re-pack could buy twice), as long as
-        they still fit there."""
-        index = {node.name: i for i, node in enumerate(existing)}
-        held: dict[int, list[Pod]] = {}
-        free: list[Pod] = []
-        for pod in pods:
-            claim_name = self._nominations.get(pod.key)
-            node_name = self._claim_node_name(claim_name) if claim_name else None
-            i = index.get(node_name) if node_name else None
-            if i is None:
-                self._nominations.pop(pod.key, None)
-                free.append(pod)
-            else:
-                held.setdefault(i, []).append(pod)
-        for i, nominated in held.items():
-            kept, released = split_nominated(existing[i], nominated)
-            if released:
-                log.info(
-                    "provisioner.nomination_released",
-                    node=existing[i].name,
-                    pods=len(released),
-                    reason="other pods took the room planned for them",
-                )
-            for pod in released:
-                self._nominations.pop(pod.key, None)
-            free.extend(released)
-            existing[i] = replace(existing[i], pods=(*existing[i].pods, *kept))
-        return free, existing
-
-    def _nominate(self, plan: Plan, created: dict[str, str]) -> None:
-        """Remember where the plan put each pod: new NodeClaims (plan name -> created name) and
-        placements on in-flight or registering NodeClaims."""
-        for node in plan.new_nodes:
-            claim_name = created.get(node.name)
-            if claim_name:
-                planned = [key for key in node.pods if not is_virtual(key)]  # a placeholder is no pod
-                for key in planned:
-                    self._nominations[key] = claim_name
-                log.debug("provisioner.planned", nodeclaim=claim_name, pods=planned)
-        by_node_name = {
-            c.node_name or c.name: c.name
-            for c in [
-                *self.ctx.cluster.claim_views().values(),
-                *self._writer.in_flight(),
-            ]
-        }
-        for node_name, keys in plan.existing_placements.items():
-            claim_name = by_node_name.get(node_name)
-            if claim_name and self._claim_node_name(claim_name):
-                for key in keys:
-                    self._nominations[key] = claim_name
-
     async def decide(self) -> Batch | None:
         cluster = self.ctx.cluster
         await cluster.wait_synced()
@@ -411,11 +278,7 @@ class Provisioner:
         # the machines (with the ones just created); the room booked for ProvisioningRequests' pods
         # still to come counts as taken
         existing = self.ctx.bookings.hold(machines(cluster, pools, in_flight=self._writer.in_flight()), now)
-        live = set(pending_objs)
-        for key in [k for k in self._nominations if k not in live]:
-            del self._nominations[key]
-        self._grace = self.nomination_grace()
-        pods, existing = self._with_nominations(pods, existing)
+        pods, existing = self.places.with_nominations(pods, existing, live=set(pending_objs))
         buffer_pods = [p for p in buffer_pods if virtual_pool(p) in pools]
         if not pods and not unreadable and not buffer_pods:
             return None
@@ -574,7 +437,7 @@ class Provisioner:
             event_reason = decision.refused[key][0] if key in decision.refused else "FailedProvisioning"
             log.info("provisioner.pod_unschedulable", pod=key, reason=reason, event_reason=event_reason)
             events.append((pod, event_reason, reason, True))
-        self._nominate(decision.plan, created_names)
+        self.places.nominate(decision.plan, created_names)
         await self._tell_bends(decision, created_names)
         if events:
             task = asyncio.create_task(self._tell(events), name="provisioner-events")

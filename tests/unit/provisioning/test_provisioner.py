@@ -412,12 +412,12 @@ async def test_planned_pods_keep_their_place_while_kube_scheduler_works_through_
     claim = await _planned_and_initialized(h, provisioner, 30)
     await h.advance(25)
     await _binds(h, "elsewhere", 3)  # kube-scheduler is working through pods
-    assert provisioner.nomination_grace() == 600.0
+    assert provisioner.places.nomination_grace() == 600.0
     assert await provisioner.reconcile() is None  # held: nothing solved again, nothing bought
     assert len(claims(h)) == 1
-    assert claim["metadata"]["name"] in set(provisioner._nominations.values())
+    assert claim["metadata"]["name"] in set(provisioner.places.nominations.values())
     await h.advance(16)  # and then it stops binding: the usual 10 s apply again
-    assert provisioner.nomination_grace() == 10.0
+    assert provisioner.places.nomination_grace() == 10.0
     plan = await provisioner.reconcile()
     assert plan is not None
     assert plan.new_nodes == ()
@@ -428,7 +428,7 @@ async def test_without_a_backlog_planned_pods_are_solved_again_after_ten_seconds
     h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
     await _planned_and_initialized(h, provisioner, 30)
     await h.advance(25)
-    assert provisioner.nomination_grace() == 10.0  # kube-scheduler binds nothing: no pace to wait for
+    assert provisioner.places.nomination_grace() == 10.0  # kube-scheduler binds nothing: no pace to wait for
     plan = await provisioner.reconcile()
     assert plan is not None
     assert plan.new_nodes == ()  # solved again onto the node they wait on: nothing bought
@@ -439,7 +439,7 @@ async def test_the_grace_of_planned_pods_counts_from_when_their_node_opened_not_
     """A planned Node stays closed until its pods are nominated (a loaded apiserver took longer than
     the grace): its pods keep their place while it is closed, and for the grace after it opened."""
     provisioner = Provisioner(h.ctx)
-    h.ctx.cluster.subscribe_views("Node", provisioner._on_node)
+    h.ctx.cluster.subscribe_views("Node", provisioner.places.on_node)
     claim = await _planned_and_initialized(h, provisioner, 30)
     name = claim["metadata"]["name"]
     closed = [{"key": TAINT_UNREGISTERED, "effect": "NoSchedule", "value": "true"}]
@@ -447,7 +447,7 @@ async def test_the_grace_of_planned_pods_counts_from_when_their_node_opened_not_
     await h.eventually(lambda: h.cluster.node_views()[name].has_taint(TAINT_UNREGISTERED), what="closed in the cache")
     await h.advance(25)  # Initialized 25 s ago, still closed: held
     assert await provisioner.reconcile() is None
-    assert name in set(provisioner._nominations.values())
+    assert name in set(provisioner.places.nominations.values())
     await h.kube.patch(NODES, name, {"spec": {"taints": []}})
     await h.eventually(lambda: not h.cluster.node_views()[name].has_taint(TAINT_UNREGISTERED), what="open")
     await h.advance(8)  # open for 8 s: still within the grace
@@ -463,14 +463,14 @@ async def test_a_backlog_longer_than_ten_minutes_at_kube_schedulers_pace_keeps_i
     h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
     claim = await _planned_and_initialized(h, provisioner, 30)
     await _binds(h, "elsewhere", 1)  # one pod in 15 s: 30 planned pods take 450 s at that pace
-    assert provisioner.nomination_grace() == 900.0  # twice that
+    assert provisioner.places.nomination_grace() == 900.0  # twice that
     await h.advance(700)  # past the 10 min: still kube-scheduler's backlog, nothing solved again
     await _binds(h, "elsewhere-too", 1, prefix="later")
     assert await provisioner.reconcile() is None
-    assert claim["metadata"]["name"] in set(provisioner._nominations.values())
+    assert claim["metadata"]["name"] in set(provisioner.places.nominations.values())
     for i in range(30, 400):  # a backlog that would take hours at this pace is held at most an hour
-        provisioner._nominations[f"default/more-{i}"] = claim["metadata"]["name"]
-    assert provisioner.nomination_grace() == 3600.0
+        provisioner.places.nominations[f"default/more-{i}"] = claim["metadata"]["name"]
+    assert provisioner.places.nomination_grace() == 3600.0
 
 
 async def test_a_limit_of_zero_is_named_in_the_pods_event_and_the_nodepools_status(h: Harness) -> None:
