@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller import serialization
+from controller import serialization, yaml_lines
 from controller.serialization import DuplicateKeyError, load_all_yaml
 
 PURE = yaml.SafeLoader
@@ -24,9 +24,9 @@ FAST = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 @contextmanager
 def _without_lines() -> Iterator[None]:
     def refuse(*_: Any) -> Any:
-        raise serialization._NotLines
+        raise yaml_lines.NotLines
 
-    with mock.patch.object(serialization, "_load_lines", refuse):
+    with mock.patch.object(serialization, "load_lines", refuse):
         yield
 
 
@@ -47,8 +47,8 @@ def _outcome(text: str, *, strict: bool = True, lines: bool = True) -> tuple[str
 
 
 def _read(text: str) -> list[Any]:
-    """The line reader alone (raises _NotLines where it hands the stream on)."""
-    return serialization._load_lines(text, None)
+    """The line reader alone (raises NotLines where it hands the stream on)."""
+    return yaml_lines.load_lines(text, None)
 
 
 def _same_as_today(text: str) -> None:
@@ -387,7 +387,7 @@ FALLBACK = {
 
 @pytest.mark.parametrize("text", FALLBACK.values(), ids=FALLBACK.keys())
 def test_what_the_line_reader_hands_to_libyaml(text: str) -> None:
-    with pytest.raises(serialization._NotLines):
+    with pytest.raises(yaml_lines.NotLines):
         _read(text)
     _same_as_today(text)
 
@@ -413,7 +413,7 @@ def test_kubectl_printed_pods_are_read_line_by_line() -> None:
 
     text = kubectl_pod_list(60)
     shapes: list[tuple[int, int] | None] = []
-    docs = serialization._load_lines(text, shapes)
+    docs = yaml_lines.load_lines(text, shapes)
     assert docs == list(yaml.load_all(text, Loader=PURE))
     _same_as_today(text)
     assert docs[0]["items"][0]["status"]["conditions"][0]["message"].startswith("0/3 nodes are available")
