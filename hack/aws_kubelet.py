@@ -32,17 +32,18 @@ import base64
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import boto3
+
+from hack.standin_loop import StandInLoop
 
 Obj = dict[str, Any]
 TAG_CLUSTER = "joiner.sh/cluster"
@@ -130,8 +131,11 @@ def _arch(itype: Obj) -> str:
 
 
 @dataclass
-class StandIn:
+class StandIn(StandInLoop):
     """The kubelet stand-in. ``sync_once`` does one round; ``run`` loops until ``stop``."""
+
+    LOOP = "aws-kubelet"
+    MANAGED = MANAGED
 
     endpoint_url: str
     cluster_name: str
@@ -174,20 +178,6 @@ class StandIn:
         return self._user_data[iid]
 
     # --- Kubernetes -----------------------------------------------------------------------------
-
-    def _kubectl(self, *args: str, stdin: str | None = None) -> str:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        proc = subprocess.run(
-            [self.kubectl, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60, check=False
-        )
-        if proc.returncode != 0 and "NotFound" not in proc.stderr and "AlreadyExists" not in proc.stderr:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
-        return proc.stdout
-
-    def nodes(self) -> dict[str, Obj]:
-        """This loop's Nodes by providerID."""
-        out = json.loads(self._kubectl("get", "nodes", "-l", f"{MANAGED}=true", "-o", "json") or '{"items": []}')
-        return {n["spec"].get("providerID", ""): n for n in out["items"]}
 
     def node_manifest(self, instance: Obj) -> Obj:
         zone = instance["Placement"]["AvailabilityZone"]
@@ -236,32 +226,8 @@ class StandIn:
             self._kubectl("create", "-f", "-", stdin=json.dumps(self.node_manifest(instance)))
             self.registered[instance["InstanceId"]] = now
             created += 1
-        for provider_id, node in nodes.items():
-            if provider_id not in alive and not node["metadata"].get("deletionTimestamp"):
-                self._kubectl("delete", "node", node["metadata"]["name"], "--wait=false")
-                deleted += 1
+        deleted += self.delete_gone(nodes, alive)
         return created, deleted
-
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sync_once()
-            except Exception as err:  # a moto or apiserver hiccup: the next round tries again
-                print(f"aws-kubelet: {err}", file=sys.stderr, flush=True)
-            self._stop.wait(self.interval)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @contextmanager
-    def running(self) -> Iterator[StandIn]:
-        thread = threading.Thread(target=self.run, name="aws-kubelet", daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            self.stop()
-            thread.join(timeout=30)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

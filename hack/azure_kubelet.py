@@ -20,15 +20,16 @@ import base64
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hack.standin_loop import StandInLoop
 
 Obj = dict[str, Any]
 TAG_CLUSTER = "joiner-cluster"
@@ -57,7 +58,9 @@ def kubelet_flags(script: str) -> tuple[list[Obj], dict[str, str]]:
 
 
 @dataclass
-class StandIn:
+class StandIn(StandInLoop):
+    LOOP = "azure-kubelet"
+    MANAGED = MANAGED
     endpoint: str
     cluster_name: str
     subscription: str
@@ -95,19 +98,6 @@ class StandIn:
                         self._sizes[str(row["name"])] = {c["name"]: c["value"] for c in row.get("capabilities") or []}
                 where = page.get("nextLink") or None
         return self._sizes[name]
-
-    def _kubectl(self, *args: str, stdin: str | None = None) -> str:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        proc = subprocess.run(
-            [self.kubectl, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60, check=False
-        )
-        if proc.returncode != 0 and "NotFound" not in proc.stderr and "AlreadyExists" not in proc.stderr:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
-        return proc.stdout
-
-    def nodes(self) -> dict[str, Obj]:
-        out = json.loads(self._kubectl("get", "nodes", "-l", f"{MANAGED}=true", "-o", "json") or '{"items": []}')
-        return {n["spec"].get("providerID", ""): n for n in out["items"]}
 
     def node_manifest(self, vm: Obj) -> Obj:
         size = vm["properties"]["hardwareProfile"]["vmSize"]
@@ -157,32 +147,8 @@ class StandIn:
             if provider_id not in nodes:
                 self._kubectl("create", "-f", "-", stdin=json.dumps(self.node_manifest(vm)))
                 created += 1
-        for provider_id, node in nodes.items():
-            if provider_id not in alive and not node["metadata"].get("deletionTimestamp"):
-                self._kubectl("delete", "node", node["metadata"]["name"], "--wait=false")
-                deleted += 1
+        deleted += self.delete_gone(nodes, alive)
         return created, deleted
-
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sync_once()
-            except Exception as err:  # a fake or apiserver hiccup: the next round tries again
-                print(f"azure-kubelet: {err}", file=sys.stderr, flush=True)
-            self._stop.wait(self.interval)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @contextmanager
-    def running(self) -> Iterator[StandIn]:
-        thread = threading.Thread(target=self.run, name="azure-kubelet", daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            self.stop()
-            thread.join(timeout=30)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
