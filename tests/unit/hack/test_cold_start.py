@@ -43,7 +43,7 @@ def run(args: list[str], cwd: Path, environment: dict[str, str]) -> subprocess.C
 
 
 def test_one_line_per_binary_with_what_is_left_and_go_in_a_log(skeleton: Path, tmp_path: Path) -> None:
-    done = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path))
+    done = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path, JOINER_BUILD_STREAMS="1"))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     built = [line.split("] ", 1)[1] for line in lines if "] built " in line]
@@ -69,6 +69,38 @@ def test_one_line_per_binary_with_what_is_left_and_go_in_a_log(skeleton: Path, t
     again = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path))
     assert "cached in" in again.stdout
     assert "] built " not in again.stdout
+
+
+def test_two_streams_build_every_binary_once_and_count_down_what_is_left(skeleton: Path, tmp_path: Path) -> None:
+    """The default: the cluster binaries in one stream, the tools then Kueue in the other."""
+    done = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "10 binaries, 2 at a time" in lines[0]
+    built = [line.split("] built ", 1)[1] for line in lines if "] built " in line]
+    names = [b.split(" in ")[0] for b in built]
+    cluster = ["etcd", "kwok", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"]
+    others = ["helm", "promtool", "prometheus", "kueue"]
+    assert [n for n in names if n in cluster] == cluster  # each stream keeps its own order
+    assert [n for n in names if n in others] == others
+    # marking a binary done and reading what is left is one step: each count once, 9 down to 0
+    counts = sorted(int(b.split("; ")[1].split(" left")[0]) for b in built)
+    assert counts == list(range(10))
+    assert "all ready in" in lines[-1]
+    assert "go: downloading" not in done.stdout + done.stderr
+    log = (tmp_path / "cache" / "build.log").read_text()
+    assert "go: downloading helm.sh/helm/v3/cmd/helm@" in log
+    assert "go: downloading example.com/y v1.0.0" in log  # the cluster stream's, in the same log
+    again = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path))
+    assert again.stdout.count("cached in") == 3
+    assert "] built " not in again.stdout
+    assert "0 left" in again.stdout
+
+
+def test_streams_is_one_or_two(skeleton: Path, tmp_path: Path) -> None:
+    done = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path, JOINER_BUILD_STREAMS="4"))
+    assert done.returncode == 2
+    assert "JOINER_BUILD_STREAMS must be 1 or 2" in done.stderr
 
 
 def test_a_failed_build_shows_the_logs_tail_and_fails(skeleton: Path, tmp_path: Path) -> None:
