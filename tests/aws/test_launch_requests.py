@@ -92,4 +92,13 @@ def test_a_capacity_block_request_carries_no_on_demand_options() -> None:
         capacity_type="on-demand",
         reservation=None,
     )
-    assert on_demand["OnDemandOptions"] == {"AllocationStrategy": "lowest-price"}
+    assert on_demand["OnDemandOptions"] == {"AllocationStrategy": "prioritized"}
+    reserved = fleet_request(
+        cluster_name="prod",
+        nodeclaim=claim,
+        nodeclass=resolved(),
+        configs=[],
+        capacity_type="reserved",
+        reservation=Reservation(id="cr-0od", instance_type="p5.48xlarge", zone="us-east-1a", available=1),
+    )
+    assert reserved["OnDemandOptions"] == {"AllocationStrategy": "lowest-price"}

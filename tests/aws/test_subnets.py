@@ -65,3 +65,29 @@ async def test_a_zone_whose_subnets_are_full_is_tried_last(
     )
     assert [subnet for _, subnet in by_priority][-1] == tiny
     assert len(by_priority) == 3
+
+
+async def test_an_on_demand_launch_tries_the_planned_zone_first_among_equal_prices(
+    provider: AWSCloudProvider, world: World, api: AWSApi, clock: FakeClock, proxy: FaultProxy
+) -> None:
+    """On-demand costs the same in every zone: the solver spreads such ties over the zones and
+    writes its choice as joiner.sh/planned-zone; EC2 follows joiner's order (prioritized)."""
+    await resolve_into(world, world.nodeclass(), api=api, clock=clock)
+
+    def first_zone() -> str:
+        fleet = [p for a, p in proxy.requests if a == "CreateFleet"][-1]
+        assert fleet["OnDemandOptions.AllocationStrategy"] == "prioritized"
+        by_priority = sorted(
+            (float(fleet[k]), fleet[k.removesuffix("Priority") + "SubnetId"]) for k in fleet if k.endswith(".Priority")
+        )
+        assert len(by_priority) == len(world.subnets)  # every zone stays a fallback
+        zone_of = {subnet: zone for zone, subnet in world.subnets.items()}
+        return zone_of[by_priority[0][1]]
+
+    for planned in ("us-east-1b", "us-east-1c", "us-east-1a"):
+        claim = nodeclaim(f"nc-{planned}", types=["g6.xlarge"], capacity_types=["on-demand"])
+        claim["metadata"]["annotations"] = {"joiner.sh/planned-zone": planned}
+        await provider.create(claim)
+        assert first_zone() == planned
+    await provider.create(nodeclaim("nc-unplanned", types=["g6.xlarge"], capacity_types=["on-demand"]))
+    assert first_zone() == "us-east-1a"  # no plan: the catalog's order

@@ -122,6 +122,16 @@ async def test_each_capacity_error_removes_the_failed_vm_and_falls_back(
     assert [v["properties"]["provisioningState"] for v in arm.vms.values()] == ["Succeeded"]
 
 
+async def test_the_planned_zone_is_tried_first_among_equal_prices(provider: AzureCloudProvider, arm: FakeARM) -> None:
+    """The solver spreads equally priced NodeClaims over the zones (joiner.sh/planned-zone)."""
+    claim = nodeclaim("nc-plan", types=["Standard_NC24ads_A100_v4"], capacity_types=["on-demand"])
+    claim["metadata"].setdefault("annotations", {})["joiner.sh/planned-zone"] = "eastus-2"
+    assert (await provider.create(claim)).zone == "eastus-2"
+    unplanned = nodeclaim("nc-unplanned", types=["Standard_NC24ads_A100_v4"], capacity_types=["on-demand"])
+    assert (await provider.create(unplanned)).zone == "eastus-1"
+    assert [b["zones"] for b in puts(arm)] == [["2"], ["1"]]
+
+
 async def test_no_capacity_anywhere_is_insufficient_capacity(provider: AzureCloudProvider, arm: FakeARM) -> None:
     for zone in ("1", "2"):
         arm.set_capacity(zone, "Standard_NC24ads_A100_v4", 0)

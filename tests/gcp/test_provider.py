@@ -169,6 +169,24 @@ async def test_each_capacity_error_falls_back_to_the_next_offering_and_reports_i
     ]
 
 
+async def test_the_planned_zone_is_tried_first_among_equal_prices(provider: GCPCloudProvider, gce: FakeGCE) -> None:
+    """The solver spreads equally priced NodeClaims over the zones (joiner.sh/planned-zone); the
+    other zones stay the fallback."""
+    zones = ["us-central1-a", "us-central1-b"]
+    claim = nodeclaim("nc-plan", types=["a2-highgpu-1g"], capacity_types=["on-demand"], zones=zones)
+    claim["metadata"].setdefault("annotations", {})["joiner.sh/planned-zone"] = "us-central1-b"
+    assert (await provider.create(claim)).zone == "us-central1-b"
+    gce.refuse("us-central1-b", "a2-highgpu-1g", "ZONE_RESOURCE_POOL_EXHAUSTED")
+    claim = nodeclaim("nc-plan2", types=["a2-highgpu-1g"], capacity_types=["on-demand"], zones=zones)
+    claim["metadata"].setdefault("annotations", {})["joiner.sh/planned-zone"] = "us-central1-b"
+    assert (await provider.create(claim)).zone == "us-central1-a"
+    assert [b["machineType"] for b in inserts(gce)] == [
+        "zones/us-central1-b/machineTypes/a2-highgpu-1g",
+        "zones/us-central1-b/machineTypes/a2-highgpu-1g",
+        "zones/us-central1-a/machineTypes/a2-highgpu-1g",
+    ]
+
+
 async def test_no_capacity_anywhere_is_insufficient_capacity_naming_every_offering(
     provider: GCPCloudProvider, gce: FakeGCE
 ) -> None:

@@ -277,8 +277,12 @@ def fleet_request(
     }
     if default == "spot":
         request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
-    elif default == "on-demand":  # a capacity block takes no allocation strategy: EC2 refuses one
+    elif reservation is not None and default == "on-demand":  # one override: the reservation's
         request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+    elif default == "on-demand":  # a capacity block takes no allocation strategy: EC2 refuses one
+        # the overrides' Priority is joiner's order (cheapest, then the planned zone, full zones
+        # last); lowest-price would pick among equal prices -- one type in every zone -- at random
+        request["OnDemandOptions"] = {"AllocationStrategy": "prioritized"}
     request["ClientToken"] = client_token(str(meta.get("uid") or name), request)
     return request
 

@@ -66,7 +66,7 @@ from controller.cloudprovider.aws.instancetypes import (
 from controller.cloudprovider.aws.launch import GROUP_GRACE_SECONDS, LaunchInputs
 from controller.cloudprovider.aws.nodeclass import ResolvedNodeClass, instance_profile_name, resolved_view
 from controller.cloudprovider.aws.pricing import OnDemandPrices
-from controller.cloudprovider.kwok.offerings import Candidate, compatible, offering_labels
+from controller.cloudprovider.kwok.offerings import Candidate, compatible, launch_order, offering_labels
 from controller.cloudprovider.types import (
     CreateError,
     Instance,
@@ -379,7 +379,7 @@ class AWSCloudProvider(InstanceReads, LaunchInputs):
             by_type.setdefault(c.offering.capacity_type, []).append(c)
         reservation: Reservation | None = None
         if CAPACITY_TYPE_RESERVED in by_type:
-            first = sorted(by_type[CAPACITY_TYPE_RESERVED], key=lambda c: (c.offering.price, c.rank))[0]
+            first = launch_order(by_type[CAPACITY_TYPE_RESERVED], nodeclaim=nodeclaim)[0]
             reservation = next(
                 (
                     r
@@ -397,7 +397,9 @@ class AWSCloudProvider(InstanceReads, LaunchInputs):
         capacity_type = next(
             ct for ct in (CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_DEMAND) if ct in by_type
         )
-        chosen = sorted(by_type[capacity_type], key=lambda c: (c.offering.price, c.rank))
+        # cheapest first, the planned zone first among equal prices: on-demand CreateFleet follows
+        # this order (prioritized); spot's price-capacity-optimized weighs EC2's capacity pools
+        chosen = launch_order(by_type[capacity_type], nodeclaim=nodeclaim)
         configs, tried = await self._launch_configs(
             nodeclaim=nodeclaim, nodeclass=nodeclass, candidates=chosen, cache=cache, reservation=reservation
         )

@@ -45,7 +45,7 @@ from controller.cloudprovider.azure.instancetypes import (
     shipped_prices,
 )
 from controller.cloudprovider.azure.vm import TAG_CLUSTER, TAG_NODECLAIM, vm_body
-from controller.cloudprovider.kwok.offerings import compatible, offering_labels
+from controller.cloudprovider.kwok.offerings import compatible, launch_order, offering_labels
 from controller.cloudprovider.types import (
     CreateError,
     Instance,
@@ -288,9 +288,8 @@ class AzureCloudProvider:
             )
         unavailable = self._unavailable.current() if self._unavailable is not None else frozenset()
         tier = {CAPACITY_TYPE_RESERVED: 0, CAPACITY_TYPE_SPOT: 1, CAPACITY_TYPE_ON_DEMAND: 2}
-        candidates = sorted(
-            (c for c in fitting if c.offering.available and c.key not in unavailable),
-            key=lambda c: (tier.get(c.offering.capacity_type, 3), c.offering.price, c.rank),
+        candidates = launch_order(
+            (c for c in fitting if c.offering.available and c.key not in unavailable), nodeclaim=nodeclaim, tiers=tier
         )
         if not candidates:
             raise InsufficientCapacityError(f"no available offering for NodeClaim {name}", offerings=())

@@ -64,7 +64,7 @@ from controller.cloudprovider.gcp.nodeclass import (
     ResolvedNodeClass,
     last_segment,
 )
-from controller.cloudprovider.kwok.offerings import Candidate, compatible
+from controller.cloudprovider.kwok.offerings import Candidate, compatible, launch_order
 from controller.cloudprovider.types import (
     CreateError,
     Instance,
@@ -273,7 +273,7 @@ class GCPCloudProvider(InstanceReads):
                 offerings=(),
             )
         tier = {CAPACITY_TYPE_RESERVED: 0, CAPACITY_TYPE_SPOT: 1, CAPACITY_TYPE_ON_DEMAND: 2}
-        return sorted(candidates, key=lambda c: (tier.get(c.offering.capacity_type, 3), c.offering.price, c.rank))
+        return launch_order(candidates, nodeclaim=nodeclaim, tiers=tier)
 
     def _reservation_for(self, nodeclass: ResolvedNodeClass, c: Candidate) -> Reservation | None:
         if c.offering.capacity_type != CAPACITY_TYPE_RESERVED:

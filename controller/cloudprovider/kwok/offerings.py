@@ -8,12 +8,13 @@ not in the unavailable-offerings cache, not failed by the NodeClass's injected i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from api.v1.labels import (
+    ANNOTATION_PLANNED_ZONE,
     KARPENTER_LABEL_ALIASES,
     LABEL_ARCH,
     LABEL_CAPACITY_TYPE,
@@ -98,6 +99,33 @@ def requests_of(nodeclaim: Obj) -> Resources:
         return Resources.parse(requests)
     except QuantityError:
         return Resources()
+
+
+def planned_zone(nodeclaim: Obj) -> str | None:
+    """The zone the plan gave the NodeClaim among equally good ones (``joiner.sh/planned-zone``):
+    the solver spreads ties over the zones, so a provider that launches the cheapest offering should
+    take this zone when it is as cheap as any, or every tie lands in the first zone by name."""
+    value = ((nodeclaim.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLANNED_ZONE)
+    return str(value) if value else None
+
+
+def launch_order(
+    candidates: Iterable[Candidate], *, nodeclaim: Obj, tiers: Mapping[str, int] | None = None
+) -> list[Candidate]:
+    """The order a cloud provider tries candidates in: by capacity type's tier when ``tiers`` is
+    given (unlisted types last), then price, then the NodeClaim's own candidate order, then the
+    planned zone before the others. Stable: what ties on all of these keeps its catalog order."""
+    zone = planned_zone(nodeclaim)
+    ranks = tiers or {}
+    return sorted(
+        candidates,
+        key=lambda c: (
+            ranks.get(c.offering.capacity_type, len(ranks)) if tiers is not None else 0,
+            c.offering.price,
+            c.rank,
+            zone is not None and c.offering.zone != zone,
+        ),
+    )
 
 
 def compatible(*, nodeclaim: Obj, catalog: Sequence[InstanceType]) -> list[Candidate]:

@@ -18,7 +18,7 @@ from api.v1.labels import (
 )
 from controller.cloudprovider.kwok.node import ANNOTATION_LAUNCHED_BY, LAUNCHED_BY_KWOK, build_node
 from controller.cloudprovider.kwok.nodeclass import Failures, parse_nodeclass
-from controller.cloudprovider.kwok.offerings import Candidate, choose, compatible
+from controller.cloudprovider.kwok.offerings import Candidate, choose, compatible, launch_order
 from controller.cloudprovider.types import OfferingId
 from controller.scheduling.instancetypes import InstanceType, parse_catalog
 from controller.state.views import NodeClaimView
@@ -164,6 +164,37 @@ def test_price_ties_between_zones_go_to_the_planned_zone_and_fall_back_to_the_ot
     fallback = choose(candidates=cands, unavailable=full, failures=Failures(), planned_zone="z-b")
     assert fallback.chosen is not None
     assert fallback.chosen.offering.zone == "z-a"
+
+
+def test_the_cloud_providers_launch_order_takes_tier_then_price_then_rank_then_the_planned_zone() -> None:
+    catalog: Obj = {
+        "instanceTypes": [
+            {
+                "name": name,
+                "capacity": {"cpu": "2"},
+                "offerings": [
+                    {"zone": z, "capacityType": ct, "price": price + (0.5 if ct == "on-demand" else 0.0)}
+                    for z in ("z-a", "z-b", "z-c")
+                    for ct in ("spot", "on-demand")
+                ],
+            }
+            for name, price in (("dear", 2.0), ("cheap", 1.0))
+        ]
+    }
+    types = parse_catalog(catalog)
+    nodeclaim = claim(types=["dear", "cheap"])  # the NodeClaim's own order: dear ranks first
+    nodeclaim["metadata"]["annotations"] = {"joiner.sh/planned-zone": "z-c"}
+    cands = compatible(nodeclaim=nodeclaim, catalog=types)
+    order = [
+        f"{c.key.instance_type}/{c.key.zone}/{c.key.capacity_type}" for c in launch_order(cands, nodeclaim=nodeclaim)
+    ]
+    assert order[:4] == ["cheap/z-c/spot", "cheap/z-a/spot", "cheap/z-b/spot", "cheap/z-c/on-demand"]
+    tiers = {"on-demand": 0, "spot": 1}
+    tiered = launch_order(cands, nodeclaim=nodeclaim, tiers=tiers)
+    assert [c.offering.capacity_type for c in tiered] == ["on-demand"] * 6 + ["spot"] * 6
+    assert f"{tiered[0].key.instance_type}/{tiered[0].key.zone}" == "cheap/z-c"
+    del nodeclaim["metadata"]["annotations"]
+    assert launch_order(cands, nodeclaim=nodeclaim)[0].key.zone == "z-a"  # no plan: the catalog's order
 
 
 def test_nodeclass_parsing_reads_delay_and_failures() -> None:
