@@ -237,11 +237,11 @@ class AtomicAttempts:
         if recorded is None:
             return None
         req = recorded
-        if any(plan.existing_placements.values()):
-            # the room found on existing nodes is held (with the attempt's own machines) while they
-            # come up, so no other pod is planned into it; rolled back or provisioned, it is re-decided
-            held = self._planned_room(view, result, claim_names=names)
-            self.booker.publish(req, held=held, nodes=frozenset(held))
+        # the attempt's machines (untainted: Kueue's pods tolerate nothing of joiner's), and any room
+        # found on existing nodes, are held while they come up, so no other pod is planned into
+        # them; rolled back or provisioned, it is decided again
+        held = self._planned_room(view, result, claim_names=names)
+        self.booker.publish(req, held=held, nodes=frozenset(held), until=record.deadline)
         written = await self.ctx.writer.create(manifests, reason="provisioningrequest", request=req.key)
         what = describe_plan(plan)
         log.info(

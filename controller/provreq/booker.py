@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -67,6 +67,31 @@ class Booker:
             self.publish(req, held=room.held, nodes=room.nodes, claimed=room.claimed)
         await self._nominate(pending, room.placed)
 
+    async def hold_attempt(self, view: RequestView) -> None:
+        """Hold the room of an atomic attempt whose machines are coming up (after a restart: the
+        book is in memory, the attempt is on the request): the attempt's own NodeClaims whole, and
+        what they cannot hold on the rest of the cluster, as :meth:`book` does once provisioned."""
+        req, attempt = view.request, view.attempt
+        if attempt is None or not attempt.claims:
+            return
+        placeholders, _ = self.reader.placeholders(view)
+        async with self.ctx.writer.lock:
+            inputs = await self.reader.inputs()
+            now = self.ctx.clock.now()
+            names = {c.node_name or c.name for n, c in view.claims.items() if n in attempt.claims and not c.deleting}
+            existing = list(inputs.existing)
+            others = self.ctx.bookings.hold([n for n in existing if n.name not in names], now, except_request=req.key)
+            room = hold_room(
+                [n for n in existing if n.name in names],
+                others=others,
+                arrived=[],
+                left=placeholders,
+                daemons=inputs.daemons,
+                whole_nodes=True,
+            )
+            self.publish(req, held=room.held, nodes=room.nodes, until=attempt.deadline)
+        log.info("provisioningrequest.room_held", request=req.key, nodes=sorted(room.nodes), reason="attempt resumed")
+
     async def _nominate(self, pending: Sequence[PodView], placed: Mapping[str, tuple[Pod, ...]]) -> None:
         where = {p.key: node for node, ps in placed.items() for p in ps}
 
@@ -96,12 +121,16 @@ class Booker:
         held: Mapping[str, tuple[Pod, ...]],
         nodes: frozenset[str],
         claimed: frozenset[str] = frozenset(),
+        until: datetime | None = None,
     ) -> None:
+        """``until``: while an attempt's machines come up, its deadline if later than the booking
+        time from now (the booking time counts from ``Provisioned``)."""
         now = self.ctx.clock.now()
+        end = (req.provisioned_at or now) + timedelta(seconds=self.knobs.booking_seconds)
         self.ctx.bookings.publish(
             Booking(
                 request=req.key,
-                until=(req.provisioned_at or now) + timedelta(seconds=self.knobs.booking_seconds),
+                until=max(end, until) if until is not None else end,
                 held=dict(held),
                 nodes=nodes,
                 claimed=claimed,

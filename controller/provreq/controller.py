@@ -170,6 +170,8 @@ class ProvisioningRequestController:
                 self.reader.done(req.uid)  # nothing more will be written for it
             return None
         if isinstance(step, Conditions):
+            if step.hold_attempt and self.ctx.bookings.get(req.key) is None:
+                await self.booker.hold_attempt(view)  # after a restart: the book is in memory
             await self.effects.status(req, step.updates)
             if step.event is not None:
                 await self.effects.event(req, *step.event)

@@ -134,6 +134,7 @@ class Conditions:
     updates: tuple[ConditionUpdate, ...]
     requeue: float | None = None
     event: tuple[str, str, bool] | None = None  # reason, message, warning
+    hold_attempt: bool = False  # an atomic attempt's machines are coming up: keep their room booked
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +357,7 @@ def _atomic(v: RequestView, *, now: datetime, knobs: Knobs, same_zone: bool | No
         return _rollback(v, message=message, capacity_only=False, knobs=knobs, now=now)
     remaining = (rec.deadline - now).total_seconds() if rec.deadline is not None else seconds
     message = provisioning_message(rec, waiting=waiting, pods=req.count)
-    return Conditions(updates=(*_accept(req), provisioning_update(message)), requeue=remaining)
+    return Conditions(updates=(*_accept(req), provisioning_update(message)), requeue=remaining, hold_attempt=True)
 
 
 def _rollback(v: RequestView, *, message: str, capacity_only: bool, knobs: Knobs, now: datetime) -> Rollback:

@@ -224,7 +224,9 @@ async def test_arriving_pods_are_nominated_onto_the_booked_nodes_and_not_planned
     await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
     names = sorted(claims_of(h, "job"))
     await ready(h, names)
-    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    await h.eventually(
+        lambda: is_true(h, "job", "Provisioned") and h.ctx.bookings.get(f"{NS}/job") is not None, "booked"
+    )
     h.start(Provisioner(h.ctx))
     for n in ("job-0", "job-1"):
         await consumer(h, n, "job")
@@ -248,7 +250,9 @@ async def test_the_booking_expires_when_the_pods_do_not_come(world: Harness) -> 
     await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
     await ready(h, sorted(claims_of(h, "job")))
     await h.eventually(lambda: is_true(h, "job", "Provisioned"), "provisioned")
-    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    await h.eventually(
+        lambda: is_true(h, "job", "Provisioned") and h.ctx.bookings.get(f"{NS}/job") is not None, "booked"
+    )
     for _ in range(11):
         await h.advance(60)
     await h.eventually(lambda: is_true(h, "job", "BookingExpired"), "BookingExpired=True")
@@ -341,6 +345,74 @@ async def test_an_atomic_request_partly_fitting_on_free_nodes_buys_only_the_rest
     assert sum(len(p) for p in b.held.values()) == 3
 
 
+async def other_pod(h: Harness, name: str) -> Obj:
+    """A pending 1-GPU pod that has nothing to do with any request."""
+    return await h.kube.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "x",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}},
+                    }
+                ]
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            },
+        },
+        namespace="default",
+    )
+
+
+async def test_the_machines_of_an_attempt_are_held_for_the_request_while_they_come_up_and_after_a_restart(
+    world: Harness,
+) -> None:
+    """The request's NodeClaims carry no taint (Kueue's pods tolerate nothing of joiner's): while they
+    come up, only the booking keeps the provisioner from planning other pods into their room -- and
+    a restarted controller, whose bookings are in memory, holds it again from the attempt's record."""
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 1)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
+    [mine] = sorted(claims_of(h, "job"))
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "held while it comes up")
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None
+    assert booking.nodes == frozenset({mine})
+    assert [len(p) for p in booking.held.values()] == [1]
+
+    # a restart: the controller's memory (and the shared book) is empty; the attempt is on the request
+    for task in [t for t in h.tasks if t.get_name() == "provreq"]:
+        task.cancel()
+        h.tasks.remove(task)
+    h.ctx.bookings.release(f"{NS}/job")
+    start(h)
+    await h.kube.patch(PROVISIONING_REQUESTS, "job", {"metadata": {"labels": {"nudge": "1"}}}, namespace=NS)
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "held again after the restart")
+    again = h.ctx.bookings.get(f"{NS}/job")
+    assert again is not None
+    assert again.nodes == frozenset({mine})
+    assert not is_true(h, "job", "Provisioned")
+
+    # another pod that would fit in the coming machine's room gets a machine of its own
+    h.start(Provisioner(h.ctx))
+    await other_pod(h, "web-0")
+    for _ in range(4):
+        await h.advance(5)
+    await h.eventually(lambda: len(h.kube.objects(NODECLAIMS)) == 2, "a NodeClaim for the other pod")
+    nominated = (h.kube.obj(PODS, "web-0", "default") or {}).get("status", {}).get("nominatedNodeName")
+    assert nominated != mine, "not planned into the room held for the request"
+    assert len(claims_of(h, "job")) == 1
+
+
 async def test_the_booking_ends_when_the_pods_ran_even_if_they_already_finished(world: Harness) -> None:
     """kwok (and any short Job) completes the pods right after they run; the request stays until
     Kueue deletes the workload. Finished pods were bound: the room is free again for the next Job."""
@@ -351,7 +423,9 @@ async def test_the_booking_ends_when_the_pods_ran_even_if_they_already_finished(
     await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
     names = sorted(claims_of(h, "job"))
     await ready(h, names)
-    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    await h.eventually(
+        lambda: is_true(h, "job", "Provisioned") and h.ctx.bookings.get(f"{NS}/job") is not None, "booked"
+    )
     annotations = {"autoscaling.x-k8s.io/consume-provisioning-request": "job"}
     await h.bind_pod("job-0", names[0], namespace=NS, metadata={"annotations": annotations})
     await h.bind_pod(
@@ -375,7 +449,9 @@ async def test_a_booked_node_deleted_before_the_pods_bind_revokes_the_capacity(w
     await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
     names = sorted(claims_of(h, "job"))
     await ready(h, names)
-    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    await h.eventually(
+        lambda: is_true(h, "job", "Provisioned") and h.ctx.bookings.get(f"{NS}/job") is not None, "booked"
+    )
     await consumer(h, "job-0", "job")
     await h.kube.delete(NODECLAIMS, names[0])
     await h.eventually(lambda: is_true(h, "job", "CapacityRevoked"), "CapacityRevoked=True")
@@ -415,7 +491,9 @@ async def test_a_node_deleted_after_the_pods_bound_revokes_nothing(world: Harnes
     await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
     [name] = sorted(claims_of(h, "job"))
     await ready(h, [name])
-    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "booked")
+    await h.eventually(
+        lambda: is_true(h, "job", "Provisioned") and h.ctx.bookings.get(f"{NS}/job") is not None, "booked"
+    )
     annotations = {"autoscaling.x-k8s.io/consume-provisioning-request": "job"}
     await h.bind_pod("job-0", name, namespace=NS, metadata={"annotations": annotations})
     await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is None, "the booking ends: the pod bound")

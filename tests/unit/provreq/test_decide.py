@@ -143,6 +143,7 @@ def test_an_attempt_waits_for_every_nodeclaim_then_is_provisioned() -> None:
     )
     assert isinstance(waiting, Conditions)
     assert waiting.requeue == pytest.approx(890)
+    assert waiting.hold_attempt, "the coming machines' room stays booked (again after a restart)"
     [provisioning] = [u for u in waiting.updates if u.type == "Provisioned"]
     assert provisioning.status == "False"
     assert "1 of 2 NodeClaims not Initialized yet (b)" in provisioning.message
