@@ -40,6 +40,7 @@ from controller.nodeclaim.decide import (
     AddFinalizer,
     Initialize,
     Launch,
+    NominationProgress,
     NotInitialized,
     Register,
     SyncNode,
@@ -123,6 +124,7 @@ class LifecycleController:
         self._launch_failures: dict[str, int] = {}
         self._deleted: set[str] = set()  # uids we deleted, until the cache shows the deletion
         self._closed_memo: tuple[float, int] | None = None  # (when, planned pods not nominated yet)
+        self._progress = NominationProgress()
 
     # --- wiring ------------------------------------------------------------------------------
 
@@ -254,7 +256,12 @@ class LifecycleController:
                 if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
                     count += want is None or pod.nominated_node_name != want
         self._closed_memo = (now, count)
+        self._progress.seconds_since(plan=self.ctx.planned.version, count=count, now=now)
         return count
+
+    def _since_progress(self) -> float:
+        """Seconds since the planned pods not nominated yet last fell to a new low."""
+        return self.ctx.clock.monotonic() - self._progress.at
 
     def _opens(self, claim: NodeClaimView, node: NodeView | None) -> bool:
         """Whether syncing ``node`` now takes its `joiner.sh/unregistered` taint off a Node planned for
@@ -292,6 +299,7 @@ class LifecycleController:
                 now=self.ctx.clock.now(),
                 settings=self.ctx.settings,
                 unnominated=self._unnominated(claim, node),
+                since_progress=self._since_progress(),
             )
             if isinstance(decision, Wait):
                 return decision.seconds

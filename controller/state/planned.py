@@ -20,7 +20,9 @@ class PlannedPods:
 
     def __init__(self) -> None:
         self._by_claim: dict[str, tuple[str, ...]] = {}
+        self._planned: frozenset[str] = frozenset()
         self.writing = False
+        self.version = 0  # moves when a publication plans a pod the one before did not
 
     def begin(self) -> None:
         """NodeClaims of a new plan are being written and their pods are not published yet: the
@@ -36,6 +38,10 @@ class PlannedPods:
         for key, claim in nominations.items():
             by_claim.setdefault(claim, []).append(key)
         self._by_claim = {claim: tuple(keys) for claim, keys in by_claim.items()}
+        planned = frozenset(nominations)
+        if planned - self._planned:
+            self.version += 1  # pods newly planned: their nominations are to be written
+        self._planned = planned
 
     def claims(self) -> tuple[str, ...]:
         """Every NodeClaim the plan puts pending pods on."""

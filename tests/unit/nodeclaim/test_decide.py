@@ -13,11 +13,14 @@ from api.v1.labels import FINALIZER_TERMINATION, LABEL_NODEPOOL, TAINT_UNREGISTE
 from controller.clock import format_time
 from controller.nodeclaim.decide import (
     OPEN_AFTER_SECONDS,
+    OPEN_MAX_SECONDS,
+    OPEN_PROGRESS_SECONDS,
     OPEN_RECHECK_SECONDS,
     AddFinalizer,
     Initialize,
     Launch,
     NextStep,
+    NominationProgress,
     NotInitialized,
     Register,
     SyncNode,
@@ -33,7 +36,15 @@ from controller.state.views import NodeClaimView, NodeView
 Obj = dict[str, Any]
 
 
-def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings, unnominated: int = 0) -> NextStep:
+def decide(
+    *,
+    claim: Obj,
+    node: Obj | None,
+    now: datetime,
+    settings: Settings,
+    unnominated: int = 0,
+    since_progress: float | None = None,
+) -> NextStep:
     """The cache hands the lifecycle views: make them from the test's dicts."""
     return decide_on_views(
         claim=NodeClaimView.of(claim),
@@ -41,6 +52,7 @@ def decide(*, claim: Obj, node: Obj | None, now: datetime, settings: Settings, u
         now=now,
         settings=settings,
         unnominated=unnominated,
+        since_progress=since_progress,
     )
 
 
@@ -273,6 +285,48 @@ def test_a_node_opens_once_its_planned_pods_are_nominated_to_it_or_at_the_latest
     late = decide(claim=initialized, node=node, now=at(30 + OPEN_AFTER_SECONDS), settings=SETTINGS, unnominated=2)
     assert isinstance(late, SyncNode)
     assert taint_ops(late)[-1]["value"] == []
+
+
+def test_a_node_stays_closed_past_the_first_seconds_while_the_nominations_still_come() -> None:
+    """A burst of thousands needs as many nominations at the apiserver's pace: opened at
+    OPEN_AFTER_SECONDS, the pods not nominated yet take planned room and are solved again."""
+    closed = [{"key": TAINT_UNREGISTERED, "effect": "NoSchedule"}]
+    initialized = a_claim(
+        cond("Launched", "True", 10),
+        cond("Registered", "True", 20),
+        cond("Initialized", "True", 30),
+        cond("Ready", "True", 30),
+        providerID="kwok://nc",
+        nodeName="nc",
+    )
+    node = a_node(taints=closed)
+    later = 20 + OPEN_AFTER_SECONDS + 5
+
+    def step(at_s: float, since_progress: float | None) -> NextStep:
+        return decide(
+            claim=initialized,
+            node=node,
+            now=at(at_s),
+            settings=SETTINGS,
+            unnominated=800,
+            since_progress=since_progress,
+        )
+
+    assert isinstance(step(later, 0.5), Wait), "nominations came half a second ago: stay closed"
+    assert isinstance(step(later, OPEN_PROGRESS_SECONDS + 0.1), SyncNode), "none for a while: open"
+    assert isinstance(step(later, None), SyncNode), "no progress known: open after OPEN_AFTER_SECONDS"
+    assert isinstance(step(20 + OPEN_MAX_SECONDS, 0.1), SyncNode), "never longer than OPEN_MAX_SECONDS"
+
+
+def test_nomination_progress_counts_new_lows_and_starts_over_with_a_new_plan() -> None:
+    p = NominationProgress()
+    assert p.seconds_since(plan=1, count=900, now=100.0) == 0.0
+    assert p.seconds_since(plan=1, count=700, now=101.0) == 0.0  # a new low
+    assert p.seconds_since(plan=1, count=705, now=102.0) == 1.0  # cleared and not written back yet
+    assert p.seconds_since(plan=1, count=700, now=103.0) == 2.0  # written back: not a new low
+    assert p.seconds_since(plan=1, count=12, now=104.0) == 0.0
+    assert p.seconds_since(plan=2, count=1500, now=110.0) == 0.0  # pods newly planned: start over
+    assert p.seconds_since(plan=2, count=1500, now=114.0) == 4.0
 
 
 def test_condition_transition_time_moves_only_when_the_status_changes() -> None:

@@ -120,3 +120,30 @@ def test_cluster_machines_counts_nodes_with_their_pods_then_claims_coming_up() -
         ("just-made", True, 0),
     ]
     assert len(nodes[0].taints) == 2  # registered, not initialized: its startup taint still counts
+
+
+def test_a_node_the_cloud_made_before_its_claims_launch_is_in_the_cache_is_counted_once() -> None:
+    """kwok (and gcp, azure) name the machine after its NodeClaim; under load its Node's ADDED event
+    can come before the NodeClaim's status with the providerID (1.4 s in a 3,000-pod race). Counted
+    as both the Node and an in-flight NodeClaim, the second decision planned 184 pods into room the
+    first had planned on that machine, and released them all once the launch was seen."""
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    cluster.informers["Node"]._apply("ADDED", a_node("race-8f4zj", pid="kwok://race-8f4zj"))
+    cluster.informers["NodeClaim"]._apply("ADDED", a_claim("race-8f4zj", pid=None))  # launch not seen yet
+    cluster.informers["NodeClaim"]._apply("ADDED", a_claim("race-other", pid=None))  # its Node not made yet
+    just_made = NodeClaimView.of(a_claim("race-new", pid=None))
+    cluster.informers["Node"]._apply("ADDED", a_node("race-new", pid="kwok://race-new"))
+    nodes = cluster_machines(cluster, TYPES, extra_claims=[just_made])
+    assert sorted((n.name, n.in_flight) for n in nodes) == [
+        ("race-8f4zj", False),
+        ("race-new", False),
+        ("race-other", True),
+    ]
+    # a Node of that name owned by another NodeClaim (by providerID) is not this claim's machine
+    cluster.informers["NodeClaim"]._apply("ADDED", a_claim("owner", pid="kwok://race-8f4zj"))
+    assert sorted(n.name for n in cluster_machines(cluster, TYPES)) == [
+        "race-8f4zj",
+        "race-8f4zj",
+        "race-new",
+        "race-other",
+    ]

@@ -23,3 +23,14 @@ def test_while_a_plan_is_written_the_book_says_so_until_it_is_published() -> Non
     book.publish({"ns/p1": "nc-a"})
     assert not book.writing
     assert book.on("nc-a") == ("ns/p1",)
+
+
+def test_the_version_moves_only_when_pods_are_newly_planned() -> None:
+    book = PlannedPods()
+    book.publish({"ns/p1": "nc-a", "ns/p2": "nc-a"})
+    first = book.version
+    book.publish({"ns/p1": "nc-a", "ns/p2": "nc-a"})  # published again after another decision
+    book.publish({"ns/p2": "nc-a"})  # p1 bound: it left the plan
+    assert book.version == first
+    book.publish({"ns/p2": "nc-a", "ns/p3": "nc-b"})  # a new plan's pod
+    assert book.version == first + 1
