@@ -18,6 +18,7 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.events import EventRecorder
 from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODES, PODS, Resource
+from controller.operator.app import build_kwok_provider
 from controller.scheduling.instancetypes import parse_catalog
 from controller.settings import Settings
 from controller.state.cluster import WATCHED, ClusterState
@@ -57,6 +58,15 @@ CATALOG: Obj = {
         },
     ]
 }
+
+
+def kwok_provider(
+    *, kube: FakeKube, cluster: ClusterState, clock: FakeClock, unavailable: UnavailableOfferings | None = None
+) -> KWOKCloudProvider:
+    """The real kwok provider over the tiny catalog, with its Node-making loop, wired as the operator does."""
+    return build_kwok_provider(
+        client=kube, cluster=cluster, clock=clock, catalog=parse_catalog(CATALOG), unavailable=unavailable
+    )
 
 
 class Runnable(Protocol):
@@ -206,9 +216,7 @@ async def make_harness(settings: Settings | None = None, *, watched: Iterable[Re
     kube = FakeKube(clock=clock)
     cluster = ClusterState(source=kube, clock=clock, watched=watched)
     unavailable = UnavailableOfferings(clock=clock, ttl_seconds=180.0)
-    cloud = KWOKCloudProvider(
-        client=kube, cluster=cluster, clock=clock, catalog=parse_catalog(CATALOG), unavailable=unavailable
-    )
+    cloud = kwok_provider(kube=kube, cluster=cluster, clock=clock, unavailable=unavailable)
     ctx = Context(
         client=kube,
         cluster=cluster,
