@@ -23,6 +23,7 @@ from controller.scheduling.instancetypes import parse_catalog
 from controller.settings import Settings
 from controller.state.cluster import WATCHED, ClusterState
 from controller.state.writer import NodeClaimWriter
+from tests.unit import builders
 from tests.unit.fakeapi import FakeKube
 
 Obj = dict[str, Any]
@@ -183,14 +184,19 @@ class Harness:
             subresource="status",
         )
 
-    async def bind_pod(self, name: str, node: str, *, namespace: str = "default", **extra: Any) -> Obj:
-        pod: Obj = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, **extra.pop("metadata", {})},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}], **extra.pop("spec", {})},
-            "status": {"phase": "Running", **extra.pop("status", {})},
-        }
+    async def bind_pod(
+        self,
+        name: str,
+        node: str,
+        *,
+        namespace: str = "default",
+        metadata: Obj | None = None,
+        spec: Obj | None = None,
+        status: Obj | None = None,
+    ) -> Obj:
+        """A running pod bound to ``node``, one container unless ``spec`` says otherwise."""
+        body = {"containers": [{"name": "c", "image": "x"}], **(spec or {})}
+        pod = builders.pod(name, namespace=namespace, node=node, metadata=metadata, spec=body, status=status)
         return await self.kube.create(PODS, pod)
 
     def claim(self, name: str) -> Obj | None:
