@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -36,6 +36,10 @@ from controller.settings import Settings
 from controller.state import metrics as state_metrics
 from controller.state.cluster import WATCHED, ClusterState
 from controller.state.writer import NodeClaimWriter
+
+if TYPE_CHECKING:
+    from controller.cloudprovider.kwok.provider import KWOKCloudProvider
+    from controller.scheduling.instancetypes import InstanceType
 
 log = structlog.get_logger()
 REQUIRED_CRDS = ("nodepools.joiner.sh", "nodeclaims.joiner.sh", "kwoknodeclasses.joiner.sh")
@@ -197,12 +201,31 @@ def build_cloud_provider(
         )
     if provider == "kwok":
         from controller.cloudprovider.catalog import load_catalog
-        from controller.cloudprovider.kwok.provider import KWOKCloudProvider
 
-        return KWOKCloudProvider(
+        return build_kwok_provider(
             client=client, cluster=cluster, clock=clock, catalog=load_catalog(catalog), unavailable=unavailable
         )
     raise ValueError(f"unknown provider {provider!r}")
+
+
+def build_kwok_provider(
+    *,
+    client: KubeClient,
+    cluster: ClusterState,
+    clock: Clock,
+    catalog: Iterable[InstanceType],
+    unavailable: UnavailableOfferings | None = None,
+) -> KWOKCloudProvider:
+    """The kwok provider, handed the cache it reads and its Node-making loop (controller/kwoknodes/)."""
+    from controller.cloudprovider.kwok.provider import KWOKCloudProvider
+    from controller.kwoknodes.controller import KWOKNodeController
+
+    def node_loop(provider: KWOKCloudProvider) -> KWOKNodeController:
+        return KWOKNodeController(provider=provider, cluster=cluster, clock=clock)
+
+    return KWOKCloudProvider(
+        client=client, cluster=cluster, clock=clock, catalog=catalog, node_loop=node_loop, unavailable=unavailable
+    )
 
 
 def build_controllers(ctx: Context, *, provider_loops: list[Runnable]) -> list[Runnable]:
@@ -328,7 +351,8 @@ async def run_operator(
         azure=azure,
     )
     cloud = MeteredCloudProvider(raw_cloud, clock=clock)
-    # a provider may run its own loop (the kwok provider creates Nodes after the registration delay)
+    # a provider may run the loops it was handed (the NodeClass status loops; the kwok provider's
+    # Node-making loop, which creates Nodes after the registration delay)
     provider_loops: list[Runnable] = [raw_cloud] if isinstance(raw_cloud, Runnable) else []
     ctx = Context(
         client=client,

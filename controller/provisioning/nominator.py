@@ -38,6 +38,7 @@ from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import PODS
 from controller.state.informer import EventType
+from controller.state.patches import nomination_patch
 from controller.state.queue import WorkQueue
 from controller.state.views import NodeClaimView, NodeView, PodView
 
@@ -179,7 +180,7 @@ class Nominator:
             await self.ctx.client.patch(
                 PODS,
                 pod.name,
-                {"status": {"nominatedNodeName": node}},
+                nomination_patch(node),
                 namespace=pod.namespace,
                 subresource="status",
             )

@@ -22,6 +22,7 @@ from controller.provreq.reader import RequestReader
 from controller.provreq.request import ProvisioningRequest
 from controller.scheduling.model import Pod
 from controller.state.bookings import Booking
+from controller.state.patches import nomination_patch
 from controller.state.views import PodView
 
 log = structlog.get_logger()
@@ -103,7 +104,7 @@ class Booker:
                 await self.ctx.client.patch(
                     PODS,
                     pod.name,
-                    {"status": {"nominatedNodeName": node}},
+                    nomination_patch(node),
                     namespace=pod.namespace,
                     subresource="status",
                 )

@@ -1,5 +1,6 @@
-"""The writes every controller shares, built from views: status conditions, and JSON patches for
-labels, taints, finalizers and owner references. Pure: `now` is passed in; the caller sends them.
+"""The writes every controller shares, built from views: status conditions, JSON patches for
+labels, taints, finalizers and owner references, and a pod's nomination. Pure: `now` is passed in;
+the caller sends them.
 
 Lists (taints, finalizers, ownerReferences) are changed with a JSON patch that first `test`s the
 list it read (from the view's ``.raw``), so a concurrent writer makes the patch fail (422) instead
@@ -126,6 +127,16 @@ def claim_status(obj: Mapping[str, Any], updates: Iterable[ConditionUpdate], *, 
     and the ``reason`` they make (`why_not_ready`), so the two never disagree."""
     conditions = with_conditions(obj, updates, now=now)
     return {"conditions": conditions, "reason": why_not_ready(obj, conditions)}
+
+
+# --- a pod's nomination --------------------------------------------------------------------
+
+
+def nomination_patch(node: str | None) -> Obj:
+    """The merge patch of a pod's status subresource that sets ``status.nominatedNodeName`` to
+    ``node`` (None clears it): where kube-scheduler tries the pod first. The provisioner's nominator
+    and the ProvisioningRequest booker send it."""
+    return {"status": {"nominatedNodeName": node}}
 
 
 # --- JSON patches ----------------------------------------------------------------------------

@@ -46,7 +46,7 @@ STARTUP = "#!/bin/bash\n/opt/bin/kubelet --register-with-taints=joiner.sh/unregi
 
 @pytest.fixture
 def fake_gce() -> Iterator[str]:
-    """tests/gcp/fake_gce.py as its own process: joiner and the kubelet player reach it over HTTP."""
+    """tests/gcp/fake_gce/ as its own process: joiner and the kubelet player reach it over HTTP."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.gcp.fake_gce", "--port", str(port), "--operation-seconds", "1"],

@@ -1,4 +1,4 @@
-"""The fake Compute Engine server (tests/gcp/fake_gce.py) on 127.0.0.1, and the gcp provider pointed
+"""The fake Compute Engine server (tests/gcp/fake_gce/) on 127.0.0.1, and the gcp provider pointed
 at it through its endpoint options, with no credentials (the fake checks none)."""
 
 from __future__ import annotations

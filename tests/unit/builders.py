@@ -27,13 +27,16 @@ def pod(
     gates: Sequence[str] = (),
     owner: tuple[str, str] | None = None,
     cpu: str | None = None,
+    requests: Mapping[str, str] | None = None,
+    unschedulable: bool = False,
     metadata: Mapping[str, Any] | None = None,
     spec: Mapping[str, Any] | None = None,
     status: Mapping[str, Any] | None = None,
 ) -> Obj:
     """A pod: bound to ``node`` when given, owned by ``owner`` (kind, name) as its controller,
-    gated by ``gates``, one container asking for ``cpu``. ``metadata``, ``spec`` and ``status``
-    are merged over what the other arguments make."""
+    gated by ``gates``, one container asking for ``cpu`` and the other ``requests``, marked
+    ``PodScheduled=False/Unschedulable`` (as kube-scheduler does) when ``unschedulable``.
+    ``metadata``, ``spec`` and ``status`` are merged over what the other arguments make."""
     meta: Obj = {"name": name, "namespace": namespace}
     if labels is not None:
         meta["labels"] = dict(labels)
@@ -47,14 +50,18 @@ def pod(
         body["nodeName"] = node
     if gates:
         body["schedulingGates"] = [{"name": g} for g in gates]
-    if cpu is not None:
-        body["containers"] = [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]
+    asks = {**({"cpu": cpu} if cpu is not None else {}), **(requests or {})}
+    if asks:
+        body["containers"] = [{"name": "c", "image": "x", "resources": {"requests": asks}}]
+    state: Obj = {"phase": phase}
+    if unschedulable:
+        state["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {**meta, **(metadata or {})},
         "spec": {**body, **(spec or {})},
-        "status": {"phase": phase, **(status or {})},
+        "status": {**state, **(status or {})},
     }
 
 
@@ -90,23 +97,25 @@ def node(
     labels: Mapping[str, str] | None = None,
     allocatable: Mapping[str, str] | None = None,
     ready: bool = True,
+    ready_since: str | None = None,
     taints: Sequence[Obj] = (),
+    metadata: Mapping[str, Any] | None = None,
 ) -> Obj:
-    """A Node with its allocatable (4 CPUs, 16Gi, 110 pods unless told) and Ready condition."""
+    """A Node with its allocatable (4 CPUs, 16Gi, 110 pods unless told) and Ready condition (whose
+    lastTransitionTime is ``ready_since`` when given); ``metadata`` is merged over the name and labels."""
     room = dict(allocatable or {"cpu": "4", "memory": "16Gi", "pods": "110"})
     spec: Obj = {"taints": list(taints)} if taints else {}
     if provider_id is not None:
         spec["providerID"] = provider_id
+    ready_condition: Obj = {"type": "Ready", "status": "True" if ready else "False"}
+    if ready_since is not None:
+        ready_condition["lastTransitionTime"] = ready_since
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": dict(labels or {})},
+        "metadata": {"name": name, "labels": dict(labels or {}), **(metadata or {})},
         "spec": spec,
-        "status": {
-            "capacity": room,
-            "allocatable": room,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
+        "status": {"capacity": room, "allocatable": room, "conditions": [ready_condition]},
     }
 
 
@@ -114,9 +123,13 @@ def node_view(name: str = "n1", **kw: Any) -> NodeView:
     return NodeView.of(node(name, **kw))
 
 
-def nodepool(name: str = "default", **spec: Any) -> Obj:
-    """A joiner.sh/v1 NodePool on the default KWOKNodeClass; ``spec`` fields are added as given."""
-    body: Obj = {"template": {"spec": {"nodeClassRef": dict(NODECLASS_REF)}}, **spec}
+def nodepool(
+    name: str = "default", *, nodeclass: str = "default", template: Mapping[str, Any] | None = None, **spec: Any
+) -> Obj:
+    """A joiner.sh/v1 NodePool on the KWOKNodeClass ``nodeclass``; ``template`` fields are added to
+    its template's spec and ``spec`` fields to its spec, as given."""
+    ref = {**NODECLASS_REF, "name": nodeclass}
+    body: Obj = {"template": {"spec": {"nodeClassRef": ref, **(template or {})}}, **spec}
     return {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": body}
 
 

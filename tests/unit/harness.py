@@ -18,10 +18,12 @@ from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
 from controller.kube.events import EventRecorder
 from controller.kube.resources import KWOKNODECLASSES, NODECLAIMS, NODES, PODS, Resource
+from controller.operator.app import build_kwok_provider
 from controller.scheduling.instancetypes import parse_catalog
 from controller.settings import Settings
 from controller.state.cluster import WATCHED, ClusterState
 from controller.state.writer import NodeClaimWriter
+from tests.unit import builders
 from tests.unit.fakeapi import FakeKube
 
 Obj = dict[str, Any]
@@ -57,6 +59,15 @@ CATALOG: Obj = {
         },
     ]
 }
+
+
+def kwok_provider(
+    *, kube: FakeKube, cluster: ClusterState, clock: FakeClock, unavailable: UnavailableOfferings | None = None
+) -> KWOKCloudProvider:
+    """The real kwok provider over the tiny catalog, with its Node-making loop, wired as the operator does."""
+    return build_kwok_provider(
+        client=kube, cluster=cluster, clock=clock, catalog=parse_catalog(CATALOG), unavailable=unavailable
+    )
 
 
 class Runnable(Protocol):
@@ -173,14 +184,19 @@ class Harness:
             subresource="status",
         )
 
-    async def bind_pod(self, name: str, node: str, *, namespace: str = "default", **extra: Any) -> Obj:
-        pod: Obj = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, **extra.pop("metadata", {})},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}], **extra.pop("spec", {})},
-            "status": {"phase": "Running", **extra.pop("status", {})},
-        }
+    async def bind_pod(
+        self,
+        name: str,
+        node: str,
+        *,
+        namespace: str = "default",
+        metadata: Obj | None = None,
+        spec: Obj | None = None,
+        status: Obj | None = None,
+    ) -> Obj:
+        """A running pod bound to ``node``, one container unless ``spec`` says otherwise."""
+        body = {"containers": [{"name": "c", "image": "x"}], **(spec or {})}
+        pod = builders.pod(name, namespace=namespace, node=node, metadata=metadata, spec=body, status=status)
         return await self.kube.create(PODS, pod)
 
     def claim(self, name: str) -> Obj | None:
@@ -206,9 +222,7 @@ async def make_harness(settings: Settings | None = None, *, watched: Iterable[Re
     kube = FakeKube(clock=clock)
     cluster = ClusterState(source=kube, clock=clock, watched=watched)
     unavailable = UnavailableOfferings(clock=clock, ttl_seconds=180.0)
-    cloud = KWOKCloudProvider(
-        client=kube, cluster=cluster, clock=clock, catalog=parse_catalog(CATALOG), unavailable=unavailable
-    )
+    cloud = kwok_provider(kube=kube, cluster=cluster, clock=clock, unavailable=unavailable)
     ctx = Context(
         client=kube,
         cluster=cluster,

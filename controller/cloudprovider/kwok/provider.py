@@ -2,15 +2,17 @@
 
 `create` picks the cheapest available offering and answers at once with an `Instance` whose
 providerID is ``kwok://<nodeclaim>``. The Node itself appears after the KWOKNodeClass's
-``registrationDelay``: `run()` is a small reconciler that, for every launched NodeClaim without a
-Node, creates it once the delay since launch (the Launched condition's lastTransitionTime) has
-passed. It works from cluster state alone, so a restart finishes what an earlier process started.
-With a zero delay the Node is created inside `create` and nothing waits. When nobody calls `run()`
-explicitly, the first `create()` or `list()` starts it as a background task.
+``registrationDelay``: the Node-making loop the operator hands the provider
+(``controller/kwoknodes/``) looks at every launched NodeClaim without a Node, and `node_when_due`
+creates it once the delay since launch (the Launched condition's lastTransitionTime) has passed.
+It works from cluster state alone, so a restart finishes what an earlier process started. With a
+zero delay the Node is created inside `create` and nothing waits. `run()` runs that loop; when
+nobody calls it explicitly, the first `create()` or `list()` starts it as a background task.
 
-What the provider keeps in memory is only what the cluster cannot know yet: instances launched
-whose NodeClaim status has not been written yet (they show in `list()`, so garbage collection can
-reclaim them when their NodeClaim never records them).
+The provider reads no cache of its own: the operator hands it what it reads (`ClusterReads`: the
+Nodes it made, their NodeClaims, the KWOKNodeClasses). What it keeps in memory is only what the
+cluster cannot know yet: instances launched whose NodeClaim status has not been written yet (they
+show in `list()`, so garbage collection can reclaim them when their NodeClaim never records them).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 import structlog
 
@@ -42,9 +45,6 @@ from controller.kube.client import ApiError, ConflictError, KubeClient, NotFound
 from controller.kube.resources import CONFIGMAPS, NODES
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.instancetypes import Offering as CatalogOffering
-from controller.state.cluster import ClusterState
-from controller.state.informer import EventType
-from controller.state.queue import WorkQueue
 from controller.state.views import NodeClaimView, NodeView, Obj
 
 log = structlog.get_logger()
@@ -53,8 +53,34 @@ CATALOG_KEY = "catalog.json"
 CATALOG_REFRESH_SECONDS = 60.0
 
 
+class ClusterReads(Protocol):
+    """What the kwok provider reads of the cluster, handed to it by the operator (the cache is one):
+    its instances are the Nodes it made, their records the NodeClaims, its classes the KWOKNodeClasses."""
+
+    def node_views(self) -> Mapping[str, NodeView]: ...
+
+    def node_view_by_provider_id(self, provider_id: str) -> NodeView | None: ...
+
+    def claim_views(self) -> Mapping[str, NodeClaimView]: ...
+
+    def nodeclasses(self) -> Mapping[str, Obj]: ...
+
+
+class NodeLoop(Protocol):
+    """The loop that creates the Nodes of launched NodeClaims (controller/kwoknodes/), made by the
+    operator over this provider."""
+
+    async def run(self) -> None: ...
+
+    def due(self, nodeclaim: str, seconds: float) -> None:
+        """Look at the NodeClaim again after ``seconds``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
-class _Launch:
+class Launch:
+    """An instance this process launched, remembered until its NodeClaim records it."""
+
     instance: Instance
     launched_at: datetime
     uid: str | None = None  # the NodeClaim's: the idempotency key of create()
@@ -87,25 +113,26 @@ class KWOKCloudProvider:
         self,
         *,
         client: KubeClient,
-        cluster: ClusterState,
+        cluster: ClusterReads,
         clock: Clock,
         catalog: Iterable[InstanceType],
+        node_loop: Callable[[KWOKCloudProvider], NodeLoop],
         unavailable: UnavailableOfferings | None = None,
-        workers: int = 8,
     ) -> None:
+        """``node_loop`` makes the Node-making loop over this provider (the operator passes
+        controller/kwoknodes/'s)."""
         self._client = client
         self._cluster = cluster
         self._clock = clock
         self._catalog = _Catalog.of(catalog)
         self._unavailable = unavailable
-        self._workers = workers
-        self._launches: dict[str, _Launch] = {}
+        self._launches: dict[str, Launch] = {}
         self._attempts: dict[str, int] = {}  # NodeClaim uid -> launch calls (the throttle draws)
         self._created: dict[str, str] = {}  # node name -> NodeClaim uid, until the cache shows the Node
-        self._queue = WorkQueue(name="kwok-nodes", clock=clock)
         self._configmap_catalogs: dict[str, tuple[float, _Catalog]] = {}
         self._running = False
         self._task: asyncio.Task[None] | None = None
+        self._loop = node_loop(self)
 
     @property
     def catalog(self) -> tuple[InstanceType, ...]:
@@ -166,7 +193,7 @@ class KWOKCloudProvider:
             self._instance(name=name, instance_type=it, offering=offering, image_id=IMAGE_PREFIX + nodeclass.image_id),
             refused=choice.refused,
         )
-        self._launches[name] = _Launch(instance=instance, launched_at=self._clock.now(), uid=claim.uid)
+        self._launches[name] = Launch(instance=instance, launched_at=self._clock.now(), uid=claim.uid)
         log.info(
             "kwok.instance_launched",
             nodeclaim=name,
@@ -184,7 +211,7 @@ class KWOKCloudProvider:
         elif nodeclass.registration_delay_seconds <= 0:
             await self._create_node(claim, it, offering, nodeclass)
         else:
-            self._queue.add_after(name, nodeclass.registration_delay_seconds)
+            self._loop.due(name, nodeclass.registration_delay_seconds)
         return instance
 
     async def delete(self, nodeclaim: Obj) -> None:
@@ -294,10 +321,11 @@ class KWOKCloudProvider:
         self._configmap_catalogs[ref] = (self._clock.monotonic(), catalog)
         return catalog
 
-    # --- Node creation after the registration delay ------------------------------------------
+    # --- Node creation after the registration delay (the loop in controller/kwoknodes/ drives it) ----
 
     async def run(self) -> None:
-        """Create the Nodes of launched NodeClaims once their registration delay has passed.
+        """Run the Node-making loop: the Nodes of launched NodeClaims once their registration delay
+        has passed.
 
         Safe to call again after a crash (the operator's supervisor does), and it takes over from
         the background task `create()`/`list()` start when nobody called it.
@@ -307,11 +335,7 @@ class KWOKCloudProvider:
             self._task = None
             lazy.cancel()
         self._running = True
-        self._cluster.subscribe_views("NodeClaim", self._on_claim)
-        await self._cluster.wait_synced()
-        for name in list(self._cluster.claim_views()):
-            self._queue.add(name)
-        await self._queue.run(self.reconcile, workers=self._workers)
+        await self._loop.run()
 
     def _ensure_running(self) -> None:
         if self._running:
@@ -319,27 +343,27 @@ class KWOKCloudProvider:
         self._running = True
         self._task = asyncio.get_running_loop().create_task(self.run(), name="kwok-provider")
 
-    def _on_claim(self, etype: EventType, claim: NodeClaimView, old: NodeClaimView | None) -> None:
-        if etype == "DELETED":
-            self._created.pop(claim.name, None)
-            return
-        if claim.name in self._launches or is_kwok_provider_id(claim.provider_id):
-            self._queue.add(claim.name)
+    def launched(self, name: str) -> bool:
+        """Whether this process launched the NodeClaim's instance, which its NodeClaim may not record yet."""
+        return name in self._launches
 
-    async def reconcile(self, name: str) -> float | None:
-        """One pass for one NodeClaim: create its Node when due. Returns seconds until due, or None."""
-        claim = self._cluster.claim_views().get(name)
-        launch = self._launches.get(name)
-        if claim is None or claim.deleting:
-            return None
+    def launch_for(self, claim: NodeClaimView) -> Launch | None:
+        """What this process launched for the NodeClaim. Once the NodeClaim records the launch (its
+        instance type and providerID written) state is enough: the record goes, returned one last time."""
+        launch = self._launches.get(claim.name)
         if launch is not None and claim.instance_type and claim.provider_id == launch.instance.provider_id:
-            self._launches.pop(name, None)  # the NodeClaim records it now; state is enough
-        provider_id = claim.provider_id or (launch.instance.provider_id if launch else None)
-        if not is_kwok_provider_id(provider_id) or claim.registered:
-            return None
-        if self._cluster.node_view_by_provider_id(str(provider_id)) is not None or name in self._cluster.node_views():
-            self._created.pop(name, None)
-            return None
+            self._launches.pop(claim.name, None)  # the NodeClaim records it now; state is enough
+        return launch
+
+    def forget_node(self, name: str) -> None:
+        """Nothing more to remember of the Node's creation: the cache shows it, or its NodeClaim is gone."""
+        self._created.pop(name, None)
+
+    async def node_when_due(self, claim: NodeClaimView, launch: Launch | None) -> float | None:
+        """Create the Node of a launched NodeClaim that has none in the cache, once the KWOKNodeClass's
+        registration delay since the launch has passed. Returns seconds until due, or None (created,
+        withheld, or nothing to create)."""
+        name = claim.name
         if self._created.get(name) == str(claim.uid):
             return None  # created a moment ago; the cache has not seen it yet
         try:

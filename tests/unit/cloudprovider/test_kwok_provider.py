@@ -1,4 +1,5 @@
-"""The kwok provider against the in-memory apiserver: launches, delayed Nodes, restarts, deletes."""
+"""The kwok provider against the in-memory apiserver: launches, failures, deletes, list and get (its
+Node-making loop: tests/unit/kwoknodes/)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,6 @@ import json
 
 import pytest
 
-from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
-from controller.clock import format_time
-from controller.cloudprovider.kwok.provider import KWOKCloudProvider
 from controller.cloudprovider.types import (
     CreateError,
     InsufficientCapacityError,
@@ -16,9 +14,8 @@ from controller.cloudprovider.types import (
     NodeClassNotReadyError,
     OfferingId,
 )
-from controller.kube.resources import CONFIGMAPS, NODECLAIMS, NODES
-from controller.scheduling.instancetypes import parse_catalog
-from tests.unit.harness import CATALOG, Harness
+from controller.kube.resources import CONFIGMAPS, NODES
+from tests.unit.harness import Harness
 
 
 async def test_create_answers_at_once_and_the_node_appears_without_delay(harness: Harness) -> None:
@@ -41,52 +38,6 @@ async def test_create_is_idempotent_for_the_same_nodeclaim(harness: Harness) -> 
     second = await harness.cloud.create(claim)
     assert first == second
     assert [c for c in harness.kube.calls if c[0] == "create" and c[1] == "nodes"] == [("create", "nodes", "nc-1")]
-
-
-async def test_the_node_waits_for_the_registration_delay_on_the_clock(harness: Harness) -> None:
-    await harness.create_nodeclass(registrationDelay="30s")
-    claim = await harness.create_claim("nc-1", instance_types=["cpu-4"])
-    await harness.cloud.create(claim)
-    await harness.advance(29)
-    assert harness.node("nc-1") is None
-    await harness.advance(1)
-    await harness.eventually(lambda: harness.node("nc-1") is not None, "the Node is created after 30s")
-
-
-async def test_after_a_restart_a_launched_claim_still_gets_its_node(harness: Harness) -> None:
-    """State, not memory: a new provider finds the launched NodeClaim and creates its Node on time."""
-    await harness.create_nodeclass(registrationDelay="60s")
-    await harness.create_claim("nc-1", instance_types=["cpu-4"])
-    launched_at = format_time(harness.clock.now())
-    await harness.kube.patch(
-        NODECLAIMS,
-        "nc-1",
-        {
-            "metadata": {"labels": {LABEL_INSTANCE_TYPE: "cpu-4", LABEL_ZONE: "zone-a", LABEL_CAPACITY_TYPE: "spot"}},
-        },
-    )
-    await harness.kube.patch(
-        NODECLAIMS,
-        "nc-1",
-        {
-            "status": {
-                "providerID": "kwok://nc-1",
-                "conditions": [
-                    {"type": "Launched", "status": "True", "reason": "Launched", "lastTransitionTime": launched_at}
-                ],
-            }
-        },
-        subresource="status",
-    )
-    await harness.advance(20)
-    fresh = KWOKCloudProvider(
-        client=harness.kube, cluster=harness.cluster, clock=harness.clock, catalog=parse_catalog(CATALOG)
-    )
-    harness.start(fresh)
-    await harness.settle()
-    assert harness.node("nc-1") is None
-    await harness.advance(40)
-    await harness.eventually(lambda: harness.node("nc-1") is not None, "the restarted provider creates the Node")
 
 
 async def test_never_register_launches_but_never_creates_a_node(harness: Harness) -> None:
@@ -179,22 +130,6 @@ async def test_a_nodeclass_may_bring_its_own_catalog_in_a_configmap(harness: Har
     await harness.create_nodeclass("broken", catalog="joiner/missing")
     with pytest.raises(NodeClassNotReadyError, match="joiner/missing does not exist"):
         await harness.cloud.create(await harness.create_claim("nc-2", instance_types=["tiny"], nodeclass="broken"))
-
-
-async def test_without_an_explicit_run_the_provider_starts_its_own_loop(harness: Harness) -> None:
-    """The operator may forget to run the provider: delayed Nodes still appear, and a later run() takes over."""
-    lonely = KWOKCloudProvider(
-        client=harness.kube, cluster=harness.cluster, clock=harness.clock, catalog=parse_catalog(CATALOG)
-    )
-    await harness.create_nodeclass(registrationDelay="10s")
-    await lonely.create(await harness.create_claim("nc-1", instance_types=["cpu-4"]))
-    await harness.advance(10)
-    await harness.eventually(lambda: harness.node("nc-1") is not None, "Node created by the lazy loop")
-    harness.start(lonely)  # an explicit run() replaces the background task
-    await harness.settle()
-    await lonely.create(await harness.create_claim("nc-2", instance_types=["cpu-4"]))
-    await harness.advance(10)
-    await harness.eventually(lambda: harness.node("nc-2") is not None, "Node created by the explicit loop")
 
 
 async def test_a_kwok_node_joiner_did_not_make_is_not_its_instance(harness: Harness) -> None:

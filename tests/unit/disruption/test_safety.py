@@ -9,6 +9,7 @@ import pytest
 from controller.disruption import safety
 from controller.disruption.safety import movable
 from controller.state.views import NodeClaimView, NodeView, PodView
+from tests.unit import builders
 
 Obj = dict[str, Any]
 
@@ -46,20 +47,19 @@ def unowned_pods(pods: list[Obj]) -> list[str]:
 OWNER = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "u1", "controller": True}]
 
 
-def pod(name: str, *, ns: str = "default", labels: dict[str, str] | None = None, **meta: Any) -> Obj:
-    status = meta.pop("status", {"phase": "Running"})
-    spec = meta.pop("spec", {"nodeName": "n1", "containers": [{"name": "c"}]})
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": labels or {"app": "web"},
-            "ownerReferences": OWNER,
-            **meta,
-        },
-        "spec": spec,
-        "status": status,
-    }
+def pod(
+    name: str, *, ns: str = "default", labels: dict[str, str] | None = None, status: Obj | None = None, **meta: Any
+) -> Obj:
+    """A running pod of the web ReplicaSet on n1; ``meta`` is merged into its metadata."""
+    return builders.pod(
+        name,
+        namespace=ns,
+        node="n1",
+        labels=labels or {"app": "web"},
+        metadata={"ownerReferences": OWNER, **meta},
+        spec={"containers": [{"name": "c"}]},
+        status=status,
+    )
 
 
 def pdb(name: str, *, allowed: int | None, ns: str = "default", selector: Obj | None = None, **meta: Any) -> Obj:

@@ -16,6 +16,7 @@ from controller.disruption.controller import DisruptionController
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PDBS
 from controller.settings import Settings
 from controller.state.nodepools import nodepool_hash
+from tests.unit import builders
 from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
@@ -38,20 +39,11 @@ class World:
     async def nodepool(self, name: str = "default", **disruption: Any) -> Obj:
         obj = await self.kube.create(
             NODEPOOLS,
-            {
-                "apiVersion": "joiner.sh/v1",
-                "kind": "NodePool",
-                "metadata": {"name": name},
-                "spec": {
-                    "template": {
-                        "spec": {
-                            "nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"},
-                            "expireAfter": "720h",
-                        }
-                    },
-                    "disruption": {"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}], **disruption},
-                },
-            },
+            builders.nodepool(
+                name,
+                template={"expireAfter": "720h"},
+                disruption={"consolidateAfter": "30s", "budgets": [{"nodes": "100%"}], **disruption},
+            ),
         )
         await self.h.cached("NodePool", name)
         return obj
@@ -104,20 +96,14 @@ class World:
         name = claim["metadata"]["name"]
         provider_id = f"kwok://{name}"
         then = format_time(self.clock.now() - timedelta(seconds=initialized_ago))
-        await self.kube.create(
-            NODES,
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {**labels, "kubernetes.io/hostname": name}},
-                "spec": {"providerID": provider_id},
-                "status": {
-                    "capacity": CAPACITY[instance_type],
-                    "allocatable": CAPACITY[instance_type],
-                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": then}],
-                },
-            },
+        node = builders.node(
+            name,
+            provider_id=provider_id,
+            labels={**labels, "kubernetes.io/hostname": name},
+            allocatable=CAPACITY[instance_type],
+            ready_since=then,
         )
+        await self.kube.create(NODES, node)
         conditions = [
             {"type": t, "status": "True", "reason": t, "lastTransitionTime": then}
             for t in ("Launched", "Registered", "Initialized", "Ready")

@@ -11,6 +11,7 @@ from controller.gang.planner import gang_toleration
 from controller.gang.record import ADMITTED, PROVISIONING, Record
 from controller.scheduling.instancetypes import parse_catalog
 from controller.state.views import NodeClaimView, NodeView, PodView
+from tests.unit import builders
 
 Obj = dict[str, Any]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -31,25 +32,19 @@ def member(
     if record is not None:
         annotations["joiner.sh/gang-state"] = record.to_json()
     spec: Obj = {"containers": [{"name": "c", "image": "x"}]}
-    if gated:
-        spec["schedulingGates"] = [{"name": "joiner.sh/gang"}]
     if pinned:
         spec["nodeSelector"] = {"joiner.sh/gang": GID}
         spec["tolerations"] = [gang_toleration(GID)]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "uid": uid or f"uid-{name}",
-            "creationTimestamp": format_time(created),
-            "labels": {"joiner.sh/gang": "train"},
-            "annotations": annotations,
-        },
-        "spec": spec,
-        "status": {"phase": "Pending" if gated else "Running"},
-    }
+    return builders.pod(
+        name,
+        namespace="ml",
+        phase="Pending" if gated else "Running",
+        labels={"joiner.sh/gang": "train"},
+        annotations=annotations,
+        gates=["joiner.sh/gang"] if gated else (),
+        metadata={"uid": uid or f"uid-{name}", "creationTimestamp": format_time(created)},
+        spec=spec,
+    )
 
 
 def claim(
@@ -156,13 +151,14 @@ def view(
 
 
 def node(name: str, *, taints: list[Obj] | None = None, deleting: bool = False) -> Obj:
-    meta: Obj = {"name": name, "labels": {"joiner.sh/gang": GID}}
-    if deleting:
-        meta["deletionTimestamp"] = format_time(T0)
-    return {
-        "metadata": meta,
-        "spec": {"taints": [{"key": "joiner.sh/gang", "value": GID, "effect": "NoSchedule"}, *(taints or [])]},
-    }
+    """A Node of the gang's, with its taint (and ``taints``)."""
+    gang_taint = {"key": "joiner.sh/gang", "value": GID, "effect": "NoSchedule"}
+    return builders.node(
+        name,
+        labels={"joiner.sh/gang": GID},
+        taints=[gang_taint, *(taints or [])],
+        metadata={"deletionTimestamp": format_time(T0)} if deleting else None,
+    )
 
 
 CATALOG = parse_catalog(

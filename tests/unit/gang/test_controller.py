@@ -17,6 +17,7 @@ from controller.nodeclaim.lifecycle import LifecycleController
 from controller.settings import Settings
 from controller.state.views import PodView
 from controller.termination.controller import TerminationController
+from tests.unit import builders
 from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
@@ -40,20 +41,15 @@ async def nodepool(
     weight: int | None = None,
     nodeclass: str = "default",
 ) -> None:
-    spec: Obj = {
-        "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": nodeclass}}}
-    }
-    if limits:
-        spec["limits"] = limits
-    if instance_types:
-        spec["template"]["spec"]["requirements"] = [
-            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": instance_types}
-        ]
+    spec: Obj = {"limits": limits} if limits else {}
     if weight is not None:
         spec["weight"] = weight
-    await h.kube.create(
-        NODEPOOLS, {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
-    )
+    template: Obj = {}
+    if instance_types:
+        template["requirements"] = [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": instance_types}
+        ]
+    await h.kube.create(NODEPOOLS, builders.nodepool(name, nodeclass=nodeclass, template=template, **spec))
     await h.cached("NodePool", name)
 
 
@@ -68,29 +64,20 @@ async def gang_pod(
     node_selector: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> Obj:
-    requests = {"cpu": cpu, "memory": "1Gi"}
-    if gpus:
-        requests["nvidia.com/gpu"] = str(gpus)
-    spec: Obj = {
-        "schedulingGates": [{"name": "joiner.sh/gang"}],
-        "containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}],
-    }
-    if node_selector:
-        spec["nodeSelector"] = node_selector
+    requests = {"memory": "1Gi", "nvidia.com/gpu": str(gpus)} if gpus else {"memory": "1Gi"}
     return await h.kube.create(
         PODS,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": "ml",
-                "labels": {"joiner.sh/gang": gang},
-                "annotations": {"joiner.sh/gang-size": str(size), **(annotations or {})},
-            },
-            "spec": spec,
-            "status": {"phase": "Pending"},
-        },
+        builders.pod(
+            name,
+            namespace="ml",
+            phase="Pending",
+            labels={"joiner.sh/gang": gang},
+            annotations={"joiner.sh/gang-size": str(size), **(annotations or {})},
+            gates=["joiner.sh/gang"],
+            cpu=cpu,
+            requests=requests,
+            spec={"nodeSelector": node_selector} if node_selector else None,
+        ),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hack.chaos import NODEPOOL_LABEL, REPLACEMENT_FOR, _disruption_under_way, setup_objects, unneeded_nodes
+from tests.unit import builders
 
 
 def claim(
@@ -51,12 +52,7 @@ def node(name: str, instance_type: str, zone: str, *, cpu: str, memory: str) -> 
         "kubernetes.io/os": "linux",
         "kubernetes.io/hostname": name,
     }
-    status = {
-        "allocatable": {"cpu": cpu, "memory": memory, "pods": "58"},
-        "conditions": [{"type": "Ready", "status": "True"}],
-    }
-    meta = {"name": name, "labels": labels}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": {}, "status": status}
+    return builders.node(name, labels=labels, allocatable={"cpu": cpu, "memory": memory, "pods": "58"})
 
 
 def web(i: int, on: str, *, spread: bool = False) -> dict[str, Any]:

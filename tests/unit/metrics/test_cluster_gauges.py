@@ -7,7 +7,8 @@ from prometheus_client.core import Metric
 
 from controller.state.cluster import ClusterState
 from controller.state.metrics import ClusterCollector
-from tests.unit.metrics.world import feed, new_cluster, node, nodeclaim, nodepool, pod
+from tests.unit.builders import nodepool
+from tests.unit.metrics.world import feed, new_cluster, node, nodeclaim, pod
 
 GPU_NODE = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"}
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.state.metrics import ClusterCollector
-from tests.unit.metrics.world import feed, new_cluster, node, nodeclaim, nodepool
+from tests.unit.builders import nodepool
+from tests.unit.metrics.world import feed, new_cluster, node, nodeclaim
 
 claims = st.lists(
     st.tuples(

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.v1.labels import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_GANG,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_ZONE,
+    RESOURCE_NVIDIA_GPU,
+)
 from controller.clock import FakeClock
 from controller.state.cluster import ClusterState
+from tests.unit import builders
 
 Obj = dict[str, Any]
 
@@ -18,13 +27,6 @@ def new_cluster(clock: FakeClock | None = None) -> ClusterState:
 def feed(cluster: ClusterState, *objs: Obj, etype: str = "ADDED") -> None:
     for obj in objs:
         cluster.informers[obj["kind"]]._apply(etype, obj)  # type: ignore[arg-type]
-
-
-def nodepool(name: str, *, limits: Obj | None = None) -> Obj:
-    spec: Obj = {"template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "d"}}}}
-    if limits is not None:
-        spec["limits"] = limits
-    return {"apiVersion": "joiner.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
 
 
 def nodeclaim(
@@ -55,20 +57,12 @@ def nodeclaim(
 
 
 def node(name: str, *, pool: str | None, tier: str = "on-demand", allocatable: Obj | None = None) -> Obj:
-    labels: Obj = {
-        "node.kubernetes.io/instance-type": "gpu-1",
-        "topology.kubernetes.io/zone": "zone-a",
-        "joiner.sh/capacity-type": tier,
-    }
+    """A gpu-1 Node in zone-a as the kwok provider makes it, of ``pool`` (None: not joiner's)."""
+    labels = {LABEL_INSTANCE_TYPE: "gpu-1", LABEL_ZONE: "zone-a", LABEL_CAPACITY_TYPE: tier}
     if pool is not None:
-        labels["joiner.sh/nodepool"] = pool
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"providerID": f"kwok://{name}"},
-        "status": {"allocatable": allocatable or {"cpu": "7", "memory": "30Gi", "nvidia.com/gpu": "1"}},
-    }
+        labels[LABEL_NODEPOOL] = pool
+    room = allocatable or {"cpu": "7", "memory": "30Gi", "nvidia.com/gpu": "1"}
+    return builders.node(name, provider_id=f"kwok://{name}", labels=labels, allocatable=room)
 
 
 def pod(
@@ -83,18 +77,16 @@ def pod(
     gated: bool = False,
     daemon: bool = False,
 ) -> Obj:
-    requests: Obj = {"cpu": cpu}
-    if gpus:
-        requests["nvidia.com/gpu"] = str(gpus)
-    spec: Obj = {"containers": [{"name": "c", "resources": {"requests": requests}}]}
-    if node_name:
-        spec["nodeName"] = node_name
-    if gated:
-        spec["schedulingGates"] = [{"name": "joiner.sh/gang"}]
-    status: Obj = {"phase": phase}
-    if unschedulable:
-        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
-    meta: Obj = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "creationTimestamp": created}
-    if daemon:
-        meta["ownerReferences"] = [{"kind": "DaemonSet", "name": "ds", "apiVersion": "apps/v1", "uid": "d"}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+    """A pod in namespace ns, pending unless told, created at ``created``."""
+    return builders.pod(
+        name,
+        namespace="ns",
+        node=node_name,
+        phase=phase,
+        cpu=cpu,
+        requests={RESOURCE_NVIDIA_GPU: str(gpus)} if gpus else None,
+        gates=[LABEL_GANG] if gated else (),
+        owner=("DaemonSet", "ds") if daemon else None,
+        unschedulable=unschedulable,
+        metadata={"uid": f"uid-{name}", "creationTimestamp": created},
+    )

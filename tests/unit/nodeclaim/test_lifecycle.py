@@ -14,14 +14,12 @@ from api.v1.labels import (
     LABEL_ZONE,
     TAINT_UNREGISTERED,
 )
-from controller.cloudprovider.kwok.provider import KWOKCloudProvider
 from controller.cloudprovider.types import OfferingId
 from controller.kube.resources import NODES
 from controller.metrics import REGISTRY
 from controller.nodeclaim.lifecycle import LifecycleController
-from controller.scheduling.instancetypes import parse_catalog
 from controller.state.deletion import ANNOTATION_TERMINATION_REASON
-from tests.unit.harness import CATALOG, Harness
+from tests.unit.harness import Harness, kwok_provider
 
 
 @pytest.fixture
@@ -202,9 +200,7 @@ async def test_a_restarted_controller_finishes_what_the_last_one_started(harness
         if task.get_name() in ("KWOKCloudProvider", "LifecycleController"):
             task.cancel()
     await h.settle()
-    cloud = KWOKCloudProvider(
-        client=h.kube, cluster=h.cluster, clock=h.clock, catalog=parse_catalog(CATALOG), unavailable=h.ctx.unavailable
-    )
+    cloud = kwok_provider(kube=h.kube, cluster=h.cluster, clock=h.clock, unavailable=h.ctx.unavailable)
     ctx = dataclasses.replace(h.ctx, cloud=cloud)
     h.start(cloud, LifecycleController(ctx))
     await h.advance(30)

@@ -3,7 +3,9 @@ same sentences the provisioner puts in the pod's Event), with Karpenter's wordin
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -11,6 +13,7 @@ from controller.plan import execute
 from controller.scheduling import solve
 from controller.scheduling.solver_explain import reasons_by_pool
 from controller.state.refusals import Refusal, RefusalBook
+from tests.unit import builders
 from tests.unit.scheduling.builders import itype, pod, pool, res
 
 NODECLASS = """
@@ -21,18 +24,9 @@ spec: {}
 """
 
 
-def nodepool(name: str = "gpu", *, spec: str = "", template: str = "") -> str:
-    return f"""
-apiVersion: joiner.sh/v1
-kind: NodePool
-metadata: {{name: {name}}}
-spec:
-{spec}
-  template:
-    spec:
-      nodeClassRef: {{group: joiner.sh, kind: KWOKNodeClass, name: default}}
-{template}
-"""
+def nodepool(name: str = "gpu", **kw: Any) -> str:
+    """A scenario's NodePool document: ``builders.nodepool``'s, written as JSON (which YAML reads)."""
+    return f"\n{json.dumps(builders.nodepool(name, **kw))}\n"
 
 
 def a_pod(name: str, requests: str, *, extra: str = "", labels: str = "") -> str:
@@ -54,53 +48,56 @@ GANG = ", labels: {joiner.sh/gang: train}, annotations: {joiner.sh/gang-size: '4
 
 CASES = {
     "limit of 0 on the GPUs": (
-        [nodepool(spec="  limits: {nvidia.com/gpu: '0'}"), GPU_POD],
+        [nodepool(limits={"nvidia.com/gpu": "0"}), GPU_POD],
         'nodepool "gpu": all available instance types exceed limits for nodepool (nvidia.com/gpu limit is 0)',
     ),
     "limit of 0 on the CPUs": (
-        [nodepool(spec="  limits: {cpu: '0'}"), CPU_POD],
+        [nodepool(limits={"cpu": "0"}), CPU_POD],
         'nodepool "gpu": all available instance types exceed limits for nodepool (cpu limit is 0)',
     ),
     "limit of 0 on GPUs where every type has one": (
         [
             nodepool(
-                spec="  limits: {nvidia.com/gpu: '0'}",
-                template="      requirements: [{key: joiner.sh/gpu-count, operator: Exists}]",
+                limits={"nvidia.com/gpu": "0"},
+                template={"requirements": [{"key": "joiner.sh/gpu-count", "operator": "Exists"}]},
             ),
             CPU_POD,
         ],
         'nodepool "gpu": all available instance types exceed limits for nodepool (nvidia.com/gpu limit is 0)',
     ),
     "limit used up": (
-        [nodepool(spec="  limits: {nvidia.com/gpu: '1'}"), GPU_POD, a_pod("big", "{nvidia.com/gpu: '2'}")],
+        [nodepool(limits={"nvidia.com/gpu": "1"}), GPU_POD, a_pod("big", "{nvidia.com/gpu: '2'}")],
         'nodepool "gpu": all available instance types exceed limits for nodepool '
         "(nvidia.com/gpu: 1 of 1 in use, the cheapest instance type that fits has 4)",
     ),
     "memory limit": (
-        [nodepool(spec="  limits: {memory: 1Gi}"), CPU_POD],
+        [nodepool(limits={"memory": "1Gi"}), CPU_POD],
         'nodepool "gpu": all available instance types exceed limits for nodepool (memory: 0 of 1Gi in use, ',
     ),
     "limits.nodes": (
-        [nodepool(spec="  limits: {nodes: '0'}"), CPU_POD],
+        [nodepool(limits={"nodes": "0"}), CPU_POD],
         'nodepool "gpu": all available instance types exceed limits for nodepool (limits.nodes is 0 and it has 0)',
     ),
     "budget": (
-        [nodepool(spec="  capacity: {budget: {maxPricePerHour: '0.01'}}"), CPU_POD],
+        [nodepool(capacity={"budget": {"maxPricePerHour": "0.01"}}), CPU_POD],
         'nodepool "gpu": its budget is $0.01/h and its nodes cost $0.00/h: a ',
     ),
     "taint": (
-        [nodepool(template="      taints: [{key: nvidia.com/gpu, effect: NoSchedule}]"), CPU_POD],
+        [nodepool(template={"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}), CPU_POD],
         'nodepool "gpu": pod does not tolerate taint nvidia.com/gpu=:NoSchedule',
     ),
     "pool requirements against the pod's": (
         [
-            nodepool(template="      requirements: [{key: team, operator: In, values: [ml]}]"),
+            nodepool(template={"requirements": [{"key": "team", "operator": "In", "values": ["ml"]}]}),
             a_pod("web", "{cpu: '1'}", extra="  nodeSelector: {team: web}"),
         ],
         'nodepool "gpu": pod requires team In [web] but the nodepool requires team In [ml]',
     ),
     "no instance type matches the pool": (
-        [nodepool(template="      requirements: [{key: joiner.sh/gpu-name, operator: In, values: [B300]}]"), CPU_POD],
+        [
+            nodepool(template={"requirements": [{"key": "joiner.sh/gpu-name", "operator": "In", "values": ["B300"]}]}),
+            CPU_POD,
+        ],
         'nodepool "gpu": no instance type matches the nodepool\'s requirements (joiner.sh/gpu-name In [B300])',
     ),
     "too big for every type": (
@@ -109,7 +106,7 @@ CASES = {
     ),
     "no offering where the pod must be": (
         [
-            nodepool(template="      requirements: [{key: joiner.sh/gpu-count, operator: Exists}]"),
+            nodepool(template={"requirements": [{"key": "joiner.sh/gpu-count", "operator": "Exists"}]}),
             a_pod("zoned", "{cpu: '1'}", extra="  nodeSelector: {topology.kubernetes.io/zone: mars-1a}"),
         ],
         'nodepool "gpu": no instance type has an available offering for topology.kubernetes.io/zone In [mars-1a] '

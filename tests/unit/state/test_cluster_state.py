@@ -6,6 +6,7 @@ from typing import Any
 
 from controller.clock import FakeClock
 from controller.state.cluster import ClusterState
+from tests.unit import builders
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -30,15 +31,9 @@ def test_a_restarted_controller_subscribing_again_gets_each_event_once() -> None
 
 
 def _pod(name: str, *, version: str, cpu: str, node: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
-    if node:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": version},
-        "spec": spec,
-    }
+    return builders.pod(
+        name, namespace="ns", node=node, cpu=cpu, metadata={"uid": f"uid-{name}", "resourceVersion": version}
+    )
 
 
 def test_a_pod_is_converted_for_the_solver_once_per_resource_version() -> None:
@@ -79,13 +74,13 @@ def test_a_pod_that_does_not_convert_raises_every_time_and_is_not_remembered() -
 
 
 def _node(name: str, *, version: str, cpu: str, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "resourceVersion": version, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {"taints": taints or []},
-        "status": {"allocatable": {"cpu": cpu, "pods": "110"}},
-    }
+    return builders.node(
+        name,
+        labels={"kubernetes.io/hostname": name},
+        allocatable={"cpu": cpu, "pods": "110"},
+        taints=taints or (),
+        metadata={"resourceVersion": version},
+    )
 
 
 def test_a_node_is_converted_for_the_solver_once_per_resource_version_with_its_pods_each_time() -> None:

@@ -12,10 +12,11 @@ from controller.clock import FakeClock
 from controller.kube.client import GoneError, ListResult, WatchEvent
 from controller.kube.resources import NODES, Resource
 from controller.state.informer import Informer
+from tests.unit import builders
 
 
 def _node(name: str, rv: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "resourceVersion": rv}}
+    return builders.node(name, metadata={"resourceVersion": rv})
 
 
 @dataclass
