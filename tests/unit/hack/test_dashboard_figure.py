@@ -1,12 +1,24 @@
-"""The phase marks the dashboard picture draws: read from the run's file, kept apart, explained."""
+"""The pure pieces of the dashboard picture: the phase marks read from the run's file, kept apart and
+explained; series broken where Prometheus has no value."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
-from hack.dashboard_marks import Mark, caption, dump_marks, label_rows, parse_marks, within
+from hack.dashboard_figure import (
+    Mark,
+    all_zero,
+    caption,
+    dump_marks,
+    isolated,
+    label_rows,
+    parse_marks,
+    with_gaps,
+    within,
+)
 
 
 def test_a_marks_file_reads_back_what_was_written_oldest_first() -> None:
@@ -65,3 +77,37 @@ def test_the_caption_wraps_between_entries_never_inside_one() -> None:
         "3 +0:02 a phase of the run   4 +0:03 a phase of the run",
     ]
     assert caption([Mark(at=0.0, label="x" * 80)], start=0.0, width=60) == ["1 +0:00 " + "x" * 80]
+
+
+def _shape(points: list[tuple[float, float]]) -> list[tuple[float, str]]:
+    return [(t, "gap" if math.isnan(v) else str(v)) for t, v in points]
+
+
+def test_a_series_breaks_where_a_step_has_no_sample_or_a_nan() -> None:
+    points = [(0.0, 1.0), (2.0, 1.0), (10.0, 3.0), (12.0, math.nan), (14.0, 4.0)]
+    assert _shape(with_gaps(points, step=2.0)) == [
+        (0.0, "1.0"),
+        (2.0, "1.0"),
+        (4.0, "gap"),  # nothing from 4 to 8: the line must not run from 2 to 10
+        (10.0, "3.0"),
+        (12.0, "gap"),
+        (14.0, "4.0"),
+    ]
+
+
+def test_a_series_with_every_step_is_left_as_it_is() -> None:
+    points = [(float(t), 1.0) for t in range(0, 10, 2)]
+    assert with_gaps(points, step=2.0) == points
+    assert with_gaps([], step=2.0) == []
+
+
+def test_a_sample_alone_between_gaps_is_a_dot() -> None:
+    gap = math.nan
+    points = [(0.0, 5.0), (2.0, gap), (4.0, 6.0), (6.0, 7.0), (8.0, gap), (10.0, 8.0)]
+    assert isolated(points) == [(0.0, 5.0), (10.0, 8.0)]
+    assert isolated([(0.0, 1.0)]) == [(0.0, 1.0)]
+
+
+def test_a_series_that_never_leaves_zero_is_told_apart() -> None:
+    assert all_zero([(0.0, 0.0), (2.0, math.nan), (4.0, 0.0)])
+    assert not all_zero([(0.0, 0.0), (2.0, 0.5)])

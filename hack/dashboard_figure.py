@@ -1,8 +1,10 @@
-"""Phase marks for hack/render-dashboard.py: what a run did and when, drawn as numbered vertical
-lines on every panel, with the numbers explained under the figure's title.
+"""The pure pieces of hack/render-dashboard.py's picture: a run's phases as marks, and the series
+drawn the way Grafana draws them.
 
-A marks file is a JSON list of ``{"at": <Unix seconds>, "label": <text>}`` (hack/dashboard_run.py
-writes one). Pure: no I/O but the text given.
+Marks are what a run did and when, drawn as numbered vertical lines on every panel, the numbers
+explained under the figure's title; a marks file is a JSON list of ``{"at": <Unix seconds>,
+"label": <text>}`` (hack/dashboard_run.py writes one). Series break where Prometheus has no value
+(``NaN``, or no sample at a step) instead of a line drawn across the gap. No I/O but the text given.
 """
 
 from __future__ import annotations
@@ -34,6 +36,33 @@ def parse_marks(text: str) -> list[Mark]:
             raise ValueError(f"mark {i}: 'label' must be a non-empty text, got {label!r}")
         marks.append(Mark(at=float(at), label=label.strip()))
     return sorted(marks, key=lambda m: m.at)
+
+
+def with_gaps(points: list[tuple[float, float]], *, step: float) -> list[tuple[float, float]]:
+    """A range query's points with a ``NaN`` wherever the series has none (a ``NaN`` value, or more
+    than one and a half steps to the next sample), so the line breaks there as Grafana's does."""
+    out: list[tuple[float, float]] = []
+    for t, v in points:
+        if out and t - out[-1][0] > 1.5 * step and not math.isnan(out[-1][1]):
+            out.append((out[-1][0] + step, math.nan))
+        out.append((t, v))
+    return out
+
+
+def isolated(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points with no value on either side (drawn as dots: a line needs two)."""
+    return [
+        (t, v)
+        for i, (t, v) in enumerate(points)
+        if not math.isnan(v)
+        and (i == 0 or math.isnan(points[i - 1][1]))
+        and (i == len(points) - 1 or math.isnan(points[i + 1][1]))
+    ]
+
+
+def all_zero(points: list[tuple[float, float]]) -> bool:
+    """Whether a series never leaves 0 (it is drawn, but named only in a note, not the legend)."""
+    return all(v == 0 or math.isnan(v) for _, v in points)
 
 
 def dump_marks(marks: list[Mark]) -> str:
