@@ -105,6 +105,11 @@ def pools() -> list[Obj]:
     return [nodeclass(registrationDelay="4s"), cpu, l4, h100]
 
 
+def inference(ns: str, replicas: int) -> Obj:
+    """The L4 Deployment: one GPU and 3 CPUs a pod, so one pod a g6 machine."""
+    return deployment("inference", ns, replicas=replicas, cpu="3", memory="8Gi", gpus=1, node_selector={GPU_NAME: "L4"})
+
+
 def trainer(name: str, ns: str) -> Obj:
     obj = pod(name, ns, cpu="12", memory="64Gi", gpus=1, node_selector={GPU_NAME: "H100"})
     obj["metadata"]["labels"] = {GANG: "train", "app": "train"}
@@ -176,15 +181,7 @@ class Run:
         self.cluster.apply(
             [
                 deployment("web", self.ns, replicas=WEB, cpu="500m", memory="512Mi"),
-                deployment(
-                    "inference",
-                    self.ns,
-                    replicas=INFERENCE,
-                    cpu="3",
-                    memory="8Gi",
-                    gpus=1,
-                    node_selector={GPU_NAME: "L4"},
-                ),
+                inference(self.ns, INFERENCE),
             ]
         )
         self.wait(lambda: self.all_running("web", WEB), timeout=240, what=f"{WEB} web pods Running")
