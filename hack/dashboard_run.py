@@ -255,8 +255,16 @@ class Run:
             timeout=60,
             what="pods no NodePool can serve",
         )
+
+        def settled() -> int:
+            """How many inference pods run, once those and the refused ones make up the Deployment."""
+            running = self.running("inference")
+            return running if running + self.metric("joiner_provisioner_unschedulable_pods") == INFERENCE_PEAK else 0
+
+        running: int = self.wait(
+            settled, timeout=120, what="the inference pods the budget allows Running, the others refused"
+        )
         spend = self.metric("joiner_capacity_spend_dollars_per_hour", nodepool="l4")
-        running = self.running("inference")
         assert spend <= L4_BUDGET + 1e-6, f"the l4 pool spends ${spend:.2f}/h, over its ${L4_BUDGET:.2f}/h budget"
         assert running < INFERENCE_PEAK, f"all {INFERENCE_PEAK} inference pods run: the budget did not bind"
         self.say(f"   l4 spends ${spend:.2f}/h of ${L4_BUDGET:.2f}/h; {running}/{INFERENCE_PEAK} inference Running")
