@@ -371,7 +371,7 @@ def main() -> int:
                 "--marks",
                 str(marks),
                 "--title",
-                f"joiner dashboard over a {minutes:.0f}-minute run on the local KWOK cluster (make dashboard)",
+                f"joiner dashboard over {minutes:.0f} minutes of a run on the local KWOK cluster (make dashboard)",
             ],
             check=False,
         )
