@@ -91,6 +91,10 @@ test: $(STAMP) ## the whole suite: unit tests and lint while the binaries build 
 chaos: $(STAMP) binaries ## the fault suite on the local KWOK cluster (5 seeded runs; SEED=, RUNS=, KILLS=, CKILLS=, RATES=1)
 	@$(BIN)/python -m hack.chaos --seed $${SEED:-1} --runs $${RUNS:-5} --kills $${KILLS:-4} --consolidation-kills $${CKILLS:-2} $${RATES:+--fault-rates}
 
+.PHONY: dashboard
+dashboard: $(STAMP) binaries tools ## docs/dashboard.png from an 8-minute run on the local KWOK cluster (OUT= another file)
+	@$(BIN)/python -m hack.dashboard_run --out $${OUT:-docs/dashboard.png}
+
 .PHONY: demo
 demo: $(STAMP) binaries ## the main job: cluster, CRDs, NodePools, controller, GPU workloads
 	@bash hack/demo.sh
