@@ -249,6 +249,18 @@ def test_an_initialized_claim_rests() -> None:
     assert decide(claim=claim, node=a_node(), now=at(5000), settings=SETTINGS) == Wait(None, "initialized")
 
 
+def initialized_at_30() -> Obj:
+    """Launched at 10 s, registered at 20 s, Initialized and Ready at 30 s."""
+    return a_claim(
+        cond("Launched", "True", 10),
+        cond("Registered", "True", 20),
+        cond("Initialized", "True", 30),
+        cond("Ready", "True", 30),
+        providerID="kwok://nc",
+        nodeName="nc",
+    )
+
+
 def test_a_node_opens_once_its_planned_pods_are_nominated_to_it_or_at_the_latest_after_a_few_seconds() -> None:
     closed = [{"key": TAINT_UNREGISTERED, "effect": "NoSchedule"}]
 
@@ -266,14 +278,7 @@ def test_a_node_opens_once_its_planned_pods_are_nominated_to_it_or_at_the_latest
     assert decide(claim=claim, node=a_node(taints=closed), now=at(30), settings=SETTINGS, unnominated=5) == (
         Initialize("nc")
     )
-    initialized = a_claim(
-        cond("Launched", "True", 10),
-        cond("Registered", "True", 20),
-        cond("Initialized", "True", 30),
-        cond("Ready", "True", 30),
-        providerID="kwok://nc",
-        nodeName="nc",
-    )
+    initialized = initialized_at_30()
     node = a_node(taints=closed)
     waiting = decide(claim=initialized, node=node, now=at(31), settings=SETTINGS, unnominated=5)
     assert waiting == Wait(OPEN_RECHECK_SECONDS, "initialized; 5 planned pods not nominated to it yet")
@@ -291,14 +296,7 @@ def test_a_node_stays_closed_past_the_first_seconds_while_the_nominations_still_
     """A burst of thousands needs as many nominations at the apiserver's pace: opened at
     OPEN_AFTER_SECONDS, the pods not nominated yet take planned room and are solved again."""
     closed = [{"key": TAINT_UNREGISTERED, "effect": "NoSchedule"}]
-    initialized = a_claim(
-        cond("Launched", "True", 10),
-        cond("Registered", "True", 20),
-        cond("Initialized", "True", 30),
-        cond("Ready", "True", 30),
-        providerID="kwok://nc",
-        nodeName="nc",
-    )
+    initialized = initialized_at_30()
     node = a_node(taints=closed)
     later = 20 + OPEN_AFTER_SECONDS + 5
 
