@@ -3,6 +3,8 @@
 # and the tools build (or are found cached) in the background; then, once they are there, the
 # checks that need helm and the end-to-end tests against the local KWOK cluster.
 #
+# Order: tests/unit and lint-fast (the verdict a contributor waits for), then the cloud providers'
+# tests against their fake servers, then the build's end, then the chart's and end-to-end tests.
 # The background build prints one line per binary (what it built, in how long, what is left) to
 # .build/progress.log, shown here once the unit tests are done; Go's own output goes to
 # .build/go.log. A failed build fails `make test` with the log's last lines, even when every unit
@@ -24,8 +26,14 @@ JOINER_BUILD_LOG="$out/go.log" nohup nice -n 10 bash hack/build-all.sh >"$progre
 builder=$!
 echo "==> building the cluster binaries and tools in the background (pid $builder; progress in $progress, Go's output in $out/go.log)"
 
-echo "==> unit tests (and the cloud providers' tests against their fake servers)"
-"$BIN/pytest" tests -q --ignore=tests/e2e --ignore=tests/helm
+still_building() {
+    if kill -0 "$builder" 2>/dev/null; then
+        echo "    (the binaries keep building in the background, pid $builder, for the next run: $progress)"
+    fi
+}
+
+echo "==> unit tests"
+"$BIN/pytest" tests/unit -q
 unit=$?
 echo "==> lint (ruff, mypy --strict, layering, generated files, hadolint)"
 make --no-print-directory lint-fast
@@ -33,12 +41,19 @@ lint=$?
 if [ "$unit" -ne 0 ] || [ "$lint" -ne 0 ]; then
     echo "==> FAILED after $(elapsed): unit tests $([ "$unit" -eq 0 ] && echo passed || echo failed)," \
         "lint $([ "$lint" -eq 0 ] && echo passed || echo failed)"
-    if kill -0 "$builder" 2>/dev/null; then
-        echo "    (the binaries keep building in the background, pid $builder, for the next run: $progress)"
-    fi
+    still_building
     exit 1
 fi
 echo "==> unit tests and lint passed after $(elapsed)"
+
+# the cloud providers' tests start fake cloud servers and wait on them (half of this phase's time
+# on a cold machine): after the unit verdict, still while the binaries build
+echo "==> the cloud providers' tests against their fake servers (tests/aws, tests/gcp, tests/azure)"
+if ! "$BIN/pytest" tests -q --ignore=tests/unit --ignore=tests/e2e --ignore=tests/helm; then
+    echo "==> FAILED after $(elapsed): the cloud providers' tests"
+    still_building
+    exit 1
+fi
 
 if kill -0 "$builder" 2>/dev/null; then
     echo "==> waiting for the background build:"

@@ -110,12 +110,18 @@ def test_a_failed_build_shows_the_logs_tail_and_fails(skeleton: Path, tmp_path: 
     assert "    ./x.go:1: undefined: y" in done.stdout  # the compiler's words, from the log
 
 
-def fake_venv(root: Path, *, unit_rc: int) -> None:
-    """A .venv/bin whose pytest and python exit as told (the real ones would run this test again)."""
+def fake_venv(root: Path, *, unit_rc: int, providers_rc: int = 0) -> None:
+    """A .venv/bin whose pytest and python exit as told (the real ones would run this test again);
+    ``providers_rc``: pytest's exit for the cloud providers' tests (everything but tests/unit)."""
     bin_dir = root / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    for tool, rc in (("pytest", unit_rc), ("python", 0)):
-        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*"\nexit {rc}\n')
+    pytest = (
+        '#!/bin/sh\necho "pytest $*"\n'
+        f'case "$*" in *--ignore=tests/unit*) exit {providers_rc} ;; esac\nexit {unit_rc}\n'
+    )
+    (bin_dir / "pytest").write_text(pytest)
+    (bin_dir / "python").write_text('#!/bin/sh\necho "python $*"\nexit 0\n')
+    for tool in ("pytest", "python"):
         (bin_dir / tool).chmod(0o755)
     (root / "Makefile").write_text("lint-fast:\n\t@echo lint-fast ran\n")
 
@@ -128,9 +134,10 @@ def test_make_test_fails_when_the_background_build_fails_though_the_unit_tests_p
     assert done.returncode == 1, done.stdout
     out = done.stdout
     assert (
-        out.index("pytest tests -q --ignore=tests/e2e")
+        out.index("pytest tests/unit -q")
         < out.index("lint-fast ran")
         < out.index("unit tests and lint passed")
+        < out.index("pytest tests -q --ignore=tests/unit --ignore=tests/e2e --ignore=tests/helm")
     )
     assert "./x.go:1: undefined: y" in out
     assert "FAILED after" in out
@@ -155,3 +162,16 @@ def test_make_test_runs_e2e_after_the_build_and_gives_the_unit_verdict_first(ske
     assert done.returncode == 1
     assert "unit tests failed" in done.stdout
     assert "pytest tests/helm tests/e2e" not in done.stdout
+
+
+def test_the_cloud_providers_tests_come_after_the_unit_verdict_and_a_failure_stops_make_test(
+    skeleton: Path, tmp_path: Path
+) -> None:
+    fake_venv(skeleton, unit_rc=0, providers_rc=1)
+    done = run(["bash", "hack/test.sh"], skeleton, env(tmp_path))
+    assert done.returncode == 1, done.stdout
+    out = done.stdout
+    assert out.index("unit tests and lint passed") < out.index("the cloud providers' tests against their fake servers")
+    assert "FAILED after" in out
+    assert "the cloud providers' tests" in out.split("FAILED after", 1)[1]
+    assert "pytest tests/helm tests/e2e" not in out
