@@ -68,6 +68,15 @@ class Booker:
             self.publish(req, held=room.held, nodes=room.nodes, claimed=room.claimed)
         await self._nominate(pending, room.placed)
 
+    def holds_attempt(self, view: RequestView) -> bool:
+        """Whether the published booking keeps every machine of the attempt under its name now (the
+        NodeClaim's name until its Node registers, then the Node's)."""
+        booking, attempt = self.ctx.bookings.get(view.request.key), view.attempt
+        if booking is None or attempt is None:
+            return False
+        names = {c.node_name or c.name for n, c in view.claims.items() if n in attempt.claims and not c.deleting}
+        return names <= booking.nodes
+
     async def hold_attempt(self, view: RequestView) -> None:
         """Hold the room of an atomic attempt whose machines are coming up (after a restart: the
         book is in memory, the attempt is on the request): the attempt's own NodeClaims whole, and

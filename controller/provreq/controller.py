@@ -170,8 +170,10 @@ class ProvisioningRequestController:
                 self.reader.done(req.uid)  # nothing more will be written for it
             return None
         if isinstance(step, Conditions):
-            if step.hold_attempt and self.ctx.bookings.get(req.key) is None:
-                await self.booker.hold_attempt(view)  # after a restart: the book is in memory
+            if step.hold_attempt and not self.booker.holds_attempt(view):
+                # after a restart (the book is in memory), or a machine registered under a Node
+                # name of its own (aws: ip-...): the room is held where the machines are now
+                await self.booker.hold_attempt(view)
             await self.effects.status(req, step.updates)
             if step.event is not None:
                 await self.effects.event(req, *step.event)

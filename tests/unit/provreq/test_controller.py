@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,8 +21,12 @@ from controller.kube.resources import (
 )
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.provisioning.provisioner import Provisioner
+from controller.provreq.booker import Booker
 from controller.provreq.controller import ProvisioningRequestController
+from controller.provreq.decide import Knobs
 from controller.provreq.manifest import LABEL_REQUEST_UID
+from controller.provreq.reader import RequestReader
+from controller.provreq.request import ProvisioningRequest
 from controller.settings import Settings
 from controller.state.cluster import WATCHED
 from controller.termination.controller import TerminationController
@@ -411,6 +416,30 @@ async def test_the_machines_of_an_attempt_are_held_for_the_request_while_they_co
     nominated = (h.kube.obj(PODS, "web-0", "default") or {}).get("status", {}).get("nominatedNodeName")
     assert nominated != mine, "not planned into the room held for the request"
     assert len(claims_of(h, "job")) == 1
+
+
+async def test_the_attempts_room_follows_a_machine_that_registers_under_a_node_name_of_its_own(
+    world: Harness,
+) -> None:
+    """aws names the Node ip-10-...: the room held under the NodeClaim's name is held again under the
+    Node's once it registers (the provisioner's machines are keyed by the Node's name then)."""
+    h = world
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 1)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
+    [mine] = sorted(claims_of(h, "job"))
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "held while it comes up")
+    booker = Booker(h.ctx, Knobs(), RequestReader(h.ctx))
+    req = ProvisioningRequest.of(pr(h, "job"))
+    view = booker.reader.view(req)
+    assert booker.holds_attempt(view)
+    registered = {n: replace(c, node_name="ip-10-0-0-7") for n, c in view.claims.items()}
+    assert not booker.holds_attempt(replace(view, claims=registered)), "the Node's name is not booked yet"
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None
+    h.ctx.bookings.publish(replace(booking, nodes=frozenset({mine, "ip-10-0-0-7"})))
+    assert booker.holds_attempt(replace(view, claims=registered))
 
 
 async def test_the_booking_ends_when_the_pods_ran_even_if_they_already_finished(world: Harness) -> None:
