@@ -238,14 +238,7 @@ def test_not_initialized_is_recorded_once_then_waits_until_the_deadline() -> Non
 
 
 def test_an_initialized_claim_rests() -> None:
-    claim = a_claim(
-        cond("Launched", "True", 10),
-        cond("Registered", "True", 20),
-        cond("Initialized", "True", 30),
-        cond("Ready", "True", 30),
-        providerID="kwok://nc",
-        nodeName="nc",
-    )
+    claim = initialized_at_30()
     assert decide(claim=claim, node=a_node(), now=at(5000), settings=SETTINGS) == Wait(None, "initialized")
 
 

@@ -376,6 +376,17 @@ async def other_pod(h: Harness, name: str) -> Obj:
     )
 
 
+async def one_machine_coming_up(h: Harness) -> str:
+    """An atomic request of one 1-GPU pod, its one NodeClaim bought and held while it comes up."""
+    await template(h, "ppt-job-main", gpus=1)
+    await request(h, "job", sets=[("ppt-job-main", 1)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
+    [mine] = sorted(claims_of(h, "job"))
+    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "held while it comes up")
+    return mine
+
+
 async def test_the_machines_of_an_attempt_are_held_for_the_request_while_they_come_up_and_after_a_restart(
     world: Harness,
 ) -> None:
@@ -383,12 +394,7 @@ async def test_the_machines_of_an_attempt_are_held_for_the_request_while_they_co
     come up, only the booking keeps the provisioner from planning other pods into their room -- and
     a restarted controller, whose bookings are in memory, holds it again from the attempt's record."""
     h = world
-    await template(h, "ppt-job-main", gpus=1)
-    await request(h, "job", sets=[("ppt-job-main", 1)])
-    start(h)
-    await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
-    [mine] = sorted(claims_of(h, "job"))
-    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "held while it comes up")
+    mine = await one_machine_coming_up(h)
     booking = h.ctx.bookings.get(f"{NS}/job")
     assert booking is not None
     assert booking.nodes == frozenset({mine})
@@ -424,12 +430,7 @@ async def test_the_attempts_room_follows_a_machine_that_registers_under_a_node_n
     """aws names the Node ip-10-...: the room held under the NodeClaim's name is held again under the
     Node's once it registers (the provisioner's machines are keyed by the Node's name then)."""
     h = world
-    await template(h, "ppt-job-main", gpus=1)
-    await request(h, "job", sets=[("ppt-job-main", 1)])
-    start(h)
-    await h.eventually(lambda: len(claims_of(h, "job")) == 1, "1 NodeClaim")
-    [mine] = sorted(claims_of(h, "job"))
-    await h.eventually(lambda: h.ctx.bookings.get(f"{NS}/job") is not None, "held while it comes up")
+    mine = await one_machine_coming_up(h)
     booker = Booker(h.ctx, Knobs(), RequestReader(h.ctx))
     req = ProvisioningRequest.of(pr(h, "job"))
     view = booker.reader.view(req)
