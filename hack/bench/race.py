@@ -1,7 +1,8 @@
 """The race: joiner and the real Karpenter (its KWOK provider) on one local KWOK cluster, same pods.
 
     .venv/bin/python -m hack.bench.race [--pods 1000] [--runs 3] [--sides joiner,karpenter]
-                                        [--joiner-flag plan-untried-after=0] [--dump DIR]
+                                        [--workload cpu|gpu] [--joiner-flag plan-untried-after=0]
+                                        [--dump DIR]
 
 * **Karpenter**: ``sigs.k8s.io/karpenter@v1.15.0`` from the Go module proxy, copied out of the module
   cache, its ``go`` line lowered to the local toolchain, its ``kwok`` main package built once (with
@@ -13,6 +14,10 @@
 * Both NodePools: only ``capacity-type In [spot, on-demand]``, never expire, consolidation off.
 * Each run on a fresh cluster (``hack/cluster.sh down``/``up`` in ``$JOINER_CLUSTER_DIR``), the sides
   alternating; the pods are three Deployments: 50 % 500m/1Gi, 40 % 2/4Gi, 10 % 4/16Gi.
+* ``--workload gpu``: the catalog is joiner's own built-in one instead (its CPU types and its L4
+  machines, g6), written as a Karpenter kwok instance-types file that Karpenter's provider reads
+  (``INSTANCE_TYPES_FILE_PATH``) and converted back for joiner as above; the pods are four
+  Deployments: 30 % 1 GPU 3/12Gi, 15 % 1 GPU 12/48Gi, 15 % 2 GPUs 16/64Gi, 40 % CPU 1/2Gi.
 
 Per run: apply -> first NodeClaim, -> last NodeClaim, -> all Running (seen by a watch in this
 process); NodeClaims bought and the first solve's plan (joiner: ``provisioner.solved``; Karpenter:
@@ -52,8 +57,22 @@ MODULE = "sigs.k8s.io/karpenter"
 VERSION = "v1.15.0"
 ZONE = "topology.kubernetes.io/zone"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-# the three Deployments: name, share of the pods, cpu, memory
-MIX = (("web", 0.5, "500m", "1Gi"), ("batch", 0.4, "2", "4Gi"), ("big", 0.1, "4", "16Gi"))
+# the Deployments of each workload: name, share of the pods, cpu, memory, GPUs
+MIX: tuple[tuple[str, float, str, str, int], ...] = (
+    ("web", 0.5, "500m", "1Gi", 0),
+    ("batch", 0.4, "2", "4Gi", 0),
+    ("big", 0.1, "4", "16Gi", 0),
+)
+GPU_MIX: tuple[tuple[str, float, str, str, int], ...] = (
+    ("l4-small", 0.3, "3", "12Gi", 1),
+    ("l4-large", 0.15, "12", "48Gi", 1),
+    ("l4-pair", 0.15, "16", "64Gi", 2),
+    ("cpu", 0.4, "1", "2Gi", 0),
+)
+MIXES = {"cpu": MIX, "gpu": GPU_MIX}
+# the GPU workload's machines: joiner's built-in catalog's L4 family (its other GPU families aside)
+GPU_FAMILIES = ("g6",)
+GPU = "nvidia.com/gpu"
 # what Karpenter's kwok provider keeps on every instance type (its kube-reserved)
 KWOK_RESERVED = {"cpu": "100m", "memory": "10Mi"}
 Obj = dict[str, Any]
@@ -148,6 +167,43 @@ def joiner_catalog(karpenter_types: list[Obj]) -> Obj:
     return {"instanceTypes": out}
 
 
+def karpenter_types(catalog: Obj, *, gpu_families: tuple[str, ...] = GPU_FAMILIES) -> list[Obj]:
+    """A joiner catalog as a Karpenter kwok instance-types file (``INSTANCE_TYPES_FILE_PATH``): same
+    names, capacity (GPUs included), architecture, zones, capacity types and prices. GPU machines
+    only of ``gpu_families``; offerings marked unavailable are left out (Karpenter's kwok provider
+    makes every offering it reads available)."""
+    out: list[Obj] = []
+    for it in catalog["instanceTypes"]:
+        labels = it.get("labels") or {}
+        family = labels.get("joiner.sh/instance-family") or it["name"].split(".", 1)[0]
+        if GPU in it["capacity"] and family not in gpu_families:
+            continue
+        offerings = [
+            {
+                "Price": float(o["price"]),
+                "Available": True,
+                "Requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [o["capacityType"]]},
+                    {"key": ZONE, "operator": "In", "values": [o["zone"]]},
+                ],
+            }
+            for o in it["offerings"]
+            if o.get("available", True) and o["capacityType"] in ("spot", "on-demand")
+        ]
+        if not offerings:
+            continue
+        out.append(
+            {
+                "name": it["name"],
+                "offerings": offerings,
+                "architecture": labels.get("kubernetes.io/arch", "amd64"),
+                "operatingSystems": [labels.get("kubernetes.io/os", "linux")],
+                "resources": dict(it["capacity"]),
+            }
+        )
+    return out
+
+
 def prices(catalog: Obj) -> dict[tuple[str, str, str], float]:
     """(instance type, zone, capacity type) -> $/h."""
     return {
@@ -157,15 +213,15 @@ def prices(catalog: Obj) -> dict[tuple[str, str, str], float]:
     }
 
 
-def workloads(namespace: str, pods: int) -> list[Obj]:
+def workloads(namespace: str, pods: int, mix: tuple[tuple[str, float, str, str, int], ...] = MIX) -> list[Obj]:
     from tests.e2e.manifests import deployment
 
     out = []
     left = pods
-    for i, (name, share, cpu, memory) in enumerate(MIX):
-        replicas = left if i == len(MIX) - 1 else round(pods * share)
+    for i, (name, share, cpu, memory, gpus) in enumerate(mix):
+        replicas = left if i == len(mix) - 1 else round(pods * share)
         left -= replicas
-        out.append(deployment(name, namespace, replicas=replicas, cpu=cpu, memory=memory))
+        out.append(deployment(name, namespace, replicas=replicas, cpu=cpu, memory=memory, gpus=gpus))
     return out
 
 
@@ -362,6 +418,8 @@ def run_once(
     karpenter: tuple[Path, Path],
     catalog: Path,
     flags: dict[str, str],
+    mix: tuple[tuple[str, float, str, str, int], ...] = MIX,
+    instance_types: Path | None = None,
     timeout: float,
     dump: Path | None,
 ) -> Run:
@@ -427,6 +485,8 @@ def run_once(
             "HEALTH_PROBE_PORT": str(_free_port()),
             "LOG_LEVEL": "info",
         }
+        if instance_types is not None:
+            env["INSTANCE_TYPES_FILE_PATH"] = str(instance_types)
         with log_path.open("wb") as out:
             proc = subprocess.Popen([str(binary)], stdout=out, stderr=subprocess.STDOUT, env=env)
         pid = proc.pid
@@ -438,7 +498,7 @@ def run_once(
         cpu0 = _cpu_seconds(pid)
         requests0 = _apiserver_requests(cluster)
         start = time.time()
-        cluster.apply(workloads(ns, pods))
+        cluster.apply(workloads(ns, pods, mix))
         while time.time() - start < timeout and len(watch.running) < pods:
             time.sleep(0.5)
         if len(watch.running) >= pods:
@@ -588,6 +648,12 @@ def main() -> int:
     parser.add_argument("--pods", default="1000", help="comma-separated burst sizes (default 1000)")
     parser.add_argument("--runs", type=int, default=3, help="runs per side and size (default 3)")
     parser.add_argument("--sides", default="joiner,karpenter")
+    parser.add_argument(
+        "--workload",
+        choices=sorted(MIXES),
+        default="cpu",
+        help="cpu: Karpenter's kwok catalog, CPU pods; gpu: joiner's catalog (CPU and L4), GPU and CPU pods",
+    )
     parser.add_argument("--joiner-flag", action="append", default=[], help="KEY=VALUE or KEY for `joiner run`")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--dump", type=Path, help="keep each run's controller log and objects here")
@@ -605,13 +671,24 @@ def main() -> int:
     os.environ.setdefault("JOINER_CLUSTER_DIR", str(ROOT / ".kwok"))
     sides = args.sides.split(",")
     karpenter = build_karpenter_kwok() if "karpenter" in sides else (Path(), karpenter_source())
-    types = json.loads((karpenter[1] / "kwok" / "cloudprovider" / "instance_types.json").read_text())
-    catalog = _cache() / "joiner-catalog.json"
+    instance_types: Path | None = None
+    if args.workload == "gpu":
+        from controller.cloudprovider.catalog import builtin_catalog_text
+
+        types = karpenter_types(json.loads(builtin_catalog_text()))
+        instance_types = _cache() / "karpenter-gpu-instance-types.json"
+        instance_types.write_text(json.dumps(types))
+    else:
+        types = json.loads((karpenter[1] / "kwok" / "cloudprovider" / "instance_types.json").read_text())
+    catalog = _cache() / f"joiner-catalog-{args.workload}.json"
     catalog.write_text(json.dumps(joiner_catalog(types)))
     flags = dict(f.split("=", 1) if "=" in f else (f, "") for f in args.joiner_flag)
     if args.audit:
         os.environ["JOINER_APISERVER_AUDIT"] = "1"  # read by hack/cluster.sh up
-    print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; joiner flags {flags or '-'}")
+    print(
+        f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; workload {args.workload} "
+        f"({len(types)} instance types); joiner flags {flags or '-'}"
+    )
     print(HEADER, flush=True)
     results: list[Run] = []
     for pods in (int(p) for p in args.pods.split(",")):
@@ -623,6 +700,8 @@ def main() -> int:
                     karpenter=karpenter,
                     catalog=catalog,
                     flags=flags,
+                    mix=MIXES[args.workload],
+                    instance_types=instance_types,
                     timeout=args.timeout,
                     dump=args.dump,
                 )

@@ -1,0 +1,64 @@
+"""The race's GPU variant: joiner's catalog as a Karpenter kwok instance-types file, and back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from controller.cloudprovider.catalog import builtin_catalog_text
+from hack.bench.race import GPU, GPU_MIX, MIX, joiner_catalog, karpenter_types, prices, workloads
+
+
+def _catalog() -> dict[str, Any]:
+    return dict(json.loads(builtin_catalog_text()))
+
+
+def test_the_gpu_catalog_keeps_the_cpu_types_and_only_the_l4_machines() -> None:
+    types = karpenter_types(_catalog())
+    gpu = sorted(t["name"] for t in types if GPU in t["resources"])
+    assert gpu
+    assert all(name.startswith("g6.") for name in gpu)
+    cpu_names = {it["name"] for it in _catalog()["instanceTypes"] if GPU not in it["capacity"]}
+    assert cpu_names <= {t["name"] for t in types}
+
+
+def test_both_sides_buy_from_the_same_list_at_the_same_prices() -> None:
+    source = _catalog()
+    types = karpenter_types(source)
+    back = joiner_catalog(types)
+    names = {t["name"] for t in types}
+    want = {
+        (it["name"], o["zone"], o["capacityType"]): float(o["price"])
+        for it in source["instanceTypes"]
+        for o in it["offerings"]
+        if it["name"] in names and o.get("available", True) and o["capacityType"] in ("spot", "on-demand")
+    }
+    assert prices(back) == want
+    by_name = {it["name"]: it for it in source["instanceTypes"]}
+    for it in back["instanceTypes"]:
+        assert it["capacity"] == by_name[it["name"]]["capacity"]  # GPUs, pods and memory as joiner sells them
+        assert it["labels"]["kubernetes.io/arch"] == by_name[it["name"]]["labels"]["kubernetes.io/arch"]
+
+
+def test_an_offering_marked_unavailable_is_left_out_for_both_sides() -> None:
+    source = _catalog()
+    g6 = next(it for it in source["instanceTypes"] if it["name"] == "g6.xlarge")
+    g6["offerings"][0]["available"] = False
+    gone = (g6["offerings"][0]["zone"], g6["offerings"][0]["capacityType"])
+    converted = next(t for t in karpenter_types(source) if t["name"] == "g6.xlarge")
+    left = {(r[1]["values"][0], r[0]["values"][0]) for r in (o["Requirements"] for o in converted["offerings"])}
+    assert gone not in left
+    assert len(left) == len(g6["offerings"]) - 1
+
+
+def test_the_gpu_workload_asks_for_every_pod_and_the_gpus_of_each_shape() -> None:
+    deployments = workloads("race", 301, GPU_MIX)
+    assert sum(d["spec"]["replicas"] for d in deployments) == 301
+    asked = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"].get(GPU)
+        for d in deployments
+    }
+    assert asked == {"l4-small": "1", "l4-large": "1", "l4-pair": "2", "cpu": None}
+    cpu_only = workloads("race", 1000, MIX)
+    assert sum(d["spec"]["replicas"] for d in cpu_only) == 1000
+    assert all(GPU not in d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] for d in cpu_only)
