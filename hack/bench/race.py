@@ -58,12 +58,13 @@ VERSION = "v1.15.0"
 ZONE = "topology.kubernetes.io/zone"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 # the Deployments of each workload: name, share of the pods, cpu, memory, GPUs
-MIX: tuple[tuple[str, float, str, str, int], ...] = (
+Mix = tuple[tuple[str, float, str, str, int], ...]
+MIX: Mix = (
     ("web", 0.5, "500m", "1Gi", 0),
     ("batch", 0.4, "2", "4Gi", 0),
     ("big", 0.1, "4", "16Gi", 0),
 )
-GPU_MIX: tuple[tuple[str, float, str, str, int], ...] = (
+GPU_MIX: Mix = (
     ("l4-small", 0.3, "3", "12Gi", 1),
     ("l4-large", 0.15, "12", "48Gi", 1),
     ("l4-pair", 0.15, "16", "64Gi", 2),
@@ -213,7 +214,7 @@ def prices(catalog: Obj) -> dict[tuple[str, str, str], float]:
     }
 
 
-def workloads(namespace: str, pods: int, mix: tuple[tuple[str, float, str, str, int], ...] = MIX) -> list[Obj]:
+def workloads(namespace: str, pods: int, mix: Mix = MIX) -> list[Obj]:
     from tests.e2e.manifests import deployment
 
     out = []
@@ -418,7 +419,7 @@ def run_once(
     karpenter: tuple[Path, Path],
     catalog: Path,
     flags: dict[str, str],
-    mix: tuple[tuple[str, float, str, str, int], ...] = MIX,
+    mix: Mix = MIX,
     instance_types: Path | None = None,
     timeout: float,
     dump: Path | None,
