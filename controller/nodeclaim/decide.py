@@ -11,7 +11,9 @@ kube-scheduler then keeps the planned pods' room, where it would otherwise give 
 whichever pending pod it tries first. While the nominations still come (the count not nominated
 reached a new low within `OPEN_PROGRESS_SECONDS`) a Node stays closed past that, up to
 `OPEN_MAX_SECONDS`: a burst of thousands of pods needs as many status writes at the apiserver's
-pace. Other NodeClaims open at registration.
+pace. Once all are nominated, the Nodes open in waves (`controller.nodeclaim.opening`): a Node whose
+free room would fit a pod still waiting for another closed Node opens after that Node, under the
+same time limits. Other NodeClaims open at registration.
 
 Timeouts end a step that takes too long:
 * launch: from the NodeClaim's creationTimestamp until Launched=True;
@@ -153,11 +155,14 @@ def decide(
     now: datetime,
     settings: Settings,
     unnominated: int = 0,
+    blocked_by: int = 0,
     since_progress: float | None = None,
 ) -> NextStep:
     """The next lifecycle step for `claim`, whose Node (found by providerID) is `node`;
     ``unnominated``: pending pods planned on it (or another closed planned Node) that are not
-    nominated yet; ``since_progress``: seconds since that count last fell to a new low."""
+    nominated yet; ``blocked_by``: pods waiting for other closed planned Nodes that its free room
+    would fit, so it opens after theirs (`controller.nodeclaim.opening`); ``since_progress``:
+    seconds since the count not nominated last fell to a new low."""
     if claim.deleting:
         return Wait(None, "being deleted: the termination controller owns it now")
     if not claim.has_finalizer():
@@ -183,7 +188,7 @@ def decide(
     registered_at = claim.transition_time(REGISTERED)
     age = (now - registered_at).total_seconds() if registered_at is not None else None
     nominating = since_progress is not None and since_progress < OPEN_PROGRESS_SECONDS
-    closed = unnominated > 0 and (
+    closed = (unnominated > 0 or blocked_by > 0) and (
         not claim.registered
         or (age is not None and (age < OPEN_AFTER_SECONDS or (nominating and age < OPEN_MAX_SECONDS)))
     )
@@ -214,7 +219,12 @@ def decide(
     step = _initialization(claim=claim, node=node, now=now, settings=settings)
     if closed and isinstance(step, Wait) and node.has_taint(TAINT_UNREGISTERED):
         # nominations are pod events, not this NodeClaim's: look again soon
-        return Wait(OPEN_RECHECK_SECONDS, f"{step.why}; {unnominated} planned pods not nominated to it yet")
+        if unnominated > 0:
+            return Wait(OPEN_RECHECK_SECONDS, f"{step.why}; {unnominated} planned pods not nominated to it yet")
+        return Wait(
+            OPEN_RECHECK_SECONDS,
+            f"{step.why}; opens after {blocked_by} planned pods of other NodeClaims that its free room would fit",
+        )
     return step
 
 

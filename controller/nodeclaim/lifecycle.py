@@ -9,6 +9,8 @@ the NodeClaim, its Node or its NodeClass requeue at once. Only this controller c
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +37,7 @@ from controller.cloudprovider.types import (
 from controller.context import Context
 from controller.kube.client import ConflictError, InvalidError, NotFoundError
 from controller.kube.resources import NODECLAIMS, NODES
-from controller.nodeclaim import metrics
+from controller.nodeclaim import metrics, opening
 from controller.nodeclaim.decide import (
     AddFinalizer,
     Initialize,
@@ -51,11 +53,14 @@ from controller.nodeclaim.decide import (
     not_initialized_update,
 )
 from controller.nodeclaim.nodes import initialization_blockers
+from controller.nodeclaim.opening import OPEN
+from controller.scheduling.kubeconv import pod_requests
+from controller.scheduling.resources import Resources
 from controller.state.deletion import delete_nodeclaim
 from controller.state.informer import EventType
 from controller.state.patches import ConditionUpdate, claim_status, escape, finalizer_patch, label_patch, matches
 from controller.state.queue import WorkQueue
-from controller.state.views import NodeClaimView, NodeView, newer
+from controller.state.views import NodeClaimView, NodeView, PodView, newer
 
 log = structlog.get_logger()
 
@@ -65,6 +70,8 @@ CLOSED_MEMO_SECONDS = 0.1
 CONFLICT_RETRY_SECONDS = 0.5
 LAUNCH_RETRY_BASE_SECONDS = 2.0
 LAUNCH_RETRY_MAX_SECONDS = 60.0
+# a pod takes one of a Node's pod slots (allocatable `pods`), as kube-scheduler counts it
+ONE_POD = Resources.parse({"pods": "1"})
 _WELL_KNOWN = (LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE)
 
 
@@ -114,6 +121,14 @@ def _relevant_node_change(node: NodeView, old: NodeView | None) -> bool:
     return view(node) != view(old)
 
 
+@dataclass(frozen=True, slots=True)
+class ClosedPlan:
+    """The plan's closed Nodes, counted once for all of them."""
+
+    unnominated: int  # pending pods planned on a closed Node (or one with no Node yet), not nominated to it
+    blocked: dict[str, int]  # closed NodeClaim -> waiting pods it opens after (once all are nominated)
+
+
 class LifecycleController:
     def __init__(self, ctx: Context, *, workers: int = 48) -> None:
         self.ctx = ctx
@@ -123,7 +138,8 @@ class LifecycleController:
         self._latest_nodes: dict[str, NodeView] = {}
         self._launch_failures: dict[str, int] = {}
         self._deleted: set[str] = set()  # uids we deleted, until the cache shows the deletion
-        self._closed_memo: tuple[float, int] | None = None  # (when, planned pods not nominated yet)
+        self._closed_memo: tuple[float, ClosedPlan] | None = None
+        self._requests: dict[str, tuple[str | None, Resources]] = {}  # pod key -> (uid, requests)
         self._progress = NominationProgress()
 
     # --- wiring ------------------------------------------------------------------------------
@@ -238,26 +254,95 @@ class LifecycleController:
             return 1
         if not self.ctx.planned.on(claim.name):
             return 0  # bought for no pending pod (a gang, a replacement): opens at registration
+        return self._closed().unnominated
+
+    def _blocked_by(self, claim: NodeClaimView, node: NodeView | None) -> int:
+        """Once every planned pod is nominated: the pods waiting for other Nodes whose place this
+        Node's free room could take, so it opens after theirs (`controller.nodeclaim.opening`)."""
+        if node is None or not node.has_taint(TAINT_UNREGISTERED) or self.ctx.planned.writing:
+            return 0
+        if not self.ctx.planned.on(claim.name):
+            return 0
+        return self._closed().blocked.get(claim.name, 0)
+
+    def _closed(self) -> ClosedPlan:
+        """The plan's closed Nodes as one count, made at most every CLOSED_MEMO_SECONDS (every
+        closed Node asks, each time anything it reads changes)."""
         now = self.ctx.clock.monotonic()
         if self._closed_memo is not None and now - self._closed_memo[0] < CLOSED_MEMO_SECONDS:
             return self._closed_memo[1]
         count = 0
         cluster = self.ctx.cluster
+        claims = cluster.claim_views()
+        free: dict[str, NodeView | None] = {}  # closed NodeClaim -> its Node (None: none yet)
+        waiting: list[tuple[str, PodView]] = []  # (claim, or OPEN, pending pod that may go elsewhere)
+        nominated: dict[str, list[PodView]] = {}  # Node -> the planned pods nominated to it
         for name in self.ctx.planned.claims():
-            other = cluster.claim_views().get(name)
+            other = claims.get(name)
             if other is None or other.deleting:
                 continue
             other_node = cluster.node_view_for_claim(other)
-            if other_node is not None and not other_node.has_taint(TAINT_UNREGISTERED):
-                continue  # open already
+            is_open = other_node is not None and not other_node.has_taint(TAINT_UNREGISTERED)
             want = other_node.name if other_node is not None else None
+            if not is_open:
+                free[name] = other_node
             for key in self.ctx.planned.on(name):
                 pod = cluster.pod_view(key)
-                if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
-                    count += want is None or pod.nominated_node_name != want
-        self._closed_memo = (now, count)
+                if pod is None or pod.node_name or pod.deleting or pod.is_terminal:
+                    continue
+                if pod.nominated_node_name:
+                    nominated.setdefault(pod.nominated_node_name, []).append(pod)
+                if is_open:
+                    if pod.nominated_node_name != want:
+                        waiting.append((OPEN, pod))
+                    continue
+                count += want is None or pod.nominated_node_name != want
+                waiting.append((name, pod))
+        blocked: dict[str, int] = {}
+        if count == 0 and free:
+            requests = self._requests
+            self._requests = {}
+            rooms = {
+                name: None if n is None else self._room(n, nominated.get(n.name, ()), requests)
+                for name, n in free.items()
+            }
+            blocked = opening.blocked(
+                rooms, (opening.Waiting(c, self._requests_of(pod, requests)) for c, pod in waiting)
+            )
+        closed = ClosedPlan(unnominated=count, blocked=blocked)
+        self._closed_memo = (now, closed)
         self._progress.seconds_since(plan=self.ctx.planned.version, count=count, now=now)
-        return count
+        return closed
+
+    def _requests_of(self, pod: PodView, previous: dict[str, tuple[str | None, Resources]]) -> Resources:
+        """A pending pod's requests as kube-scheduler counts them, with its pod slot (made once
+        per pod: the spec's requests of a pending pod do not change)."""
+        hit = previous.get(pod.key) or self._requests.get(pod.key)
+        if hit is not None and hit[0] == pod.uid:
+            self._requests[pod.key] = hit
+            return hit[1]
+        try:
+            requests = pod_requests(pod.raw.get("spec") or {}) + ONE_POD
+        except ValueError:
+            requests = ONE_POD  # kube-scheduler would refuse it anyway: count it as fitting anywhere
+        self._requests[pod.key] = (pod.uid, requests)
+        return requests
+
+    def _room(
+        self, node: NodeView, nominated: Iterable[PodView], requests: dict[str, tuple[str | None, Resources]]
+    ) -> Resources:
+        """The free room kube-scheduler sees on a Node: allocatable, less the pods bound there and
+        the pending pods nominated there."""
+        try:
+            room = Resources.parse(node.allocatable)
+        except ValueError:
+            return Resources()
+        for pod in self.ctx.cluster.pod_views_on_node(node.name):
+            if not pod.is_terminal:
+                room = room - self._requests_of(pod, requests)
+        for pod in nominated:
+            room = room - self._requests_of(pod, requests)
+        return room
 
     def _since_progress(self) -> float:
         """Seconds since the planned pods not nominated yet last fell to a new low."""
@@ -271,6 +356,7 @@ class LifecycleController:
             and node.has_taint(TAINT_UNREGISTERED)
             and bool(self.ctx.planned.on(claim.name))
             and self._unnominated(claim, node) == 0
+            and self._blocked_by(claim, node) == 0
         )
 
     # --- reconcile ---------------------------------------------------------------------------
@@ -299,6 +385,7 @@ class LifecycleController:
                 now=self.ctx.clock.now(),
                 settings=self.ctx.settings,
                 unnominated=self._unnominated(claim, node),
+                blocked_by=self._blocked_by(claim, node),
                 since_progress=self._since_progress(),
             )
             if isinstance(decision, Wait):

@@ -257,3 +257,59 @@ async def test_the_planned_nodes_open_together_once_every_planned_pod_is_nominat
                 opened.setdefault(node, h.clock.monotonic())
     assert set(opened) == {"nc-a", "nc-b"}
     assert opened["nc-a"] == opened["nc-b"], f"opened at {opened}"
+
+
+async def test_a_planned_node_with_room_for_another_nodes_pods_opens_after_that_node(world: Harness) -> None:
+    """Once every planned pod is nominated, a Node whose free room would fit a pod still waiting for
+    another planned Node stays closed until that pod's Node is open and the pod nominated there (or
+    bound): a pod tried while its own Node is closed binds in any room it fits."""
+    from controller.kube.resources import PODS
+
+    h = world
+    await h.create_nodeclass()
+    # cpu-4 leaves 3900m: nc-full's two 1900m pods leave it 100m, nc-roomy's 1 CPU leaves 2900m,
+    # where one of nc-full's pods would fit
+    for pod, cpu in (("a1", "1900m"), ("a2", "1900m"), ("b", "1")):
+        await h.kube.create(
+            PODS,
+            {
+                "metadata": {"name": pod, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]},
+                "status": {"phase": "Pending"},
+            },
+        )
+        await h.cached("Pod", f"default/{pod}")
+    h.ctx.planned.publish({"default/a1": "nc-full", "default/a2": "nc-full", "default/b": "nc-roomy"})
+    for claim in ("nc-full", "nc-roomy"):
+        await h.create_claim(claim, instance_types=["cpu-4"])
+        await h.eventually(lambda c=claim: h.condition_status(c, "Registered") == "True", f"{claim} registered")  # type: ignore[misc]
+
+    def closed(node: str) -> bool:
+        return any(t["key"] == TAINT_UNREGISTERED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+
+    async def nominate(pod: str, node: str) -> None:
+        await h.kube.patch(
+            PODS, pod, {"status": {"nominatedNodeName": node}}, namespace="default", subresource="status"
+        )
+        await h.cached("Pod", f"default/{pod}")
+
+    async def wait(seconds: float) -> None:
+        for _ in range(int(seconds / 0.05)):
+            await h.advance(0.05)
+            await h.settle()
+
+    for pod, node in (("a1", "nc-full"), ("a2", "nc-full"), ("b", "nc-roomy")):
+        await nominate(pod, node)
+    await wait(0.3)
+    assert not closed("nc-full")
+    assert closed("nc-roomy"), "opened while nc-full's pods were still waiting for nc-full"
+    # kube-scheduler tried a1 before nc-full's opening reached it, and cleared its nomination: until
+    # it is nominated again or bound, nc-roomy's room would take it
+    await h.kube.patch(PODS, "a1", {"status": {"nominatedNodeName": None}}, namespace="default", subresource="status")
+    await h.cached("Pod", "default/a1")
+    await wait(1.0)
+    assert closed("nc-roomy")
+    await h.kube.patch(PODS, "a1", {"spec": {"nodeName": "nc-full"}}, namespace="default")
+    await h.cached("Pod", "default/a1")
+    await wait(0.5)
+    assert not closed("nc-roomy")
