@@ -125,8 +125,8 @@ def _relevant_node_change(node: NodeView, old: NodeView | None) -> bool:
 class ClosedPlan:
     """The plan's closed Nodes, counted once for all of them."""
 
-    unnominated: int  # pending pods planned on a closed Node (or one with no Node yet), not nominated to it
-    blocked: dict[str, int]  # closed NodeClaim -> waiting pods it opens after (once all are nominated)
+    unnominated: dict[str, int]  # closed NodeClaim -> its pending pods not nominated to its Node (all: no Node yet)
+    blocked: dict[str, int]  # closed NodeClaim -> waiting pods it opens after (`opening.blocked`)
 
 
 class LifecycleController:
@@ -243,38 +243,40 @@ class LifecycleController:
         return best
 
     def _unnominated(self, claim: NodeClaimView, node: NodeView | None) -> int:
-        """Pending pods planned on a Node that has not opened yet, this one or another, and not
-        nominated to it yet (at least 1 while the provisioner is still writing a plan: its pods are
-        not known yet). The planned Nodes open together: a pod whose Node is not open yet would
-        otherwise bind in the free room of one that is, and its own Node could end empty (300 pods
-        planned on six 96-CPU machines fitted on five as they opened one by one)."""
+        """Pending pods planned on this closed Node and not nominated to it yet (at least 1 while the
+        provisioner is still writing a plan: its pods are not known yet). Opened before they are,
+        kube-scheduler would give their room to whichever pod it tries first."""
         if node is None or not node.has_taint(TAINT_UNREGISTERED):
             return 0
         if self.ctx.planned.writing:
             return 1
         if not self.ctx.planned.on(claim.name):
             return 0  # bought for no pending pod (a gang, a replacement): opens at registration
-        return self._closed().unnominated
+        return self._closed(claim.name).unnominated.get(claim.name, 1)
 
     def _blocked_by(self, claim: NodeClaimView, node: NodeView | None) -> int:
-        """Once every planned pod is nominated: the pods waiting for other Nodes whose place this
-        Node's free room could take, so it opens after theirs (`controller.nodeclaim.opening`)."""
+        """The pods waiting for other planned Nodes whose place this Node's free room could take,
+        so it opens after theirs (`controller.nodeclaim.opening`): a pod whose own Node is closed
+        fails there when kube-scheduler tries it, and binds in any open room it fits."""
         if node is None or not node.has_taint(TAINT_UNREGISTERED) or self.ctx.planned.writing:
             return 0
         if not self.ctx.planned.on(claim.name):
             return 0
-        return self._closed().blocked.get(claim.name, 0)
+        return self._closed(claim.name).blocked.get(claim.name, 0)
 
-    def _closed(self) -> ClosedPlan:
-        """The plan's closed Nodes as one count, made at most every CLOSED_MEMO_SECONDS (every
-        closed Node asks, each time anything it reads changes)."""
+    def _closed(self, asking: str) -> ClosedPlan:
+        """The plan's closed Nodes, judged together at most every CLOSED_MEMO_SECONDS (every closed
+        Node asks, each time anything it reads changes), and again when ``asking`` (a closed
+        planned NodeClaim) is not in the last judgement (it was not in the cache yet). Not in it
+        even then: its pods count as not nominated, so it waits for the cache."""
         now = self.ctx.clock.monotonic()
-        if self._closed_memo is not None and now - self._closed_memo[0] < CLOSED_MEMO_SECONDS:
-            return self._closed_memo[1]
-        count = 0
+        memo = self._closed_memo
+        if memo is not None and now - memo[0] < CLOSED_MEMO_SECONDS and asking in memo[1].unnominated:
+            return memo[1]
         cluster = self.ctx.cluster
         claims = cluster.claim_views()
-        free: dict[str, NodeView | None] = {}  # closed NodeClaim -> its Node (None: none yet)
+        unnominated: dict[str, int] = {}  # closed NodeClaim -> its pods not nominated to its Node
+        closed: dict[str, NodeView | None] = {}  # closed NodeClaim -> its Node (None: none yet)
         waiting: list[tuple[str, PodView]] = []  # (claim, or OPEN, pending pod that may go elsewhere)
         nominated: dict[str, list[PodView]] = {}  # Node -> the planned pods nominated to it
         for name in self.ctx.planned.claims():
@@ -285,7 +287,8 @@ class LifecycleController:
             is_open = other_node is not None and not other_node.has_taint(TAINT_UNREGISTERED)
             want = other_node.name if other_node is not None else None
             if not is_open:
-                free[name] = other_node
+                closed[name] = other_node
+                unnominated[name] = 0
             for key in self.ctx.planned.on(name):
                 pod = cluster.pod_view(key)
                 if pod is None or pod.node_name or pod.deleting or pod.is_terminal:
@@ -296,23 +299,26 @@ class LifecycleController:
                     if pod.nominated_node_name != want:
                         waiting.append((OPEN, pod))
                     continue
-                count += want is None or pod.nominated_node_name != want
+                unnominated[name] += want is None or pod.nominated_node_name != want
                 waiting.append((name, pod))
         blocked: dict[str, int] = {}
-        if count == 0 and free:
+        if any(n is not None and not unnominated[c] for c, n in closed.items()):
             requests = self._requests
             self._requests = {}
+            # a Node whose own pods are not all nominated yet has no room to judge: it waits, and
+            # its pods are waiting ones for the others
             rooms = {
-                name: None if n is None else self._room(n, nominated.get(n.name, ()), requests)
-                for name, n in free.items()
+                name: None if n is None or unnominated[name] else self._room(n, nominated.get(n.name, ()), requests)
+                for name, n in closed.items()
             }
             blocked = opening.blocked(
                 rooms, (opening.Waiting(c, self._requests_of(pod, requests)) for c, pod in waiting)
             )
-        closed = ClosedPlan(unnominated=count, blocked=blocked)
-        self._closed_memo = (now, closed)
-        self._progress.seconds_since(plan=self.ctx.planned.version, count=count, now=now)
-        return closed
+        total = sum(unnominated.values())
+        plan = ClosedPlan(unnominated=unnominated, blocked=blocked)
+        self._closed_memo = (now, plan)
+        self._progress.seconds_since(plan=self.ctx.planned.version, count=total, now=now)
+        return plan
 
     def _requests_of(self, pod: PodView, previous: dict[str, tuple[str | None, Resources]]) -> Resources:
         """A pending pod's requests as kube-scheduler counts them, with its pod slot (made once

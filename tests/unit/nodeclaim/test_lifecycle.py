@@ -313,3 +313,40 @@ async def test_a_planned_node_with_room_for_another_nodes_pods_opens_after_that_
     await h.cached("Pod", "default/a1")
     await wait(0.5)
     assert not closed("nc-roomy")
+
+
+async def test_a_planned_node_whose_pods_are_nominated_opens_while_pods_that_fit_no_room_of_it_still_wait(
+    world: Harness,
+) -> None:
+    """A Node does not wait for the nominations of pods that could not take its room: only its own
+    pods must be nominated to it, and no pod waiting for another Node may fit its free room."""
+    from controller.kube.resources import PODS
+
+    h = world
+    await h.create_nodeclass()
+    for pod in ("pa", "pb"):  # each fills a cpu-4 (3900m allocatable): no room for the other
+        await h.kube.create(
+            PODS,
+            {
+                "metadata": {"name": pod, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "3800m"}}}]},
+                "status": {"phase": "Pending"},
+            },
+        )
+        await h.cached("Pod", f"default/{pod}")
+    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
+    for claim in ("nc-a", "nc-b"):
+        await h.create_claim(claim, instance_types=["cpu-4"])
+        await h.eventually(lambda c=claim: h.condition_status(c, "Registered") == "True", f"{claim} registered")  # type: ignore[misc]
+
+    def closed(node: str) -> bool:
+        return any(t["key"] == TAINT_UNREGISTERED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+
+    assert closed("nc-a")
+    await h.kube.patch(PODS, "pa", {"status": {"nominatedNodeName": "nc-a"}}, namespace="default", subresource="status")
+    await h.cached("Pod", "default/pa")
+    for _ in range(10):
+        await h.advance(0.05)
+        await h.settle()
+    assert not closed("nc-a")
+    assert closed("nc-b"), "opened before its own pod was nominated to it"
