@@ -4,15 +4,15 @@ what is the next step? No I/O, no clock: the reconciler applies the step and ask
     finalizer -> Launched -> (Node joins) Registered -> Initialized (+ Ready) -> open
 
 Open: the Node loses its `joiner.sh/unregistered` taint, and kube-scheduler may place pods there. A
-Node bought for pending pods opens only once the pods planned on it are nominated to it (their
-`status.nominatedNodeName`, which the provisioner's nominator writes as soon as a Node exists) and
-no pod still waiting for another planned Node would fit its free room
-(`controller.nodeclaim.opening`: the plan's Nodes open in waves), or `OPEN_AFTER_SECONDS` after it
-registered at the latest: kube-scheduler then keeps the planned pods' room, where it would
-otherwise give the Node to whichever pending pod it tries first. While the nominations still come
-(the plan's count not nominated reached a new low within `OPEN_PROGRESS_SECONDS`) a Node stays
-closed past that, up to `OPEN_MAX_SECONDS`: a burst of thousands of pods needs as many status
-writes at the apiserver's pace. Other NodeClaims open at registration.
+Node bought for pending pods opens only once the pods planned on it and on the other planned Nodes
+not open yet are nominated (their `status.nominatedNodeName`, which the provisioner's nominator
+writes as soon as a Node exists), and then in waves (`controller.nodeclaim.opening`): a Node whose
+free room would fit a pod still waiting for another planned Node opens after that Node. Or
+`OPEN_AFTER_SECONDS` after it registered at the latest: kube-scheduler then keeps the planned pods'
+room, where it would otherwise give the Node to whichever pending pod it tries first. While the
+nominations still come (the count not nominated reached a new low within `OPEN_PROGRESS_SECONDS`) a
+Node stays closed past that, up to `OPEN_MAX_SECONDS`: a burst of thousands of pods needs as many
+status writes at the apiserver's pace. Other NodeClaims open at registration.
 
 Timeouts end a step that takes too long:
 * launch: from the NodeClaim's creationTimestamp until Launched=True;
@@ -36,11 +36,11 @@ from controller.state.views import NodeClaimView, NodeView
 
 Step = Literal["Launch", "Registration", "Initialization"]
 
-# the longest a Node stays closed after it registered while the pods planned there are not all
-# nominated to it, or pods waiting for other Nodes would fit its free room (kube-scheduler clears a
-# nomination whenever it tries the pod and cannot place it, so a few may be missing at any moment:
-# waiting for all of them must not stall the burst; and a burst of thousands needs as many status
-# writes, at the apiserver's pace)
+# the longest a Node stays closed after it registered while the planned pods are not all nominated,
+# or pods waiting for other Nodes would fit its free room (kube-scheduler clears a nomination
+# whenever it tries the pod and cannot place it, so a few may be missing at any moment: waiting for
+# all of them must not stall the burst; and a burst of thousands needs as many status writes, at the
+# apiserver's pace)
 OPEN_AFTER_SECONDS = 15.0
 # ... unless the nominations are still coming: the fewest planned pods not nominated yet fell to a
 # new low within OPEN_PROGRESS_SECONDS (measured: 3,000 pods on a loaded 2-core cluster took 19 s of
@@ -159,7 +159,8 @@ def decide(
     since_progress: float | None = None,
 ) -> NextStep:
     """The next lifecycle step for `claim`, whose Node (found by providerID) is `node`;
-    ``unnominated``: pending pods planned on it that are not nominated to it yet; ``blocked_by``:
+    ``unnominated``: pending pods planned on it (or another closed planned Node) that are not
+    nominated yet; ``blocked_by``:
     pods waiting for other planned Nodes that its free room would fit, so it opens after theirs
     (`controller.nodeclaim.opening`); ``since_progress``: seconds since the plan's count not
     nominated last fell to a new low."""
