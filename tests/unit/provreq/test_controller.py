@@ -443,6 +443,53 @@ async def test_the_attempts_room_follows_a_machine_that_registers_under_a_node_n
     assert booker.holds_attempt(replace(view, claims=registered))
 
 
+async def test_the_controller_holds_the_attempts_room_again_when_its_machine_registers_under_another_name(
+    world: Harness,
+) -> None:
+    """The same as the test above, driven through the controllers: a machine that joins as a Node
+    named by its cloud (aws: ip-10-...), not after its NodeClaim, is registered under that name, and
+    the request's booking moves to it while the attempt is still coming up."""
+    h = world
+    # the kwok provider makes its own Node (named after the NodeClaim) only after a minute here
+    await h.kube.patch(KWOKNODECLASSES, "default", {"spec": {"registrationDelay": "60s"}})
+    await h.cached("KWOKNodeClass", "default")
+    mine = await one_machine_coming_up(h)
+    claim = h.claim(mine)
+    assert claim is not None
+    await h.eventually(lambda: bool((h.claim(mine) or {}).get("status", {}).get("providerID")), "launched")
+    provider_id = (h.claim(mine) or {})["status"]["providerID"]
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None
+    assert booking.nodes == frozenset({mine})
+
+    await h.kube.create(
+        NODES,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "ip-10-0-0-7", "labels": {"kubernetes.io/hostname": "ip-10-0-0-7"}},
+            "spec": {"providerID": provider_id},
+            "status": {
+                "allocatable": (h.claim(mine) or {})["status"].get("allocatable") or {},
+                "capacity": (h.claim(mine) or {})["status"].get("capacity") or {},
+                "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}],
+            },
+        },
+    )
+    await h.eventually(
+        lambda: (h.claim(mine) or {}).get("status", {}).get("nodeName") == "ip-10-0-0-7",
+        "registered under its own name",
+    )
+    for _ in range(20):
+        booking = h.ctx.bookings.get(f"{NS}/job")
+        if booking is not None and "ip-10-0-0-7" in booking.nodes:
+            break
+        await h.advance(0.5)
+    booking = h.ctx.bookings.get(f"{NS}/job")
+    assert booking is not None, "the attempt's room is no longer held"
+    assert "ip-10-0-0-7" in booking.nodes, f"held under {sorted(booking.nodes)}, not under the Node's name"
+
+
 async def test_the_booking_ends_when_the_pods_ran_even_if_they_already_finished(world: Harness) -> None:
     """kwok (and any short Job) completes the pods right after they run; the request stays until
     Kueue deletes the workload. Finished pods were bound: the room is free again for the next Job."""
