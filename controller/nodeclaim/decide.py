@@ -160,10 +160,9 @@ def decide(
 ) -> NextStep:
     """The next lifecycle step for `claim`, whose Node (found by providerID) is `node`;
     ``unnominated``: pending pods planned on it (or another closed planned Node) that are not
-    nominated yet; ``blocked_by``:
-    pods waiting for other planned Nodes that its free room would fit, so it opens after theirs
-    (`controller.nodeclaim.opening`); ``since_progress``: seconds since the plan's count not
-    nominated last fell to a new low."""
+    nominated yet; ``blocked_by``: pods waiting for other planned Nodes that its free room would
+    fit, so it opens after theirs (`controller.nodeclaim.opening`); ``since_progress``: seconds
+    since the count not nominated last fell to a new low."""
     if claim.deleting:
         return Wait(None, "being deleted: the termination controller owns it now")
     if not claim.has_finalizer():
