@@ -55,7 +55,7 @@ from controller.nodeclaim.decide import (
 from controller.nodeclaim.nodes import initialization_blockers
 from controller.nodeclaim.opening import OPEN
 from controller.scheduling.kubeconv import pod_requests
-from controller.scheduling.resources import Resources
+from controller.scheduling.resources import ONE_POD, Resources
 from controller.state.deletion import delete_nodeclaim
 from controller.state.informer import EventType
 from controller.state.patches import ConditionUpdate, claim_status, escape, finalizer_patch, label_patch, matches
@@ -70,8 +70,6 @@ CLOSED_MEMO_SECONDS = 0.1
 CONFLICT_RETRY_SECONDS = 0.5
 LAUNCH_RETRY_BASE_SECONDS = 2.0
 LAUNCH_RETRY_MAX_SECONDS = 60.0
-# a pod takes one of a Node's pod slots (allocatable `pods`), as kube-scheduler counts it
-ONE_POD = Resources.parse({"pods": "1"})
 _WELL_KNOWN = (LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE)
 
 
