@@ -79,9 +79,9 @@ unit: $(STAMP) ## unit tests (pure, no cluster)
 	@$(BIN)/pytest tests/unit -q
 
 .PHONY: e2e
-e2e: $(STAMP) binaries tools ## end-to-end tests against the local KWOK cluster
-	@echo "==> end-to-end tests (starts the KWOK cluster if it is not running)"
-	@$(BIN)/pytest tests/e2e -q
+e2e: $(STAMP) binaries tools ## end-to-end tests, on 3 KWOK clusters at once (JOINER_E2E_WORKERS=0: one after another on .kwok/)
+	@echo "==> end-to-end tests on $${JOINER_E2E_WORKERS:-3} clusters at once (0: on .kwok/, started if it is not running)"
+	@$(BIN)/pytest tests/e2e -q -n $${JOINER_E2E_WORKERS:-3} --dist loadfile --no-loadscope-reorder
 
 .PHONY: test
 test: $(STAMP) ## the whole suite: unit tests and lint while the binaries build in the background, then e2e

@@ -36,10 +36,24 @@ if complete; then
     exit 0
 fi
 
+mkdir -p "$cache/bin"
+# One build of these pins at a time: a second caller (another pytest worker, `make demo` beside
+# `make test`) waits for the first and reuses what it built, instead of building it again and
+# replacing the directory under a test that runs the binaries.
+exec 9>"$cache/bin/.lock"
+if ! flock -n 9; then
+    log "another build of the cluster binaries is running; waiting for it ..."
+    flock 9
+fi
+if complete; then
+    log "binaries for $k8s_version are cached in $out"
+    echo "$out"
+    exit 0
+fi
+
 command -v go >/dev/null || { log "go is not installed: the cluster binaries are built with the Go toolchain"; exit 1; }
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
-mkdir -p "$cache/bin"
 tmp=$(mktemp -d "$cache/bin/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)

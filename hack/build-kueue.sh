@@ -22,8 +22,22 @@ if [ -x "$out/kueue" ] && [ -d "$out/crds" ]; then
     echo "$out"
     exit 0
 fi
-command -v go >/dev/null || { log "go is required: kueue is built from its Go module"; exit 1; }
+
 mkdir -p "$cache/kueue"
+# One build of these pins at a time: a second caller (another pytest worker, `make demo` beside
+# `make test`) waits for the first and reuses what it built, instead of building it again and
+# replacing the directory under a test that runs the binaries.
+exec 9>"$cache/kueue/.lock"
+if ! flock -n 9; then
+    log "another build of kueue is running; waiting for it ..."
+    flock 9
+fi
+if [ -x "$out/kueue" ] && [ -d "$out/crds" ]; then
+    log "kueue $KUEUE is cached in $out"
+    echo "$out"
+    exit 0
+fi
+command -v go >/dev/null || { log "go is required: kueue is built from its Go module"; exit 1; }
 tmp=$(mktemp -d "$cache/kueue/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export GOFLAGS=-mod=mod GOBIN="$tmp" CGO_ENABLED=0 GOTOOLCHAIN=local

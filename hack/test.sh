@@ -66,6 +66,12 @@ fi
 
 echo "==> deploy/controller/ generated from the Helm chart"
 "$BIN/python" hack/gen-manifests.py --check || exit 1
-echo "==> the Helm chart (helm, promtool) and end-to-end tests (starts the KWOK cluster if it is not running)"
-"$BIN/pytest" tests/helm tests/e2e -q || { echo "==> FAILED after $(elapsed): chart or end-to-end tests"; exit 1; }
+# The end-to-end tests mostly wait (on the controller's timeouts, kwok's stages, kube-scheduler): one
+# after another they keep less than a third of one core busy. So they run on several clusters at
+# once, one per pytest-xdist worker (.kwok-gw0, .kwok-gw1, ...; each stopped when its worker ends),
+# a test file at a time per worker, the longest files first (tests/e2e/conftest.py).
+workers="${JOINER_E2E_WORKERS:-3}"
+echo "==> the Helm chart (helm, promtool) and end-to-end tests, on $workers KWOK clusters at once (each worker starts its own)"
+"$BIN/pytest" tests/helm tests/e2e -q -n "$workers" --dist loadfile --no-loadscope-reorder \
+    || { echo "==> FAILED after $(elapsed): chart or end-to-end tests"; exit 1; }
 echo "==> all passed in $(elapsed)"

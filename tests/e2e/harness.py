@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER_DIR = Path(os.environ.get("JOINER_CLUSTER_DIR", ROOT / ".kwok"))
+# A pytest-xdist worker (``pytest -n 3``) runs its share of the suite on a cluster of its own, in a
+# directory beside the usual one (.kwok-gw0, .kwok-gw1, ...): the tests count every NodeClaim and
+# Node, and a joiner started by one test would provision for another's pods. The variable is set
+# for the processes the tests start (hack/cluster.sh, the chaos restarts) as well.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_BASE_DIR = Path(os.environ.get("JOINER_CLUSTER_DIR", ROOT / ".kwok"))
+CLUSTER_DIR = _BASE_DIR.with_name(f"{_BASE_DIR.name}-{XDIST_WORKER}") if XDIST_WORKER else _BASE_DIR
+if XDIST_WORKER:
+    os.environ["JOINER_CLUSTER_DIR"] = str(CLUSTER_DIR)
 JOINER_KINDS = (
     "nodeclaims.joiner.sh",
     "nodepools.joiner.sh",

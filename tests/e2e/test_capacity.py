@@ -96,7 +96,7 @@ def test_a_schedule_window_brings_a_buffer_and_closing_it_lets_the_nodes_go(
     cluster: Cluster, start_joiner: Any
 ) -> None:
     opens = _next_minute(after=20)
-    window = {"schedule": f"{opens.minute} {opens.hour} * * *", "duration": "2m", "buffer": {"nodes": 1}}
+    window = {"schedule": f"{opens.minute} {opens.hour} * * *", "duration": "1m", "buffer": {"nodes": 1}}
     cluster.apply([nodeclass(), _gpu_pool("office", {"schedules": [window]})])
     start_joiner()
     eventually(lambda: _buffer(cluster, "office") == {"wanted": 0, "ready": 0}, timeout=30, what="status.buffer 0/0")
@@ -108,7 +108,7 @@ def test_a_schedule_window_brings_a_buffer_and_closing_it_lets_the_nodes_go(
     assert datetime.now(UTC) >= opens
     eventually(lambda: _buffer(cluster, "office") == {"wanted": 1, "ready": 1}, timeout=30, what="buffer 1/1")
 
-    closes = opens + timedelta(minutes=2)
+    closes = opens + timedelta(minutes=1)
     time.sleep(max(0.0, (closes - datetime.now(UTC)).total_seconds() - 5))
     assert _names(nodeclaims(cluster)) == {claim["metadata"]["name"]}, "the window keeps its node until it closes"
     eventually(lambda: nodeclaims(cluster) == [], timeout=90, interval=1.0, what="the warm node given back")

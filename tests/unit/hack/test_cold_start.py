@@ -97,6 +97,30 @@ def test_two_streams_build_every_binary_once_and_count_down_what_is_left(skeleto
     assert "0 left" in again.stdout
 
 
+@pytest.mark.parametrize("script", ["build-binaries.sh", "build-tools.sh", "build-kueue.sh"])
+def test_a_second_build_of_the_same_pins_waits_for_the_first_and_reuses_it(
+    skeleton: Path, tmp_path: Path, script: str
+) -> None:
+    """Two pytest workers (or `make demo` beside `make test`) asking at once build once: the second
+    waits on the first's lock, then finds the binaries cached and prints the same directory."""
+    calls = tmp_path / "go-calls"
+    environment = env(tmp_path, FAKE_GO_SLEEP="0.5", FAKE_GO_CALLS=str(calls))
+    args = ["bash", f"hack/{script}"]
+    first = subprocess.Popen(
+        args, cwd=skeleton, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    while not calls.exists():  # the first holds the lock once it runs go
+        assert first.poll() is None, first.communicate()
+    second = run(args, skeleton, environment)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0 == second.returncode, err + second.stderr
+    assert "is running; waiting for it" in second.stderr
+    assert "cached in" in second.stderr
+    assert second.stdout.splitlines()[-1] == out.splitlines()[-1]  # the same directory
+    built = calls.read_text().splitlines()
+    assert len(built) == len(set(built)), f"built twice: {built}"
+
+
 def test_streams_is_one_or_two(skeleton: Path, tmp_path: Path) -> None:
     done = run(["bash", "hack/build-all.sh"], skeleton, env(tmp_path, JOINER_BUILD_STREAMS="4"))
     assert done.returncode == 2
