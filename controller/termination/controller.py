@@ -80,6 +80,15 @@ class TerminationController:
             self._latest.pop(claim.name, None)
             self._instance_deleted.discard(str(claim.uid))
             self._announced.discard(str(claim.uid))
+            # a Node deleted while this claim still owned it was handed to the claim's reconcile; with
+            # the claim gone nothing else changes on that Node, so look at it again now (its finalizer
+            # is removed once no NodeClaim owns it)
+            nodes = {node for node, owner in self._draining.items() if owner == claim.name}
+            node = self._node_of(claim)
+            if node is not None and node.deleting:
+                nodes.add(node.name)
+            for name in nodes:
+                self.queue.add(NODE + name)
             return
         if claim.deleting:
             self.queue.add(CLAIM + claim.name)

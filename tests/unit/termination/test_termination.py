@@ -161,3 +161,33 @@ async def test_pods_leave_by_eviction_priority_and_a_bad_value_gets_an_event(wor
     assert max(evictions.index("web"), evictions.index("odd")) < evictions.index("db")
     assert "InvalidEvictionPriority" in h.kube.event_reasons("odd")
     assert "InvalidEvictionPriority" not in h.kube.event_reasons("web")
+
+
+async def test_a_node_deleted_while_its_claim_is_going_is_let_go_once_the_claim_is_gone(harness: Harness) -> None:
+    """A gang rolled back a moment after a machine registered: the provider deleted the Node (our
+    finalizer holds it) while its NodeClaim was still terminating, and the Node's reconcile handed it
+    to the claim's. When the claim then goes, nothing else changes on the Node: the claim's DELETED
+    event must bring the Node back, or it stays Terminating forever (seen on the KWOK cluster)."""
+    h = harness
+    h.start(TerminationController(h.ctx))
+    claim = {
+        "metadata": {"name": "nc-1", "finalizers": ["example.com/hold"]},  # not ours: its own path ends at once
+        "spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}},
+        "status": {"providerID": "kwok://nc-1"},
+    }
+    await h.kube.create(NODECLAIMS, claim)
+    await h.kube.create(
+        NODES,
+        {"metadata": {"name": "nc-1", "finalizers": ["joiner.sh/termination"]}, "spec": {"providerID": "kwok://nc-1"}},
+    )
+    await h.cached("NodeClaim", "nc-1")
+    await h.cached("Node", "nc-1")
+    await h.kube.delete(NODECLAIMS, "nc-1")
+    await h.kube.delete(NODES, "nc-1")
+    await h.advance(5)
+    node = h.node("nc-1")
+    assert node is not None
+    assert node["metadata"]["finalizers"] == ["joiner.sh/termination"]  # its claim still owns it
+    await h.kube.patch(NODECLAIMS, "nc-1", [{"op": "remove", "path": "/metadata/finalizers/0"}], patch_type="json")
+    assert h.claim("nc-1") is None
+    await h.eventually(lambda: h.node("nc-1") is None, "the Node let go once its NodeClaim is gone")
