@@ -71,6 +71,15 @@ echo "==> deploy/controller/ generated from the Helm chart"
 # once, one per pytest-xdist worker (.kwok-gw0, .kwok-gw1, ...; each stopped when its worker ends),
 # a test file at a time per worker, the longest files first (tests/e2e/conftest.py).
 workers="${JOINER_E2E_WORKERS:-3}"
+# each worker stops its cluster when its session ends; an interrupted run (Ctrl-C) may not get there
+stop_worker_clusters() {
+    local d
+    for d in .kwok-gw*; do
+        [ -d "$d/pids" ] && JOINER_CLUSTER_DIR="$d" bash hack/cluster.sh down >/dev/null 2>&1
+    done
+    return 0
+}
+trap stop_worker_clusters EXIT
 echo "==> the Helm chart (helm, promtool) and end-to-end tests, on $workers KWOK clusters at once (each worker starts its own)"
 "$BIN/pytest" tests/helm tests/e2e -q -n "$workers" --dist loadfile --no-loadscope-reorder \
     || { echo "==> FAILED after $(elapsed): chart or end-to-end tests"; exit 1; }
