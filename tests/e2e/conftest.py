@@ -50,10 +50,11 @@ def _clean_slate(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 # The files that take longest, longest first (seconds one after another, 2026-11-27: 236 -- about
-# 175 since its schedule window lasts a minute, not two -- 172, 136, 107, 97, 81, 52, 47). Under pytest-xdist, as `make test` runs the suite (`-n 3 --dist loadfile
-# --no-loadscope-reorder`), a free worker takes the next file in collection order, so these start
-# first and no worker is left alone with a long file at the end. A file not named here keeps its
-# place after them; a stale list only costs time.
+# 175 since its schedule window lasts a minute, not two -- 172, 136, 107, 97, 81, 52, 47). Under
+# pytest-xdist, as `make test` runs the suite (`-n 3 --dist loadfile --no-loadscope-reorder`), a
+# free worker takes the next file in collection order, so these start first and no worker is left
+# alone with a long file at the end. A file not named here keeps its place after them; a stale
+# list only costs time.
 LONGEST_FIRST = (
     "test_capacity.py",
     "test_disruption.py",
