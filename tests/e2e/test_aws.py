@@ -193,7 +193,7 @@ def test_pods_run_on_ec2_instances_and_a_spot_interrupted_gang_member_restarts_t
         # nothing orphaned: every running instance of the cluster belongs to a NodeClaim
         def no_orphans() -> bool:
             live = {i for i, inst in instances(world).items() if inst["State"]["Name"] in ("pending", "running")}
-            return live == {instance_id(c) for c in nodeclaims(cluster) if c["status"].get("providerID")}
+            return live == {instance_id(c) for c in nodeclaims(cluster) if (c.get("status") or {}).get("providerID")}
 
         eventually(no_orphans, timeout=60, what="every running instance has its NodeClaim and the other way round")
     # the instances' user data: the user's script, then joiner's NodeConfig with which the kubelet

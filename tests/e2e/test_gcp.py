@@ -230,6 +230,8 @@ def test_pods_run_on_gce_instances_and_a_preempted_gang_member_restarts_the_gang
                 for i in fake(fake_gce, "/_fake/instances")
                 if i["status"] == "RUNNING" and i["labels"].get("joiner-cluster") == cluster_name
             }
-            return live == {c["metadata"]["name"] for c in nodeclaims(cluster) if c["status"].get("providerID")}
+            return live == {
+                c["metadata"]["name"] for c in nodeclaims(cluster) if (c.get("status") or {}).get("providerID")
+            }
 
         eventually(no_orphans, timeout=60, what="every running instance has its NodeClaim and the other way round")
