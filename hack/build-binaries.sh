@@ -30,11 +30,14 @@ complete() {
     for b in "${BINARIES[@]}"; do [ -x "$out/$b" ] || return 1; done
 }
 
-if complete; then
-    log "binaries for $k8s_version are cached in $out"
-    echo "$out"
-    exit 0
-fi
+reuse() { # the binaries of these pins are cached: print where, and stop here
+    if complete; then
+        log "binaries for $k8s_version are cached in $out"
+        echo "$out"
+        exit 0
+    fi
+}
+reuse
 
 mkdir -p "$cache/bin"
 # One build of these pins at a time: a second caller (another pytest worker, `make demo` beside
@@ -45,11 +48,7 @@ if ! flock -n 9; then
     log "another build of the cluster binaries is running; waiting for it ..."
     flock 9
 fi
-if complete; then
-    log "binaries for $k8s_version are cached in $out"
-    echo "$out"
-    exit 0
-fi
+reuse
 
 command -v go >/dev/null || { log "go is not installed: the cluster binaries are built with the Go toolchain"; exit 1; }
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly

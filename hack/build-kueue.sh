@@ -16,12 +16,16 @@ cache="${JOINER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/joiner}"
 key=$({ printf '%s\n' "$KUEUE"; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-16)
 out="$cache/kueue/kueue-$KUEUE-$key"
 log() { echo "[build-kueue $(date +%H:%M:%S)] $*" >&2; }
+cached() { [ -x "$out/kueue" ] && [ -d "$out/crds" ]; }
 
-if [ -x "$out/kueue" ] && [ -d "$out/crds" ]; then
-    log "kueue $KUEUE is cached in $out"
-    echo "$out"
-    exit 0
-fi
+reuse() { # the binaries of these pins are cached: print where, and stop here
+    if cached; then
+        log "kueue $KUEUE is cached in $out"
+        echo "$out"
+        exit 0
+    fi
+}
+reuse
 
 mkdir -p "$cache/kueue"
 # One build of these pins at a time: a second caller (another pytest worker, `make demo` beside
@@ -32,11 +36,7 @@ if ! flock -n 9; then
     log "another build of kueue is running; waiting for it ..."
     flock 9
 fi
-if [ -x "$out/kueue" ] && [ -d "$out/crds" ]; then
-    log "kueue $KUEUE is cached in $out"
-    echo "$out"
-    exit 0
-fi
+reuse
 command -v go >/dev/null || { log "go is required: kueue is built from its Go module"; exit 1; }
 tmp=$(mktemp -d "$cache/kueue/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

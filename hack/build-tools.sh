@@ -21,12 +21,16 @@ cache="${JOINER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/joiner}"
 key=$({ printf '%s %s\n' "$HELM" "$PROMETHEUS"; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-16)
 out="$cache/tools/helm-$HELM-prometheus-$PROMETHEUS-$key"
 log() { echo "[build-tools $(date +%H:%M:%S)] $*" >&2; }
+cached() { [ -x "$out/helm" ] && [ -x "$out/promtool" ] && [ -x "$out/prometheus" ]; }
 
-if [ -x "$out/helm" ] && [ -x "$out/promtool" ] && [ -x "$out/prometheus" ]; then
-    log "helm $HELM, promtool and prometheus $PROMETHEUS are cached in $out"
-    echo "$out"
-    exit 0
-fi
+reuse() { # the binaries of these pins are cached: print where, and stop here
+    if cached; then
+        log "helm $HELM, promtool and prometheus $PROMETHEUS are cached in $out"
+        echo "$out"
+        exit 0
+    fi
+}
+reuse
 
 mkdir -p "$cache/tools"
 # One build of these pins at a time: a second caller (another pytest worker, `make demo` beside
@@ -37,11 +41,7 @@ if ! flock -n 9; then
     log "another build of helm, promtool and prometheus is running; waiting for it ..."
     flock 9
 fi
-if [ -x "$out/helm" ] && [ -x "$out/promtool" ] && [ -x "$out/prometheus" ]; then
-    log "helm $HELM, promtool and prometheus $PROMETHEUS are cached in $out"
-    echo "$out"
-    exit 0
-fi
+reuse
 command -v go >/dev/null || { log "go is required: helm, promtool and prometheus are built from their Go modules"; exit 1; }
 tmp=$(mktemp -d "$cache/tools/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
