@@ -186,13 +186,10 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
             existing.append(in_flight)
     # the NodePools as the controller makes them (state/inputs.py): validated once into their view,
     # usage counted from the scenario's machines
-    from controller.state.inputs import pool_template  # (the views, as _short_gangs reads them)
-    from controller.state.views import NodePoolView
+    from controller.state.views import NodePoolView  # (the views, as _short_gangs reads them)
 
     pools = [
-        _converted(
-            where, pool_template, NodePoolView.of(dict(np_obj)), _catalog_for(np_obj, sc, catalog, where), existing
-        )
+        _converted(where, NodePoolView.of(dict(np_obj)).template, _catalog_for(np_obj, sc, catalog, where), existing)
         for where, np_obj in sc.nodepools
     ]
     daemons = [_converted(f"DaemonSet {_name(d)!r}", daemonset_from_dict, d) for d in sc.daemonsets]

@@ -11,15 +11,17 @@ module is the one place that reads them:
   came (:class:`~controller.state.views.NodePoolView`), each with its instance types; an invalid
   one, or one whose provider cannot list its types, is left out with a log line.
 * :func:`machines` -- the cluster's machines as the solver's ``ExistingNode``.
-* :func:`pool_template`, :func:`pool_templates` -- NodePools as the solver's ``NodePoolTemplate``.
+* :func:`pool_templates` -- NodePools as the solver's ``NodePoolTemplate``
+  (:meth:`~controller.state.views.NodePoolView.template` each).
 * :func:`daemon_templates` -- the pod every DaemonSet would run on a new node.
 * :func:`unavailable_offerings` -- the offerings out of capacity, as the solver's keys.
 * :func:`solver_inputs` -- all of them in one :class:`SolverInputs`, over the machines the caller
   chose (every machine for provisioning; the gang's kept ones for a re-plan; the nodes left after
   a consolidation's candidates for a what-if).
 
-The offline ``joiner plan`` has no cache: it builds its templates with :func:`pool_template`
-from the scenario's NodePools, so it plans exactly as the controller does.
+The offline ``joiner plan`` has no cache: it builds its templates with
+:meth:`~controller.state.views.NodePoolView.template` from the scenario's NodePools, so it plans
+exactly as the controller does.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import NamedTuple, Protocol
 import structlog
 
 from controller.cloudprovider.types import CloudProviderError
-from controller.scheduling import kubeconv, kubeconv_nodes
+from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, OfferingKey, Pod
 from controller.state.cluster import ClusterState
@@ -120,18 +122,6 @@ def machines(
     return cluster_machines(cluster, list(all_types(pools).values()), extra_claims=in_flight)
 
 
-def pool_template(
-    view: NodePoolView, types: Sequence[InstanceType], existing: Sequence[ExistingNode]
-) -> NodePoolTemplate:
-    """One NodePool as the solver sees it, its usage counted from ``existing``; raises
-    :class:`kubeconv.ConversionError` for one that is invalid or does not convert."""
-    usage = kubeconv_nodes.pool_usage(view.name, existing)
-    if view.model is None:
-        errors = view.invalid.errors if view.invalid is not None else []
-        raise kubeconv.ConversionError(f"NodePool {view.name}: " + "; ".join(str(e) for e in errors))
-    return kubeconv_nodes.nodepool_template(view.model, types, usage=usage)
-
-
 def pool_templates(
     pools: Mapping[str, OfferedPool],
     existing: Sequence[ExistingNode],
@@ -143,7 +133,7 @@ def pool_templates(
     templates: list[NodePoolTemplate] = []
     for name, (view, types) in pools.items():
         try:
-            templates.append(pool_template(view, types, existing))
+            templates.append(view.template(types, existing))
         except ValueError as err:
             on_error(name, err)
     return templates

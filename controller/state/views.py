@@ -15,7 +15,7 @@ copies, so making one costs a handful of dict lookups.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
@@ -39,6 +39,9 @@ from api.v1.labels import (
 from api.v1.nodepool import NodePool
 from api.v1.validation import InvalidObjectError, validate
 from controller.clock import parse_time
+from controller.scheduling import kubeconv, kubeconv_nodes
+from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.model import ExistingNode, NodePoolTemplate
 from controller.scheduling.taints import Taint, Toleration
 
 Raw = Mapping[str, Any]
@@ -517,6 +520,17 @@ class NodePoolView:
             model=model,
             invalid=invalid,
         )
+
+    def template(self, types: Sequence[InstanceType], existing: Sequence[ExistingNode]) -> NodePoolTemplate:
+        """The NodePool as the solver sees it, its usage counted from ``existing``; raises
+        :class:`~controller.scheduling.kubeconv.ConversionError` for one that is invalid or does not
+        convert. (Here rather than with the cache's readers in ``controller.state.inputs``: the
+        offline ``joiner plan`` makes its templates with it and imports no cache, logging or asyncio.)"""
+        usage = kubeconv_nodes.pool_usage(self.name, existing)
+        if self.model is None:
+            errors = self.invalid.errors if self.invalid is not None else []
+            raise kubeconv.ConversionError(f"NodePool {self.name}: " + "; ".join(str(e) for e in errors))
+        return kubeconv_nodes.nodepool_template(self.model, types, usage=usage)
 
 
 _V = TypeVar("_V", NodeClaimView, NodeView)

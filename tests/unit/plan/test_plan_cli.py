@@ -118,3 +118,22 @@ def test_a_gang_is_planned_in_one_zone_unless_it_opts_out(capsys: pytest.Capture
     assert by_gang, "the scenario has a gang"
     assert all(len(zones) == 1 for zones in by_gang.values()), by_gang
     assert "joiner.sh/gang-same-zone" not in text  # the one-zone placement is the default
+
+
+def test_plan_imports_no_cache_logging_or_event_loop() -> None:
+    """``joiner plan`` is a short command: it plans with the NodePool views and the solver alone.
+    The cluster cache, structlog (with rich, when installed, about 0.1 s of imports) and asyncio
+    belong to ``joiner run``; a fresh interpreter shows what the command really imports."""
+    import subprocess
+    import sys
+
+    heavy = ("asyncio", "structlog", "controller.state.cluster", "controller.state.inputs", "kubernetes_asyncio")
+    probe = (
+        "import contextlib, io, sys\n"
+        "from controller.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = main(['plan', '-f', {str(SCENARIOS / 'gpu-mixed.yaml')!r}, '-o', 'json'])\n"
+        f"print(code, sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.split("\n")[0] == "0 []", done.stdout + done.stderr
