@@ -230,3 +230,39 @@ async def test_a_pod_bound_just_before_its_nomination_does_not_turn_nominations_
     await h.eventually(lambda: nominated(h, "b") is not None, "b nominated")
     assert raced == ["a"]
     assert provisioner.nominator.enabled
+
+
+async def test_a_nomination_cleared_on_an_open_node_that_no_longer_has_room_for_the_pod_is_left_to_the_provisioner(
+    h: Harness,
+) -> None:
+    """Other pods took the pod's room on its open planned Node, and kube-scheduler cleared the field
+    when it tried the pod there. Set again, it would be cleared again at once, many times a second;
+    it stays clear, and the provisioner plans the pod again. A pod that still fits is set again."""
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    await pending(h, "a", "1500m")
+    await pending(h, "b", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await up(h, claim)  # a Node without the unregistered taint: open to kube-scheduler
+    node = claim["metadata"]["name"]
+    await h.eventually(lambda: nominated(h, "a") == node and nominated(h, "b") == node, "both nominated")
+    # a pod joiner never planned took 2 of the 3.9 CPUs: "b" still fits beside it, "a" then does not
+    await h.bind_pod(
+        "stranger",
+        node,
+        spec={"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "2"}}}]},
+    )
+    await h.cached("Pod", "default/stranger")
+    await scheduler_clears(h, "b")
+    await h.eventually(lambda: nominated(h, "b") == node, "b, which fits, nominated again")
+    await h.kube.patch(PODS, "b", {"spec": {"nodeName": node}}, namespace="default")  # kube-scheduler bound it
+    await h.cached("Pod", "default/b")
+    await scheduler_clears(h, "a")
+    await h.settle()
+    await h.advance(1.0)
+    assert nominated(h, "a") is None, "set again where it does not fit"
+    await provisioner.reconcile()  # released: planned on a new NodeClaim
+    [second] = [c for c in claims(h) if c["metadata"]["name"] != node]
+    await up(h, second)
+    await h.eventually(lambda: nominated(h, "a") == second["metadata"]["name"], "a nominated to its new node")
