@@ -407,7 +407,9 @@ class LifecycleController:
                 if retry is not None:
                     return retry if retry > 0 else None
             elif isinstance(decision, SyncNode):
-                if self._opens(claim, node):
+                opens = self._opens(claim, node)
+                judged = self._closed_memo[1] if self._closed_memo is not None else None
+                if opens:
                     # the planned Nodes open together: the others' patches go out with this one,
                     # not at their next look (kube-scheduler tries every pending pod on each Node
                     # that opens, and clears the nomination of each pod whose Node is still closed)
@@ -424,7 +426,16 @@ class LifecycleController:
                     and not updated.has_taint(TAINT_UNREGISTERED)
                 ):
                     log.debug(
-                        "nodeclaim.opened", nodeclaim=name, node=decision.node, planned=len(self.ctx.planned.on(name))
+                        "nodeclaim.opened",
+                        nodeclaim=name,
+                        node=decision.node,
+                        planned=len(self.ctx.planned.on(name)),
+                        # what the opening was judged on: the plan's closed Nodes, and how many of them
+                        # the same judgement let open (for `hack.bench.race --explain` and the like)
+                        closed=len(judged.blocked) if opens and judged is not None else None,
+                        free_to_open=sum(1 for n in judged.blocked.values() if n == 0)
+                        if opens and judged is not None
+                        else None,
                     )
             elif isinstance(decision, Register):
                 assert node is not None  # decide() registers only a Node it was given
