@@ -77,13 +77,19 @@ async def scheduler_clears(h: Harness, pod: str) -> None:
     await h.cached("Pod", f"default/{pod}")
 
 
-async def test_pods_are_nominated_to_their_planned_node_as_soon_as_it_exists(h: Harness) -> None:
+async def two_pods_planned(h: Harness) -> tuple[Provisioner, Obj]:
+    """The nominator running, pods "a" and "b" (1.5 CPU each) pending and planned on one NodeClaim."""
     provisioner = Provisioner(h.ctx)
     h.start(provisioner.nominator)
     await pending(h, "a", "1500m")
     await pending(h, "b", "1500m")
     await provisioner.reconcile()
     [claim] = claims(h)
+    return provisioner, claim
+
+
+async def test_pods_are_nominated_to_their_planned_node_as_soon_as_it_exists(h: Harness) -> None:
+    _provisioner, claim = await two_pods_planned(h)
     await h.cached("NodeClaim", claim["metadata"]["name"])
     await h.settle()
     # no Node yet: nothing the scheduler could hold room on
@@ -110,12 +116,7 @@ async def test_a_nomination_the_scheduler_cleared_is_set_again_while_the_plan_ho
 
 
 async def test_a_released_nomination_is_cleared_and_the_pod_follows_the_new_plan(h: Harness) -> None:
-    provisioner = Provisioner(h.ctx)
-    h.start(provisioner.nominator)
-    await pending(h, "a", "1500m")
-    await pending(h, "b", "1500m")
-    await provisioner.reconcile()
-    [first] = claims(h)
+    provisioner, first = await two_pods_planned(h)
     await up(h, first)
     first_node = first["metadata"]["name"]
     await h.eventually(lambda: nominated(h, "b") == first_node, "b nominated")
@@ -238,12 +239,7 @@ async def test_a_nomination_cleared_on_an_open_node_that_no_longer_has_room_for_
     """Other pods took the pod's room on its open planned Node, and kube-scheduler cleared the field
     when it tried the pod there. Set again, it would be cleared again at once, many times a second;
     it stays clear, and the provisioner plans the pod again. A pod that still fits is set again."""
-    provisioner = Provisioner(h.ctx)
-    h.start(provisioner.nominator)
-    await pending(h, "a", "1500m")
-    await pending(h, "b", "1500m")
-    await provisioner.reconcile()
-    [claim] = claims(h)
+    provisioner, claim = await two_pods_planned(h)
     await up(h, claim)  # a Node without the unregistered taint: open to kube-scheduler
     node = claim["metadata"]["name"]
     await h.eventually(lambda: nominated(h, "a") == node and nominated(h, "b") == node, "both nominated")
