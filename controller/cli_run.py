@@ -253,6 +253,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "follows the plan (default: on)",
     )
     p.add_argument(
+        "--reserve",
+        action=argparse.BooleanOptionalAction,
+        default=d.reserve,
+        help="with --nominate: open each Node bought for pending pods with the joiner.sh/planned=<NodeClaim> "
+        "taint, add its toleration to the pods planned there, and take the taint off once they are bound, so "
+        "no other pod takes their room (off: nominations alone; default: on)",
+    )
+    p.add_argument(
         "--plan-untried",
         action=argparse.BooleanOptionalAction,
         default=d.plan_untried_after_seconds is not None,
@@ -348,6 +356,7 @@ def run(args: argparse.Namespace) -> int:
         batch_idle_seconds=args.batch_idle_duration,
         batch_max_seconds=args.batch_max_duration,
         nominate=args.nominate,
+        reserve=args.reserve,
         namespace=args.leader_elect_namespace,
         leader_lease_seconds=args.leader_elect_lease_duration,
         leader_renew_deadline_seconds=args.leader_elect_renew_deadline,

@@ -15,6 +15,10 @@ class Settings:
     batch_max_seconds: float = 10.0
     # tell kube-scheduler the plan through each planned pod's status.nominatedNodeName
     nominate: bool = True
+    # ... and reserve each Node bought for pending pods to the pods planned there: the Node opens with
+    # the `joiner.sh/planned=<NodeClaim>` taint, each planned pod gets its toleration (a pod spec
+    # patch), and the taint goes once those pods are bound; off: nominations alone
+    reserve: bool = True
     # also plan pods kube-scheduler has not tried yet once they waited this long (a scheduler backlog
     # in a large burst), instead of waiting for it to mark them unschedulable; None: never
     plan_untried_after_seconds: float | None = 2.0

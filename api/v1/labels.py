@@ -148,6 +148,11 @@ TAINT_UNREGISTERED: Final = "joiner.sh/unregistered"
 # (kubernetes/kubernetes#119862). Keeping pods off the node is all this taint is for.
 TAINT_UNREGISTERED_EFFECT: Final = "NoSchedule"
 """Carried by a Node from creation until joiner has registered it with its NodeClaim."""
+TAINT_PLANNED: Final = "joiner.sh/planned"
+TAINT_PLANNED_EFFECT: Final = "NoSchedule"
+"""Carried by a Node bought for pending pods, with the NodeClaim's name as its value, from the moment
+it opens until every pod planned there has bound (or left the plan): only the pods the plan put
+there, which joiner gives the matching toleration, may take its room."""
 TAINT_DISRUPTED: Final = "joiner.sh/disrupted"
 TAINT_DISRUPTED_EFFECT: Final = "NoSchedule"
 """Put on a Node while joiner removes it, so nothing new schedules there."""

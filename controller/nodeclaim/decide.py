@@ -27,9 +27,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from api.v1.conditions import INITIALIZED, LAUNCHED, READY, REGISTERED
-from api.v1.labels import TAINT_UNREGISTERED
+from api.v1.labels import TAINT_PLANNED, TAINT_UNREGISTERED
 from controller.clock import format_seconds as fmt_seconds
-from controller.nodeclaim.nodes import initialization_blockers, registration_patch
+from controller.nodeclaim.nodes import initialization_blockers, registration_patch, reservation_end_patch
 from controller.settings import Settings
 from controller.state.patches import ConditionUpdate, matches
 from controller.state.views import NodeClaimView, NodeView
@@ -50,6 +50,8 @@ OPEN_PROGRESS_SECONDS = 3.0
 OPEN_MAX_SECONDS = 60.0
 # while a Node waits to open: how often to look again (nominations are pod events, not ours)
 OPEN_RECHECK_SECONDS = 0.2
+# while a Node is reserved to its planned pods: how often to look again besides the pods' own events
+RESERVED_RECHECK_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +159,15 @@ def decide(
     unnominated: int = 0,
     blocked_by: int = 0,
     since_progress: float | None = None,
+    reserved: int | None = None,
 ) -> NextStep:
     """The next lifecycle step for `claim`, whose Node (found by providerID) is `node`;
     ``unnominated``: pending pods planned on it (or another closed planned Node) that are not
     nominated yet; ``blocked_by``: pods waiting for other planned Nodes that its free room would
     fit, so it opens after theirs (`controller.nodeclaim.opening`); ``since_progress``: seconds
-    since the count not nominated last fell to a new low."""
+    since the count not nominated last fell to a new low; ``reserved``: with reservations on, the
+    pending pods planned on it (it opens with the `joiner.sh/planned` taint while there are any,
+    and the taint goes once there are none); None: reservations off (a leftover taint goes)."""
     if claim.deleting:
         return Wait(None, "being deleted: the termination controller owns it now")
     if not claim.has_finalizer():
@@ -194,12 +199,19 @@ def decide(
     )
     if node is not None and not node.deleting:
         patch = registration_patch(
-            claim, node, registered=registered and claim.node_name == node.name, keep_closed=closed
+            claim,
+            node,
+            registered=registered and claim.node_name == node.name,
+            keep_closed=closed,
+            reserve=bool(reserved),
         )
         if patch:
             return SyncNode(node.name, tuple(patch))
         if not registered or claim.node_name != node.name:
             return Register(node.name)
+        if not reserved and node.has_taint(TAINT_PLANNED):
+            # every pod planned there is bound (or no longer planned there): the room is anyone's
+            return SyncNode(node.name, tuple(reservation_end_patch(node)))
     elif not registered:
         elapsed = _elapsed(claim.transition_time(LAUNCHED), now)
         limit = settings.registration_timeout_seconds
@@ -225,6 +237,10 @@ def decide(
             OPEN_RECHECK_SECONDS,
             f"{step.why}; opens after {blocked_by} planned pods of other NodeClaims that its free room would fit",
         )
+    if reserved and isinstance(step, Wait) and node.has_taint(TAINT_PLANNED):
+        # the pods binding are pod events: the lifecycle hears of them, and looks again now and then
+        seconds = RESERVED_RECHECK_SECONDS if step.seconds is None else min(step.seconds, RESERVED_RECHECK_SECONDS)
+        return Wait(seconds, f"{step.why}; reserved to {reserved} planned pods not bound yet")
     return step
 
 

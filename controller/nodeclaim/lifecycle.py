@@ -22,6 +22,7 @@ from api.v1.labels import (
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
     LABEL_ZONE,
+    TAINT_PLANNED,
     TAINT_UNREGISTERED,
 )
 from controller.clock import format_seconds as fmt_seconds
@@ -146,6 +147,7 @@ class LifecycleController:
         cluster = self.ctx.cluster
         cluster.subscribe_views("NodeClaim", self._on_claim)
         cluster.subscribe_views("Node", self._on_node)
+        cluster.subscribe_views("Pod", self._on_pod)
         cluster.subscribe("KWOKNodeClass", self._on_nodeclass)
         cluster.subscribe("EC2NodeClass", self._on_nodeclass)
         cluster.subscribe("GCENodeClass", self._on_nodeclass)
@@ -199,6 +201,16 @@ class LifecycleController:
             owner = self.ctx.cluster.claim_view_for_node(node)
             if owner is not None:
                 self.queue.add(owner.name)
+
+    def _on_pod(self, etype: EventType, pod: PodView, old: PodView | None) -> None:
+        # a pod planned on a reserved Node bound or went: the reservation may end
+        if not self.ctx.planned.reserve:
+            return
+        if etype != "DELETED" and (old is None or old.node_name or not pod.node_name):
+            return
+        claim = self.ctx.planned.claim_of(pod.key)
+        if claim is not None:
+            self.queue.add(claim)
 
     def _on_nodeclass(self, etype: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if etype == "DELETED":
@@ -255,6 +267,8 @@ class LifecycleController:
             return 1
         if not self.ctx.planned.on(claim.name):
             return 0  # bought for no pending pod (a gang, a replacement): opens at registration
+        if self.ctx.planned.reserve:
+            return 0  # it opens reserved to its pods: no other pod may take their room meanwhile
         plan = self._closed(claim.name)
         return plan.unnominated if claim.name in plan.blocked else 1
 
@@ -264,9 +278,29 @@ class LifecycleController:
         fails there when kube-scheduler tries it, and binds in any open room it fits."""
         if node is None or not node.has_taint(TAINT_UNREGISTERED) or self.ctx.planned.writing:
             return 0
-        if not self.ctx.planned.on(claim.name):
+        if not self.ctx.planned.on(claim.name) or self.ctx.planned.reserve:
             return 0
         return self._closed(claim.name).blocked.get(claim.name, 0)
+
+    def _reserved(self, claim: NodeClaimView, node: NodeView | None) -> int | None:
+        """With reservations on: the pending pods planned on this NodeClaim that its `joiner.sh/planned`
+        taint keeps the room for (pods whose toleration the cluster refused are nominated instead, and
+        not waited for); while the provisioner is still writing a plan, at least 1 for a Node that is
+        reserved already (its new pods are not known yet). None: reservations off."""
+        planned = self.ctx.planned
+        if not planned.reserve:
+            return None
+        if planned.writing and node is not None and node.has_taint(TAINT_PLANNED):
+            return 1
+        cluster = self.ctx.cluster
+        count = 0
+        for key in planned.on(claim.name):
+            if key in planned.untolerated:
+                continue
+            pod = cluster.pod_view(key)
+            if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
+                count += 1
+        return count
 
     def _closed(self, asking: str) -> ClosedPlan:
         """The plan's closed Nodes, judged together at most every CLOSED_MEMO_SECONDS (every closed
@@ -395,6 +429,7 @@ class LifecycleController:
                 unnominated=self._unnominated(claim, node),
                 blocked_by=self._blocked_by(claim, node),
                 since_progress=self._since_progress(),
+                reserved=self._reserved(claim, node),
             )
             if isinstance(decision, Wait):
                 return decision.seconds
@@ -407,7 +442,7 @@ class LifecycleController:
                 if retry is not None:
                     return retry if retry > 0 else None
             elif isinstance(decision, SyncNode):
-                opens = self._opens(claim, node)
+                opens = not self.ctx.planned.reserve and self._opens(claim, node)
                 judged = self._closed_memo[1] if self._closed_memo is not None else None
                 if opens:
                     # the planned Nodes open together: the others' patches go out with this one,
@@ -430,6 +465,7 @@ class LifecycleController:
                         nodeclaim=name,
                         node=decision.node,
                         planned=len(self.ctx.planned.on(name)),
+                        reserved=updated.has_taint(TAINT_PLANNED),
                         # what the opening was judged on: the plan's closed Nodes, and how many of them
                         # the same judgement let open (for `hack.bench.race --explain` and the like)
                         closed=len(judged.blocked) if opens and judged is not None else None,
@@ -437,6 +473,8 @@ class LifecycleController:
                         if opens and judged is not None
                         else None,
                     )
+                elif node is not None and node.has_taint(TAINT_PLANNED) and not updated.has_taint(TAINT_PLANNED):
+                    log.debug("nodeclaim.reservation_ended", nodeclaim=name, node=decision.node)
             elif isinstance(decision, Register):
                 assert node is not None  # decide() registers only a Node it was given
                 await self._register(claim, node)

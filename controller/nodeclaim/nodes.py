@@ -11,14 +11,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1.labels import TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT
+from api.v1.labels import TAINT_PLANNED, TAINT_PLANNED_EFFECT, TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT
 from controller.scheduling.quantity import QuantityError, parse_quantity
 from controller.state.patches import Patch, finalizer_patch, label_patch, owner_patch, taint_patch
-from controller.state.views import NodeClaimView, NodeView
+from controller.state.views import NodeClaimView, NodeView, TaintRef
+
+
+def planned_taint(claim: str) -> TaintRef:
+    """The taint that reserves a Node to the pods planned on NodeClaim ``claim``."""
+    return TaintRef(key=TAINT_PLANNED, effect=TAINT_PLANNED_EFFECT, value=claim)
 
 
 def registration_patch(
-    claim: NodeClaimView, node: NodeView, *, registered: bool = False, keep_closed: bool = False
+    claim: NodeClaimView,
+    node: NodeView,
+    *,
+    registered: bool = False,
+    keep_closed: bool = False,
+    reserve: bool = False,
 ) -> Patch:
     """What registering a Node to its NodeClaim changes on the Node: the NodeClaim's labels, the
     termination finalizer, the owner reference, and no more `joiner.sh/unregistered` taint.
@@ -30,9 +40,13 @@ def registration_patch(
     removed by its agent and must not come back).
 
     ``keep_closed``: leave the unregistered taint on for now (the pods planned on this Node are not
-    nominated to it yet, see `controller.nodeclaim.decide`)."""
+    nominated to it yet, see `controller.nodeclaim.decide`). ``reserve``: the patch that takes the
+    unregistered taint off puts the `joiner.sh/planned` taint on in the same write, so no moment
+    passes with the Node open to every pod."""
     missing = {k: v for k, v in claim.labels.items() if k not in node.labels}
     add = () if registered else (*claim.taints, *claim.startup_taints)
+    if reserve and not keep_closed and node.has_taint(TAINT_UNREGISTERED):
+        add = (*add, planned_taint(claim.name))
     return [
         *label_patch(node, missing),
         *finalizer_patch(node, add=True),
@@ -46,6 +60,11 @@ def registration_patch(
             else [(TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT), (TAINT_UNREGISTERED, "NoExecute")],
         ),
     ]
+
+
+def reservation_end_patch(node: NodeView) -> Patch:
+    """Take the `joiner.sh/planned` taint off: the Node's room is anyone's again."""
+    return taint_patch(node, remove=[(TAINT_PLANNED, TAINT_PLANNED_EFFECT)])
 
 
 def _quantity(value: Any) -> int:

@@ -27,6 +27,18 @@ This controller keeps that field equal to the plan, as `Provisioner` records it 
   feature off with one warning; provisioning goes on as before. A pod bound between the cache's
   view and the write is refused too (422, "already bound"): that is a race, not a refusal, and
   changes nothing (a 3,000-pod burst met it after 50 s, and nominations were off for the rest).
+
+With reservations on (`Settings.reserve`, the default), a pod planned on a NodeClaim whose Node has
+not opened yet, or opened reserved (the `joiner.sh/planned=<NodeClaim>` taint, see
+`controller.nodeclaim.decide`), gets a toleration of that taint instead (one patch of the pod's
+spec, as soon as the plan is published): kube-scheduler can then place it there and no pod planned
+elsewhere can take its room, whatever order it tries the pods and Nodes in. A nomination only says
+where to try first, and kube-scheduler clears it at every failed try, so pods tried while their own
+Node was still closed bound in the room of others (docs/performance.md, "Why the waves cannot close
+the race"). A toleration is never taken back (a pod's tolerations may only grow); it tolerates one
+NodeClaim's taint, which goes once that NodeClaim's planned pods are bound. A pod whose toleration
+the cluster refuses (an admission policy) is nominated instead; RBAC without `patch` on pods turns
+reservations off with one warning, and the plan is told by nominations alone.
 """
 
 from __future__ import annotations
@@ -35,16 +47,16 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from api.v1.labels import TAINT_UNREGISTERED
+from api.v1.labels import TAINT_PLANNED, TAINT_PLANNED_EFFECT, TAINT_UNREGISTERED
 from controller import metrics
 from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import PODS
 from controller.provisioning.nominations import split_nominated
 from controller.state.informer import EventType
-from controller.state.patches import nomination_patch
+from controller.state.patches import nomination_patch, toleration_patch
 from controller.state.queue import WorkQueue
-from controller.state.views import NodeClaimView, NodeView, PodView
+from controller.state.views import NodeClaimView, NodeView, PodView, TaintRef
 
 log = structlog.get_logger()
 # nominations written at once. Each is one small status patch, but a burst needs thousands as soon as
@@ -60,6 +72,12 @@ ALREADY_BOUND = "may not be set on pods that are already bound"
 NOMINATIONS_RACED = metrics.counter(
     "joiner_provisioner_nominations_raced_total",
     "Nominations refused because kube-scheduler had bound the pod meanwhile (nothing left to nominate).",
+)
+TOLERATIONS_WRITTEN = metrics.counter(
+    "joiner_provisioner_reservation_tolerations_total",
+    "Pending pods given the toleration of their planned Node's joiner.sh/planned taint, by result "
+    "(written, refused: the pod is nominated instead).",
+    ("result",),
 )
 NOMINATIONS_WRITTEN = metrics.counter(
     "joiner_provisioner_nominations_total",
@@ -89,7 +107,9 @@ class Nominator:
         self._claim = claim
         self.queue = WorkQueue(name="nominator", clock=ctx.clock)
         self._written: dict[str, str] = {}  # pod key -> the node name this controller wrote
+        self._tolerated: dict[str, str] = {}  # pod key -> the NodeClaim whose taint it was given a toleration of
         self.enabled = ctx.settings.nominate
+        ctx.planned.reserve = self.enabled and ctx.settings.reserve
 
     # --- wiring ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -171,6 +191,22 @@ class Nominator:
             return False
         return bool(released)
 
+    def _reserving(self, key: str) -> str | None:
+        """The NodeClaim whose reservation the pod is planned into: one whose Node has not opened
+        yet (it opens reserved while pods are planned there) or opened reserved. None: reservations
+        are off, the cluster refused this pod's toleration, or its Node is open to every pod."""
+        planned = self.ctx.planned
+        if not planned.reserve or key in planned.untolerated:
+            return None
+        claim_name = self._nominations().get(key)
+        claim = self._claim(claim_name) if claim_name is not None else None
+        if claim is None or claim.deleting:
+            return None
+        node = self.ctx.cluster.node_view_for_claim(claim)
+        if node is None or node.has_taint(TAINT_UNREGISTERED) or node.has_taint(TAINT_PLANNED):
+            return claim.name
+        return None
+
     # --- reconcile ---------------------------------------------------------------------------
     def desired(self, key: str) -> str | None:
         """The node the plan puts this pod on, once that Node exists."""
@@ -191,6 +227,18 @@ class Nominator:
         pod = self.ctx.cluster.pod_view(key)
         if pod is None or not waiting_for_node(pod):
             self._written.pop(key, None)
+            self._tolerated.pop(key, None)
+            return None
+        reserving = self._reserving(key)
+        if reserving is not None:
+            taint = TaintRef(key=TAINT_PLANNED, effect=TAINT_PLANNED_EFFECT, value=reserving)
+            if self._tolerated.get(key) != reserving and not pod.tolerates(
+                key=taint.key, effect=taint.effect, value=taint.value
+            ):
+                await self._tolerate(pod, key, taint)
+            mine = self._written.get(key)
+            if mine is not None and pod.nominated_node_name == mine:
+                await self._write(pod, key, None)  # a nomination of an earlier plan would hold room there
             return None
         current = pod.nominated_node_name
         want = self.desired(key)
@@ -209,6 +257,34 @@ class Nominator:
         else:
             self._written.pop(key, None)
         return None
+
+    async def _tolerate(self, pod: PodView, key: str, taint: TaintRef) -> None:
+        try:
+            await self.ctx.client.patch(
+                PODS, pod.name, toleration_patch(pod.raw, taint), namespace=pod.namespace, patch_type="json"
+            )
+        except NotFoundError:
+            self._tolerated.pop(key, None)
+            return
+        except ApiError as err:
+            if err.status == 403 and "cannot patch resource" in err.message:
+                # RBAC: no pod of this cluster can be given the toleration; the plan is told by nominations
+                self.ctx.planned.reserve = False
+                log.warning("provisioner.reservations_disabled", pod=key, status=err.status, error=str(err))
+                self.sync()
+                return
+            if err.status in (400, 403, 409, 422):
+                # this pod's change refused (an admission policy, or its tolerations changed meanwhile):
+                # it is nominated instead, and the reservation does not wait for it
+                self.ctx.planned.untolerated.add(key)
+                TOLERATIONS_WRITTEN.labels(result="refused").inc()
+                log.info("provisioner.toleration_refused", pod=key, status=err.status, error=str(err))
+                self.queue.add(key)
+                return
+            raise
+        self._tolerated[key] = taint.value
+        TOLERATIONS_WRITTEN.labels(result="written").inc()
+        log.debug("provisioner.tolerated", pod=key, nodeclaim=taint.value)
 
     async def _write(self, pod: PodView, key: str, node: str | None) -> None:
         try:

@@ -51,11 +51,13 @@ KARPENTER_LABEL_ALIASES: Final = {
 }
 
 TAINT_UNREGISTERED: Final = "joiner.sh/unregistered"
+TAINT_PLANNED: Final = "joiner.sh/planned"
 TAINT_DISRUPTED: Final = "joiner.sh/disrupted"
 
 EPHEMERAL_TAINT_KEYS: Final = frozenset(
     {
         TAINT_UNREGISTERED,
+        TAINT_PLANNED,
         "node.kubernetes.io/not-ready",
         "node.kubernetes.io/unreachable",
         "node.cloudprovider.kubernetes.io/uninitialized",

@@ -139,6 +139,17 @@ def nomination_patch(node: str | None) -> Obj:
     return {"status": {"nominatedNodeName": node}}
 
 
+def toleration_patch(pod: Mapping[str, Any], taint: TaintRef) -> Patch:
+    """The JSON patch of a pod's spec that adds a toleration of exactly ``taint`` (key, value and
+    effect). A pending pod's tolerations may only grow (the apiserver refuses any other change to
+    its spec), so the toleration is appended; a pod the cache shows without tolerations gets the
+    list, which the apiserver refuses if another writer gave it one meanwhile (it would drop theirs)."""
+    toleration = {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+    if (pod.get("spec") or {}).get("tolerations") is None:
+        return [{"op": "add", "path": "/spec/tolerations", "value": [toleration]}]
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": toleration}]
+
+
 # --- JSON patches ----------------------------------------------------------------------------
 
 

@@ -6,6 +6,11 @@ are nominated to it. Without that, kube-scheduler places whatever pod it tries n
 Node that opens, before the nominations that keep its room for the planned pods arrive
 (docs/provisioning.md, "Telling kube-scheduler the plan").
 
+With reservations on (`Settings.reserve`), a new Node planned for pending pods opens with the
+`joiner.sh/planned=<NodeClaim>` taint instead, the nominator gives the pods planned there its
+toleration, and the lifecycle takes the taint off once none of them is still pending
+(docs/provisioning.md, "Reserving a planned Node for its pods").
+
 It lives in the shared layer so the two controllers stay independent of each other. In memory only:
 after a restart the provisioner decides again and publishes again.
 """
@@ -18,11 +23,18 @@ from collections.abc import Mapping
 class PlannedPods:
     """NodeClaim name -> the pod keys planned on it, as last published (empty while nominations are off)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, reserve: bool = False) -> None:
         self._by_claim: dict[str, tuple[str, ...]] = {}
+        self._claim_of: dict[str, str] = {}
         self._planned: frozenset[str] = frozenset()
         self.writing = False
         self.version = 0  # moves when a publication plans a pod the one before did not
+        # planned Nodes are reserved to their pods (taint and tolerations); the nominator turns it off
+        # when the cluster refuses the pods' toleration patches
+        self.reserve = reserve
+        # pods whose toleration the cluster refused (an admission policy): they are nominated instead,
+        # and a reservation does not wait for them
+        self.untolerated: set[str] = set()
 
     def begin(self) -> None:
         """NodeClaims of a new plan are being written and their pods are not published yet: the
@@ -38,6 +50,8 @@ class PlannedPods:
         for key, claim in nominations.items():
             by_claim.setdefault(claim, []).append(key)
         self._by_claim = {claim: tuple(keys) for claim, keys in by_claim.items()}
+        self._claim_of = dict(nominations)
+        self.untolerated &= self._claim_of.keys()
         planned = frozenset(nominations)
         if planned - self._planned:
             self.version += 1  # pods newly planned: their nominations are to be written
@@ -46,6 +60,10 @@ class PlannedPods:
     def claims(self) -> tuple[str, ...]:
         """Every NodeClaim the plan puts pending pods on."""
         return tuple(self._by_claim)
+
+    def claim_of(self, key: str) -> str | None:
+        """The NodeClaim the plan puts pod ``key`` on, if any."""
+        return self._claim_of.get(key)
 
     def on(self, claim: str) -> tuple[str, ...]:
         """The pods planned on ``claim`` (none when it was not bought for pending pods)."""

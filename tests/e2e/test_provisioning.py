@@ -30,6 +30,7 @@ from tests.e2e.manifests import (
 GPU_COUNT = "joiner.sh/gpu-count"
 GPU_NAME = "joiner.sh/gpu-name"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+PLANNED = "joiner.sh/planned"
 
 
 def _ns(cluster: Cluster) -> str:
@@ -151,8 +152,9 @@ def offline_plan(setup: list[dict[str, Any]], workloads: list[dict[str, Any]]) -
 def test_a_mixed_gpu_burst_buys_the_plan_and_kube_scheduler_follows_it(cluster: Cluster, start_joiner: Any) -> None:
     """Two 1-GPU deployments of different sizes land on new L4 nodes that become Ready together.
     kube-scheduler's default scoring would put a large pod on the emptier node planned for a small one
-    and strand the small one; with each pod's status.nominatedNodeName set to its planned node, it
-    follows the plan: exactly the NodeClaims of one offline plan, and no node left empty."""
+    and strand the small one; with each planned Node reserved to its pods (the `joiner.sh/planned`
+    taint, and its toleration on those pods), it follows the plan: exactly the NodeClaims of one
+    offline plan, and no node left empty."""
     ns = _ns(cluster)
     l4 = [
         req(GPU_NAME, "In", "L4"),
@@ -190,7 +192,22 @@ def test_a_mixed_gpu_burst_buys_the_plan_and_kube_scheduler_follows_it(cluster: 
     used = {p["spec"]["nodeName"] for p in pods}
     empty = [c["status"]["nodeName"] for c in claims if c["status"]["nodeName"] not in used]
     assert not empty, f"nodes left empty after the burst: {empty}"
-    assert joiner.metric("joiner_provisioner_nominations_total", action="set") >= 8
+    # each pod was given the toleration of its planned Node's reservation, and bound there
+    by_node = {c["status"]["nodeName"]: c["metadata"]["name"] for c in claims}
+    for p in pods:
+        reservations = [t.get("value") for t in p["spec"].get("tolerations") or [] if t.get("key") == PLANNED]
+        assert reservations == [by_node[p["spec"]["nodeName"]]], f"{p['metadata']['name']}: {reservations}"
+    assert joiner.metric("joiner_provisioner_reservation_tolerations_total", result="written") >= 8
+
+    def reservations_left() -> list[str]:
+        return [
+            n["metadata"]["name"]
+            for n in cluster.items("nodes")
+            if any(t.get("key") == PLANNED for t in n["spec"].get("taints") or [])
+        ]
+
+    # every pod planned there bound: each Node's room is anyone's again
+    eventually(lambda: not reservations_left(), timeout=30, what=f"reservations ended on {reservations_left()}")
 
 
 def test_a_burst_on_large_nodes_buys_the_plan_as_the_nodes_open_one_by_one(cluster: Cluster, start_joiner: Any) -> None:

@@ -102,12 +102,14 @@ def test_settings_flags_and_switches(tools: Path) -> None:
     docs = render(
         tools,
         "--set",
-        "settings.features.nominate=false,settings.features.planUntried=false,settings.batchMaxDuration=20",
+        "settings.features.nominate=false,settings.features.reserve=false,settings.features.planUntried=false,"
+        "settings.batchMaxDuration=20",
         "--set",
         "settings.extraArgs={--gpu-idle-window,900}",
     )
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--no-nominate" in args
+    assert "--no-reserve" in args
     assert "--no-plan-untried" in args
     assert "--batch-max-duration=20" in args
     assert args[-2:] == ["--gpu-idle-window", "900"]

@@ -44,6 +44,7 @@ def parse(env: dict[str, str], *flags: str) -> argparse.Namespace:
         ({"HEALTH_PROBE_PORT": "9091"}, "health_port", 9091),
         ({"LEADER_ELECT": "false"}, "leader_elect", False),
         ({"NOMINATE": "no"}, "nominate", False),
+        ({"RESERVE": "false"}, "reserve", False),
         ({"PROVIDER": "aws"}, "provider", "aws"),
         ({"AWS_REGION": "us-west-2"}, "region", "us-west-2"),
         ({"GPU_IDLE_THRESHOLD": "12.5"}, "gpu_idle_threshold", 12.5),

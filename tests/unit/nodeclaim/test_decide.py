@@ -9,13 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.v1.labels import FINALIZER_TERMINATION, LABEL_NODEPOOL, TAINT_UNREGISTERED
+from api.v1.labels import FINALIZER_TERMINATION, LABEL_NODEPOOL, TAINT_PLANNED, TAINT_UNREGISTERED
 from controller.clock import format_time
 from controller.nodeclaim.decide import (
     OPEN_AFTER_SECONDS,
     OPEN_MAX_SECONDS,
     OPEN_PROGRESS_SECONDS,
     OPEN_RECHECK_SECONDS,
+    RESERVED_RECHECK_SECONDS,
     AddFinalizer,
     Initialize,
     Launch,
@@ -44,6 +45,7 @@ def decide(
     settings: Settings,
     unnominated: int = 0,
     since_progress: float | None = None,
+    reserved: int | None = None,
 ) -> NextStep:
     """The cache hands the lifecycle views: make them from the test's dicts."""
     return decide_on_views(
@@ -53,6 +55,7 @@ def decide(
         settings=settings,
         unnominated=unnominated,
         since_progress=since_progress,
+        reserved=reserved,
     )
 
 
@@ -307,6 +310,45 @@ def test_a_node_stays_closed_past_the_first_seconds_while_the_nominations_still_
     assert isinstance(step(later, OPEN_PROGRESS_SECONDS + 0.1), SyncNode), "none for a while: open"
     assert isinstance(step(later, None), SyncNode), "no progress known: open after OPEN_AFTER_SECONDS"
     assert isinstance(step(20 + OPEN_MAX_SECONDS, 0.1), SyncNode), "never longer than OPEN_MAX_SECONDS"
+
+
+def test_a_node_planned_for_pending_pods_opens_reserved_to_them_and_the_reservation_ends_once_they_are_bound() -> None:
+    """With reservations on, the write that takes the unregistered taint off puts the
+    `joiner.sh/planned=<NodeClaim>` taint on (one patch: no moment open to every pod); it stays while
+    planned pods are pending, and goes once none is."""
+    closed = [{"key": TAINT_UNREGISTERED, "effect": "NoSchedule"}]
+    planned = {"key": TAINT_PLANNED, "value": "nc", "effect": "NoSchedule"}
+
+    def taints_after(step: NextStep) -> list[Obj]:
+        assert isinstance(step, SyncNode)
+        ops = [op for op in step.patch if op["path"] == "/spec/taints"]
+        return list(ops[-1]["value"])  # (after the test of the list as it was)
+
+    # joined with pods planned there: opens at once, reserved, whatever the nominations
+    joined = decide(
+        claim=launched(), node=a_node(taints=closed, synced=False), now=at(30), settings=SETTINGS, reserved=5
+    )
+    assert taints_after(joined) == [{"key": "agent", "effect": "NoSchedule"}, planned]
+    # no pod planned there any more: opens to everyone
+    plain = decide(
+        claim=launched(), node=a_node(taints=closed, synced=False), now=at(30), settings=SETTINGS, reserved=0
+    )
+    assert taints_after(plain) == [{"key": "agent", "effect": "NoSchedule"}]
+    # reserved while 3 planned pods are pending: waits, looking again now and then (pods bind by their own events)
+    initialized = initialized_at_30()
+    waiting = decide(claim=initialized, node=a_node(taints=[planned]), now=at(40), settings=SETTINGS, reserved=3)
+    assert waiting == Wait(RESERVED_RECHECK_SECONDS, "initialized; reserved to 3 planned pods not bound yet")
+    # all bound: the reservation ends, the Node's other taints stay
+    other = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    ended = decide(claim=initialized, node=a_node(taints=[other, planned]), now=at(41), settings=SETTINGS, reserved=0)
+    assert taints_after(ended) == [other]
+    # reservations switched off meanwhile (the cluster refused the pods' tolerations): a leftover goes
+    off = decide(claim=initialized, node=a_node(taints=[planned]), now=at(41), settings=SETTINGS, reserved=None)
+    assert taints_after(off) == []
+    # a Node that opened without a reservation never gets one later
+    assert decide(claim=initialized, node=a_node(), now=at(41), settings=SETTINGS, reserved=4) == Wait(
+        None, "initialized"
+    )
 
 
 def test_nomination_progress_counts_new_lows_and_starts_over_with_a_new_plan() -> None:

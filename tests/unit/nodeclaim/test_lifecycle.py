@@ -12,6 +12,7 @@ from api.v1.labels import (
     LABEL_INSTANCE_TYPE,
     LABEL_NODEPOOL,
     LABEL_ZONE,
+    TAINT_PLANNED,
     TAINT_UNREGISTERED,
 )
 from controller.cloudprovider.types import OfferingId
@@ -257,6 +258,42 @@ async def test_the_planned_nodes_open_together_once_every_planned_pod_is_nominat
                 opened.setdefault(node, h.clock.monotonic())
     assert set(opened) == {"nc-a", "nc-b"}
     assert opened["nc-a"] == opened["nc-b"], f"opened at {opened}"
+
+
+async def test_a_reserved_node_opens_at_once_and_is_anyones_once_its_planned_pods_are_bound(world: Harness) -> None:
+    """With reservations on, a Node planned for pending pods opens as soon as it registers, with the
+    `joiner.sh/planned=<NodeClaim>` taint in place of the unregistered one: no waiting for
+    nominations. The taint goes when the last pod planned there binds (its own event, not a poll)."""
+    from controller.kube.resources import PODS
+
+    h = world
+    h.ctx.planned.reserve = True
+    await h.create_nodeclass()
+    for pod in ("pa", "pb"):
+        await h.kube.create(
+            PODS,
+            {
+                "metadata": {"name": pod, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "100m"}}}]},
+                "status": {"phase": "Pending"},
+            },
+        )
+        await h.cached("Pod", f"default/{pod}")
+    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-a"})
+    await h.create_claim("nc-a", instance_types=["cpu-4"])
+    await h.eventually(lambda: h.condition_status("nc-a", "Registered") == "True", "nc-a registered")
+
+    def taints() -> list[tuple[str, str | None]]:
+        return [(t["key"], t.get("value")) for t in (h.node("nc-a") or {}).get("spec", {}).get("taints") or []]
+
+    await h.eventually(lambda: taints() == [(TAINT_PLANNED, "nc-a")], "opened reserved to its pods")
+    for pod in ("pa", "pb"):
+        await h.kube.patch(PODS, pod, {"spec": {"nodeName": "nc-a"}}, namespace="default")
+        await h.cached("Pod", f"default/{pod}")
+        await h.settle()
+        if pod == "pa":
+            assert taints() == [(TAINT_PLANNED, "nc-a")], "one planned pod still pending"
+    await h.eventually(lambda: taints() == [], "the reservation ended with the last bind")
 
 
 async def test_a_planned_node_with_room_for_another_nodes_pods_opens_after_that_node(world: Harness) -> None:

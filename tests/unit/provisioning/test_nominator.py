@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from controller.kube.client import ApiError
-from controller.kube.resources import NODECLAIMS, PODS, Resource
+from controller.kube.resources import NODECLAIMS, NODES, PODS, Resource
 from controller.provisioning.provisioner import Provisioner
 from controller.settings import Settings
 from tests.unit.harness import Harness, make_harness
@@ -262,3 +262,135 @@ async def test_a_nomination_cleared_on_an_open_node_that_no_longer_has_room_for_
     [second] = [c for c in claims(h) if c["metadata"]["name"] != node]
     await up(h, second)
     await h.eventually(lambda: nominated(h, "a") == second["metadata"]["name"], "a nominated to its new node")
+
+
+# --- reservations: the planned Node's taint, and its toleration on the pods planned there ----------
+
+
+def tolerations(h: Harness, pod: str) -> list[Obj]:
+    obj = h.kube.obj(PODS, pod, "default")
+    assert obj is not None
+    return list((obj.get("spec") or {}).get("tolerations") or [])
+
+
+def reservation(claim: str) -> Obj:
+    return {"key": "joiner.sh/planned", "operator": "Equal", "value": claim, "effect": "NoSchedule"}
+
+
+async def reserved_node(h: Harness, claim: Obj) -> None:
+    """The claim's Node joins closed (`joiner.sh/unregistered`), and the lifecycle opens it reserved
+    to the pods planned there (the `joiner.sh/planned` taint in its place)."""
+    name = claim["metadata"]["name"]
+    await h.kube.create(
+        NODES,
+        {
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {
+                "providerID": f"kwok://{name}",
+                "taints": [{"key": "joiner.sh/unregistered", "effect": "NoSchedule"}],
+            },
+            "status": {
+                "allocatable": {"cpu": "3900m", "memory": "15Gi", "pods": "58"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    await h.kube.patch(
+        NODECLAIMS, name, {"status": {"providerID": f"kwok://{name}", "nodeName": name}}, subresource="status"
+    )
+    await h.cached("Node", name)
+    await h.cached("NodeClaim", name)
+    await h.settle()
+    taint = {"key": "joiner.sh/planned", "value": name, "effect": "NoSchedule"}
+    await h.kube.patch(NODES, name, {"spec": {"taints": [taint]}})
+    await h.cached("Node", name)
+
+
+async def test_pods_planned_on_a_node_not_open_yet_are_given_the_toleration_of_its_reservation_not_a_nomination(
+    h: Harness,
+) -> None:
+    """As soon as the plan is published, before the machine exists: each planned pod tolerates the
+    `joiner.sh/planned=<NodeClaim>` taint its Node will open with, once. No nomination: only these
+    pods can take that room, whatever order kube-scheduler tries pods and Nodes in."""
+    await pending(h, "c", "100m")
+    gpu = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    await h.kube.patch(PODS, "c", {"spec": {"tolerations": [gpu]}}, namespace="default")
+    await h.cached("Pod", "default/c")
+    h.kube.calls.clear()
+    _provisioner, claim = await two_pods_planned(h)
+    name = claim["metadata"]["name"]
+    want = reservation(name)
+    await h.eventually(
+        lambda: all(want in tolerations(h, p) for p in ("a", "b", "c")), "the planned pods tolerate the reservation"
+    )
+    assert tolerations(h, "c")[0]["key"] == "gpu", "the pod's own tolerations are kept"
+    await reserved_node(h, claim)
+    await h.settle()
+    await h.advance(1.0)
+    for pod in ("a", "b", "c"):
+        assert tolerations(h, pod).count(want) == 1
+        assert nominated(h, pod) is None
+    writes = [c for c in h.kube.calls if c[1] == "pods" and c[0].startswith("patch")]
+    assert sorted(writes) == [("patch", "pods", "a"), ("patch", "pods", "b"), ("patch", "pods", "c")]
+
+
+async def test_a_pod_whose_toleration_is_refused_is_nominated_instead_and_not_waited_for(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    real_patch = h.kube.patch
+
+    async def policy(res: Resource, name: str, patch: Any, **kwargs: Any) -> Obj:
+        if res is PODS and name == "a" and kwargs.get("subresource") is None:
+            # what an admission webhook that forbids new tolerations answers
+            raise ApiError(400, "BadRequest", 'admission webhook "tolerations.example.com" denied the request')
+        return await real_patch(res, name, patch, **kwargs)
+
+    h.kube.patch = policy  # type: ignore[method-assign]
+    await pending(h, "a", "1500m")
+    await pending(h, "b", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    name = claim["metadata"]["name"]
+    await h.eventually(lambda: "default/a" in h.ctx.planned.untolerated, "a's toleration refused")
+    await h.eventually(lambda: reservation(name) in tolerations(h, "b"), "b tolerates the reservation")
+    assert h.ctx.planned.reserve, "one pod's refusal leaves the others reserved"
+    await up(h, claim)
+    await h.eventually(lambda: nominated(h, "a") == name, "a nominated to its planned Node")
+    assert tolerations(h, "a") == []
+
+
+async def test_rbac_that_does_not_let_joiner_patch_pods_turns_reservations_off_and_nominations_tell_the_plan(
+    h: Harness,
+) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    real_patch = h.kube.patch
+
+    async def rbac(res: Resource, name: str, patch: Any, **kwargs: Any) -> Obj:
+        if res is PODS and kwargs.get("subresource") is None:
+            raise ApiError(403, "Forbidden", f'pods "{name}" is forbidden: User "joiner" cannot patch resource "pods"')
+        return await real_patch(res, name, patch, **kwargs)
+
+    h.kube.patch = rbac  # type: ignore[method-assign]
+    assert h.ctx.planned.reserve
+    await pending(h, "a", "1500m")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    await h.eventually(lambda: not h.ctx.planned.reserve, "reservations turned off")
+    assert provisioner.nominator.enabled
+    await register(h, claim)
+    await h.eventually(lambda: nominated(h, "a") == claim["metadata"]["name"], "a nominated")
+
+
+async def test_reservations_can_be_switched_off_alone() -> None:
+    h = await _harness(Settings(reserve=False))
+    try:
+        _provisioner, claim = await two_pods_planned(h)
+        assert not h.ctx.planned.reserve
+        await register(h, claim)
+        name = claim["metadata"]["name"]
+        await h.eventually(lambda: nominated(h, "a") == name and nominated(h, "b") == name, "both nominated")
+        assert tolerations(h, "a") == []
+        assert tolerations(h, "b") == []
+    finally:
+        await h.close()

@@ -11,6 +11,7 @@ from controller.state.patches import (
     matches,
     owner_patch,
     taint_patch,
+    toleration_patch,
     with_conditions,
 )
 from controller.state.views import NodeClaimView, NodeView, TaintRef
@@ -45,6 +46,16 @@ def test_taints_are_added_and_removed_by_key_and_effect() -> None:
     ]
     assert taint_patch(node, remove=[("nvidia.com/gpu", "NoSchedule")])[1]["value"] == []
     assert taint_patch(node, add=[TaintRef(key="nvidia.com/gpu", effect="NoSchedule")]) == []
+
+
+def test_a_toleration_is_appended_to_a_pods_own_and_matches_the_taint_exactly() -> None:
+    taint = TaintRef(key="joiner.sh/planned", effect="NoSchedule", value="gpu-00012")
+    want = {"key": "joiner.sh/planned", "operator": "Equal", "value": "gpu-00012", "effect": "NoSchedule"}
+    own = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    assert toleration_patch({"spec": {"tolerations": [own]}}, taint) == [
+        {"op": "add", "path": "/spec/tolerations/-", "value": want}
+    ]
+    assert toleration_patch({"spec": {}}, taint) == [{"op": "add", "path": "/spec/tolerations", "value": [want]}]
 
 
 def test_labels_go_key_by_key_and_owners_by_uid() -> None:

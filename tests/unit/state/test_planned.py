@@ -34,3 +34,14 @@ def test_the_version_moves_only_when_pods_are_newly_planned() -> None:
     assert book.version == first
     book.publish({"ns/p2": "nc-a", "ns/p3": "nc-b"})  # a new plan's pod
     assert book.version == first + 1
+
+
+def test_each_pod_s_nodeclaim_is_known_and_a_refused_toleration_is_forgotten_with_its_pod() -> None:
+    book = PlannedPods(reserve=True)
+    book.publish({"ns/p1": "nc-a", "ns/p2": "nc-b"})
+    assert book.claim_of("ns/p1") == "nc-a"
+    assert book.claim_of("ns/other") is None
+    book.untolerated.update({"ns/p1", "ns/p2"})
+    book.publish({"ns/p2": "nc-b"})  # p1 bound: it left the plan
+    assert book.untolerated == {"ns/p2"}
+    assert book.claim_of("ns/p1") is None

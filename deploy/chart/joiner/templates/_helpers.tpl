@@ -66,6 +66,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - --log-level={{ $s.logLevel }}
 - --log-format={{ $s.logFormat }}
 - {{ if $s.features.nominate }}--nominate{{ else }}--no-nominate{{ end }}
+- {{ if $s.features.reserve }}--reserve{{ else }}--no-reserve{{ end }}
 - {{ if $s.features.planUntried }}--plan-untried{{ else }}--no-plan-untried{{ end }}
 {{- if $s.prometheusUrl }}
 - --prometheus-url={{ $s.prometheusUrl }}
