@@ -264,7 +264,8 @@ class LifecycleController:
         if node is None or not node.has_taint(TAINT_UNREGISTERED):
             return 0
         if self.ctx.planned.writing:
-            return 1
+            # its pods are known (published as its NodeClaim was written): with reservations it may open
+            return 0 if self.ctx.planned.reserve and self.ctx.planned.on(claim.name) else 1
         if not self.ctx.planned.on(claim.name):
             return 0  # bought for no pending pod (a gang, a replacement): opens at registration
         if self.ctx.planned.reserve:

@@ -17,7 +17,7 @@ after a restart the provisioner decides again and publishes again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 
 class PlannedPods:
@@ -56,6 +56,19 @@ class PlannedPods:
         if planned - self._planned:
             self.version += 1  # pods newly planned: their nominations are to be written
         self._planned = planned
+
+    def add(self, claim: str, keys: Sequence[str]) -> None:
+        """While a plan is written: ``claim`` was just created for these pods. With reservations on,
+        its Node may open (reserved to them) and they may be given its toleration before the plan's
+        other NodeClaims are written; `publish` then replaces the whole book."""
+        if not keys:
+            return
+        self._by_claim[claim] = (*self._by_claim.get(claim, ()), *keys)
+        for key in keys:
+            self._claim_of[key] = claim
+        if not self._planned.issuperset(keys):
+            self.version += 1
+            self._planned = self._planned | frozenset(keys)
 
     def claims(self) -> tuple[str, ...]:
         """Every NodeClaim the plan puts pending pods on."""

@@ -14,7 +14,7 @@ launching them is the lifecycle controller's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -132,16 +132,28 @@ class NodeClaimWriter:
 
     # --- the write -------------------------------------------------------------------------------
 
-    async def create(self, claims: Sequence[NewClaim], *, reason: CreateReason, **fields: object) -> list[Written]:
+    async def create(
+        self,
+        claims: Sequence[NewClaim],
+        *,
+        reason: CreateReason,
+        on_written: Callable[[Written], None] | None = None,
+        **fields: object,
+    ) -> list[Written]:
         """Write ``claims`` (a few at a time) under the lock the caller holds since it started deciding;
-        one outcome per claim, in order. ``fields`` go into each ``nodeclaim.created`` log event."""
+        one outcome per claim, in order. ``on_written`` hears of each outcome as soon as it is known
+        (the provisioner publishes each NodeClaim's pods before the others are written). ``fields`` go
+        into each ``nodeclaim.created`` log event."""
         if not self.lock.locked():
             raise RuntimeError("NodeClaims are created under NodeClaimWriter.lock, taken before deciding")
         limit = asyncio.Semaphore(self._concurrency)
 
         async def one(request: NewClaim) -> Written:
             async with limit:
-                return await self._create_one(request, reason=reason, fields=fields)
+                written = await self._create_one(request, reason=reason, fields=fields)
+            if on_written is not None:
+                on_written(written)
+            return written
 
         return list(await asyncio.gather(*(one(c) for c in claims)))
 

@@ -261,7 +261,8 @@ async def test_the_planned_nodes_open_together_once_every_planned_pod_is_nominat
 
 
 async def test_a_reserved_node_opens_at_once_and_is_anyones_once_its_planned_pods_are_bound(world: Harness) -> None:
-    """With reservations on, a Node planned for pending pods opens as soon as it registers, with the
+    """With reservations on, a Node planned for pending pods opens as soon as it registers and its
+    pods are known (even while the rest of the plan is being written), with the
     `joiner.sh/planned=<NodeClaim>` taint in place of the unregistered one: no waiting for
     nominations. The taint goes when the last pod planned there binds (its own event, not a poll)."""
     from controller.kube.resources import PODS
@@ -279,14 +280,23 @@ async def test_a_reserved_node_opens_at_once_and_is_anyones_once_its_planned_pod
             },
         )
         await h.cached("Pod", f"default/{pod}")
-    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-a"})
+    # the provisioner is still writing its plan: nc-a's pods are published as nc-a is written, nc-b's
+    # are not known yet
+    h.ctx.planned.begin()
+    h.ctx.planned.add("nc-a", ["default/pa", "default/pb"])
     await h.create_claim("nc-a", instance_types=["cpu-4"])
+    await h.create_claim("nc-b", instance_types=["cpu-4"])
     await h.eventually(lambda: h.condition_status("nc-a", "Registered") == "True", "nc-a registered")
+    await h.eventually(lambda: h.condition_status("nc-b", "Registered") == "True", "nc-b registered")
 
-    def taints() -> list[tuple[str, str | None]]:
-        return [(t["key"], t.get("value")) for t in (h.node("nc-a") or {}).get("spec", {}).get("taints") or []]
+    def taints(node: str = "nc-a") -> list[tuple[str, str | None]]:
+        return [(t["key"], t.get("value")) for t in (h.node(node) or {}).get("spec", {}).get("taints") or []]
 
     await h.eventually(lambda: taints() == [(TAINT_PLANNED, "nc-a")], "opened reserved to its pods")
+    assert taints("nc-b") == [(TAINT_UNREGISTERED, None)], "pods not known yet: closed"
+    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-a"})  # nc-b: bought for no pending pod
+    await h.advance(0.2)
+    await h.eventually(lambda: taints("nc-b") == [], "nc-b opened to everyone")
     for pod in ("pa", "pb"):
         await h.kube.patch(PODS, pod, {"spec": {"nodeName": "nc-a"}}, namespace="default")
         await h.cached("Pod", f"default/{pod}")
