@@ -138,6 +138,7 @@ class LifecycleController:
         self._launch_failures: dict[str, int] = {}
         self._deleted: set[str] = set()  # uids we deleted, until the cache shows the deletion
         self._closed_memo: tuple[float, ClosedPlan] | None = None
+        self._shapes_memo: tuple[float, int, frozenset[Resources]] | None = None
         self._requests: dict[str, tuple[str | None, Resources]] = {}  # pod key -> (uid, requests)
         self._progress = NominationProgress()
 
@@ -286,7 +287,8 @@ class LifecycleController:
     def _reserved(self, claim: NodeClaimView, node: NodeView | None) -> int | None:
         """With reservations on: the pending pods planned on this NodeClaim that its `joiner.sh/planned`
         taint keeps the room for (pods whose toleration the cluster refused are nominated instead, and
-        not waited for); while the provisioner is still writing a plan, at least 1 for a Node that is
+        not waited for); once there are none, 1 while its free room would fit a pending pod planned on
+        another Node; while the provisioner is still writing a plan, at least 1 for a Node that is
         reserved already (its new pods are not known yet). None: reservations off."""
         planned = self.ctx.planned
         if not planned.reserve:
@@ -301,7 +303,34 @@ class LifecycleController:
             pod = cluster.pod_view(key)
             if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
                 count += 1
+        if count == 0 and node is not None and node.has_taint(TAINT_PLANNED):
+            # its own pods are bound: the room left over stays reserved while a pod planned on another
+            # Node, still pending, would fit there (kube-scheduler may try it before its own Node takes
+            # it, and that Node would be left with its room unused, or empty)
+            room = self._room(node, (), self._requests)
+            if any(shape.fits_in(room) for shape in self._pending_shapes()):
+                return 1
         return count
+
+    def _pending_shapes(self) -> frozenset[Resources]:
+        """The requests (with a pod slot) of every pending pod of the plan, counted at most every
+        CLOSED_MEMO_SECONDS for all the reserved Nodes asking."""
+        now = self.ctx.clock.monotonic()
+        memo = self._shapes_memo
+        if memo is not None and now - memo[0] < CLOSED_MEMO_SECONDS and memo[1] == self.ctx.planned.version:
+            return memo[2]
+        cluster = self.ctx.cluster
+        previous = self._requests  # what is made again from it is kept: the pods gone are dropped
+        self._requests = {}
+        shapes: set[Resources] = set()
+        for name in self.ctx.planned.claims():
+            for key in self.ctx.planned.on(name):
+                pod = cluster.pod_view(key)
+                if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
+                    shapes.add(self._requests_of(pod, previous))
+        found = frozenset(shapes)
+        self._shapes_memo = (now, self.ctx.planned.version, found)
+        return found
 
     def _closed(self, asking: str) -> ClosedPlan:
         """The plan's closed Nodes, judged together at most every CLOSED_MEMO_SECONDS (every closed

@@ -562,13 +562,15 @@ def _condition_time(obj: Obj, kind: str) -> float | None:
 def explain(where: Path) -> None:
     """Where joiner's plan and kube-scheduler parted, from one dumped joiner run (``--dump``, with
     ``--joiner-flag log-level=debug``): per NodeClaim of the plan, when it became usable, when its pods
-    were nominated, and how many of the pods bound to it were planned there."""
+    were told (nominated there, or given the toleration of its reservation), and how many of the pods
+    bound to it were planned there."""
     objects = json.loads((where / "objects.json").read_text())
     start = float(objects["start"])
     planned: dict[str, str] = {}  # pod name -> NodeClaim the first decision put it on
     solves = 0
     nominated: dict[str, list[float]] = {}  # node -> times of nominations written to it
-    first_nomination: dict[str, float] = {}  # pod -> first nomination written
+    first_nomination: dict[str, float] = {}  # pod -> first nomination or toleration written
+    tolerated: dict[str, list[float]] = {}  # NodeClaim -> times of tolerations of its reservation
     released = 0
     for line in (where / "joiner.log").read_text(errors="replace").splitlines():
         with contextlib.suppress(ValueError):
@@ -582,6 +584,9 @@ def explain(where: Path) -> None:
                     planned.setdefault(key.split("/", 1)[1], event["nodeclaim"])
             elif name == "provisioner.nominated" and event.get("node"):
                 nominated.setdefault(event["node"], []).append(at)
+                first_nomination.setdefault(event["pod"].split("/", 1)[1], at)
+            elif name == "provisioner.tolerated" and event.get("nodeclaim"):
+                tolerated.setdefault(event["nodeclaim"], []).append(at)
                 first_nomination.setdefault(event["pod"].split("/", 1)[1], at)
             elif name == "provisioner.nomination_released":
                 released += int(event.get("pods", 0))
@@ -601,7 +606,7 @@ def explain(where: Path) -> None:
     def rel(t: float | None) -> str:
         return f"{t - start:6.1f}" if t else "     -"
 
-    print("nodeclaim                  planned  own  foreign  node created  ready  initialized  nominated first/last")
+    print("nodeclaim                  planned  own  foreign  node created  ready  initialized  told first/last")
     for claim_name in sorted(
         set(planned.values()), key=lambda c: _condition_time(claims.get(c, {}), "Initialized") or 0
     ):
@@ -618,7 +623,7 @@ def explain(where: Path) -> None:
                 foreign_unnominated += 1
             elif (bound[p][1] or 0) - start < t:
                 foreign_nominated_after += 1
-        times = nominated.get(node_name, [])
+        times = [*nominated.get(node_name, []), *tolerated.get(claim_name, [])]
         created = rel(_when(node.get("metadata", {}).get("creationTimestamp")))
         print(
             f"{claim_name:<26} {len(mine):>7} {own:>4} {len(foreign):>8}  "
@@ -627,8 +632,8 @@ def explain(where: Path) -> None:
             + (f"{min(times):6.1f} {max(times):6.1f} ({len(times)})" if times else "-")
         )
     print(
-        f"pods bound off their planned node: never nominated before binding {foreign_unnominated}, "
-        f"bound before their first nomination {foreign_nominated_after}"
+        f"pods bound off their planned node: never told before binding {foreign_unnominated}, "
+        f"bound before they were first told {foreign_nominated_after}"
     )
 
 

@@ -306,6 +306,49 @@ async def test_a_reserved_node_opens_at_once_and_is_anyones_once_its_planned_pod
     await h.eventually(lambda: taints() == [], "the reservation ended with the last bind")
 
 
+async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planned_elsewhere_would_fit_it(
+    world: Harness,
+) -> None:
+    """nc-a's own pod bound; a pod planned on nc-b is still pending and would fit what nc-a has left.
+    Opened to everyone, nc-a's room would take it (measured: CPU pods of the GPU race bound in the
+    CPUs left over on GPU machines, and their own CPU machine was left part empty). nc-a stays
+    reserved until that pod binds on its own Node."""
+    from controller.kube.resources import PODS
+
+    h = world
+    h.ctx.planned.reserve = True
+    await h.create_nodeclass()
+    for pod in ("pa", "pb"):
+        await h.kube.create(
+            PODS,
+            {
+                "metadata": {"name": pod, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
+                "status": {"phase": "Pending"},
+            },
+        )
+        await h.cached("Pod", f"default/{pod}")
+    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
+    for claim in ("nc-a", "nc-b"):
+        await h.create_claim(claim, instance_types=["cpu-4"])
+        await h.eventually(lambda claim=claim: h.condition_status(claim, "Registered") == "True", f"{claim} registered")
+
+    def reserved(node: str) -> bool:
+        return any(t["key"] == TAINT_PLANNED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+
+    await h.eventually(lambda: reserved("nc-a") and reserved("nc-b"), "both opened reserved")
+    await h.kube.patch(PODS, "pa", {"spec": {"nodeName": "nc-a"}}, namespace="default")
+    await h.cached("Pod", "default/pa")
+    for _ in range(3):
+        await h.advance(2.0)
+        await h.settle()
+    assert reserved("nc-a"), "pb, planned on nc-b and pending, would fit nc-a's room left over"
+    await h.kube.patch(PODS, "pb", {"spec": {"nodeName": "nc-b"}}, namespace="default")
+    await h.cached("Pod", "default/pb")
+    await h.advance(2.0)
+    await h.eventually(lambda: not reserved("nc-a") and not reserved("nc-b"), "both reservations ended")
+
+
 async def test_a_planned_node_with_room_for_another_nodes_pods_opens_after_that_node(world: Harness) -> None:
     """Once every planned pod is nominated, a Node whose free room would fit a pod still waiting for
     another planned Node stays closed until that pod's Node is open and the pod nominated there (or
