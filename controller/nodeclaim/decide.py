@@ -52,6 +52,10 @@ OPEN_MAX_SECONDS = 60.0
 OPEN_RECHECK_SECONDS = 0.2
 # while a Node is reserved to its planned pods: how often to look again besides the pods' own events
 RESERVED_RECHECK_SECONDS = 2.0
+# a reserved Node not Initialized this long after it registered loses its reservation: whatever keeps
+# it from initializing (a device plugin or CNI agent whose DaemonSet does not tolerate the reservation
+# and was not seen to run there) would otherwise wait for pods that cannot bind before it
+RESERVE_UNINITIALIZED_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +213,11 @@ def decide(
             return SyncNode(node.name, tuple(patch))
         if not registered or claim.node_name != node.name:
             return Register(node.name)
-        if not reserved and node.has_taint(TAINT_PLANNED):
-            # every pod planned there is bound (or no longer planned there): the room is anyone's
+        if node.has_taint(TAINT_PLANNED) and (
+            not reserved or (not claim.initialized and age is not None and age >= RESERVE_UNINITIALIZED_SECONDS)
+        ):
+            # every pod planned there is bound (or no longer planned there): the room is anyone's; or
+            # the Node does not initialize while reserved, and its pods cannot bind before it does
             return SyncNode(node.name, tuple(reservation_end_patch(node)))
     elif not registered:
         elapsed = _elapsed(claim.transition_time(LAUNCHED), now)

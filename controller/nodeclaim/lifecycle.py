@@ -264,12 +264,13 @@ class LifecycleController:
         11 in each of 2)."""
         if node is None or not node.has_taint(TAINT_UNREGISTERED):
             return 0
+        reservable = self._reservable(claim)
         if self.ctx.planned.writing:
             # its pods are known (published as its NodeClaim was written): with reservations it may open
-            return 0 if self.ctx.planned.reserve and self.ctx.planned.on(claim.name) else 1
+            return 0 if reservable and self.ctx.planned.on(claim.name) else 1
         if not self.ctx.planned.on(claim.name):
             return 0  # bought for no pending pod (a gang, a replacement): opens at registration
-        if self.ctx.planned.reserve:
+        if reservable:
             return 0  # it opens reserved to its pods: no other pod may take their room meanwhile
         plan = self._closed(claim.name)
         return plan.unnominated if claim.name in plan.blocked else 1
@@ -280,9 +281,12 @@ class LifecycleController:
         fails there when kube-scheduler tries it, and binds in any open room it fits."""
         if node is None or not node.has_taint(TAINT_UNREGISTERED) or self.ctx.planned.writing:
             return 0
-        if not self.ctx.planned.on(claim.name) or self.ctx.planned.reserve:
+        if not self.ctx.planned.on(claim.name) or self._reservable(claim):
             return 0
         return self._closed(claim.name).blocked.get(claim.name, 0)
+
+    def _reservable(self, claim: NodeClaimView) -> bool:
+        return self.ctx.planned.reservable(claim, self.ctx.cluster.daemonsets)
 
     def _reserved(self, claim: NodeClaimView, node: NodeView | None) -> int | None:
         """With reservations on: the pending pods planned on this NodeClaim that its `joiner.sh/planned`
@@ -291,7 +295,7 @@ class LifecycleController:
         another Node; while the provisioner is still writing a plan, at least 1 for a Node that is
         reserved already (its new pods are not known yet). None: reservations off."""
         planned = self.ctx.planned
-        if not planned.reserve:
+        if not self._reservable(claim):
             return None
         if planned.writing and node is not None and node.has_taint(TAINT_PLANNED):
             return 1
@@ -350,6 +354,14 @@ class LifecycleController:
         for name in self.ctx.planned.claims():
             other = claims.get(name)
             if other is None or other.deleting:
+                continue
+            if self._reservable(other):
+                # reserved to its pods: none of them is waiting for a nomination, but each may still
+                # bind in room nobody holds (a Node opened without a reservation) until it is bound
+                for key in self.ctx.planned.on(name):
+                    pod = cluster.pod_view(key)
+                    if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
+                        waiting.append((OPEN, pod))
                 continue
             other_node = cluster.node_view_for_claim(other)
             is_open = other_node is not None and not other_node.has_taint(TAINT_UNREGISTERED)
@@ -472,7 +484,7 @@ class LifecycleController:
                 if retry is not None:
                     return retry if retry > 0 else None
             elif isinstance(decision, SyncNode):
-                opens = not self.ctx.planned.reserve and self._opens(claim, node)
+                opens = not self._reservable(claim) and self._opens(claim, node)
                 judged = self._closed_memo[1] if self._closed_memo is not None else None
                 if opens:
                     # the planned Nodes open together: the others' patches go out with this one,
@@ -504,7 +516,18 @@ class LifecycleController:
                         else None,
                     )
                 elif node is not None and node.has_taint(TAINT_PLANNED) and not updated.has_taint(TAINT_PLANNED):
-                    log.debug("nodeclaim.reservation_ended", nodeclaim=name, node=decision.node)
+                    if claim.initialized:
+                        log.debug("nodeclaim.reservation_ended", nodeclaim=name, node=decision.node)
+                    else:
+                        # something the planned pods need first is kept off by the reservation itself
+                        log.warning(
+                            "nodeclaim.reservation_ended_uninitialized",
+                            nodeclaim=name,
+                            node=decision.node,
+                            blockers=[m for _r, m in initialization_blockers(claim, updated)],
+                            reason="not Initialized while reserved: a DaemonSet the Node needs may not tolerate "
+                            "joiner.sh/planned; its pods are nominated instead",
+                        )
             elif isinstance(decision, Register):
                 assert node is not None  # decide() registers only a Node it was given
                 await self._register(claim, node)

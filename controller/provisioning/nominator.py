@@ -194,13 +194,14 @@ class Nominator:
     def _reserving(self, key: str) -> str | None:
         """The NodeClaim whose reservation the pod is planned into: one whose Node has not opened
         yet (it opens reserved while pods are planned there) or opened reserved. None: reservations
-        are off, the cluster refused this pod's toleration, or its Node is open to every pod."""
+        are off, the cluster refused this pod's toleration, a DaemonSet keeps the NodeClaim from being
+        reserved, or its Node is open to every pod."""
         planned = self.ctx.planned
         if not planned.reserve or key in planned.untolerated:
             return None
         claim_name = self._nominations().get(key)
         claim = self._claim(claim_name) if claim_name is not None else None
-        if claim is None or claim.deleting:
+        if claim is None or claim.deleting or not planned.reservable(claim, self.ctx.cluster.daemonsets):
             return None
         node = self.ctx.cluster.node_view_for_claim(claim)
         if node is None or node.has_taint(TAINT_UNREGISTERED) or node.has_taint(TAINT_PLANNED):

@@ -17,7 +17,10 @@ after a restart the provisioner decides again and publishes again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from controller.state.reservations import DaemonSetsKeptOff
+from controller.state.views import NodeClaimView, Obj
 
 
 class PlannedPods:
@@ -35,6 +38,7 @@ class PlannedPods:
         # pods whose toleration the cluster refused (an admission policy): they are nominated instead,
         # and a reservation does not wait for them
         self.untolerated: set[str] = set()
+        self.kept_off = DaemonSetsKeptOff()
 
     def begin(self) -> None:
         """NodeClaims of a new plan are being written and their pods are not published yet: the
@@ -73,6 +77,11 @@ class PlannedPods:
     def claims(self) -> tuple[str, ...]:
         """Every NodeClaim the plan puts pending pods on."""
         return tuple(self._by_claim)
+
+    def reservable(self, claim: NodeClaimView, daemonsets: Callable[[], Iterable[Obj]]) -> bool:
+        """Whether ``claim``'s Node opens reserved to its pods: reservations are on, and no DaemonSet
+        that would run there is kept off by the reservation (`controller.state.reservations`)."""
+        return self.reserve and not self.kept_off.of(claim, daemonsets)
 
     def claim_of(self, key: str) -> str | None:
         """The NodeClaim the plan puts pod ``key`` on, if any."""

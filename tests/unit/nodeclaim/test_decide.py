@@ -16,6 +16,7 @@ from controller.nodeclaim.decide import (
     OPEN_MAX_SECONDS,
     OPEN_PROGRESS_SECONDS,
     OPEN_RECHECK_SECONDS,
+    RESERVE_UNINITIALIZED_SECONDS,
     RESERVED_RECHECK_SECONDS,
     AddFinalizer,
     Initialize,
@@ -349,6 +350,22 @@ def test_a_node_planned_for_pending_pods_opens_reserved_to_them_and_the_reservat
     assert decide(claim=initialized, node=a_node(), now=at(41), settings=SETTINGS, reserved=4) == Wait(
         None, "initialized"
     )
+
+
+def test_a_reserved_node_that_does_not_initialize_loses_its_reservation() -> None:
+    """The GPUs never register while the Node is reserved (a device plugin's DaemonSet that does not
+    tolerate the reservation is not even created there), and the planned GPU pods cannot bind
+    before they do: RESERVE_UNINITIALIZED_SECONDS after registration the reservation ends."""
+    planned = {"key": TAINT_PLANNED, "value": "nc", "effect": "NoSchedule"}
+    claim = registered(20)
+    node = a_node(taints=[planned], gpus=None)
+    early = decide(
+        claim=claim, node=node, now=at(20 + RESERVE_UNINITIALIZED_SECONDS - 1), settings=SETTINGS, reserved=2
+    )
+    assert not isinstance(early, SyncNode)
+    late = decide(claim=claim, node=node, now=at(20 + RESERVE_UNINITIALIZED_SECONDS), settings=SETTINGS, reserved=2)
+    assert isinstance(late, SyncNode)
+    assert [op for op in late.patch if op["path"] == "/spec/taints"][-1]["value"] == []
 
 
 def test_nomination_progress_counts_new_lows_and_starts_over_with_a_new_plan() -> None:

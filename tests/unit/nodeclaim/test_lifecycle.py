@@ -331,7 +331,11 @@ async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planne
     h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
     for claim in ("nc-a", "nc-b"):
         await h.create_claim(claim, instance_types=["cpu-4"])
-        await h.eventually(lambda claim=claim: h.condition_status(claim, "Registered") == "True", f"{claim} registered")
+
+        def registered(name: str = claim) -> bool:
+            return h.condition_status(name, "Registered") == "True"
+
+        await h.eventually(registered, f"{claim} registered")
 
     def reserved(node: str) -> bool:
         return any(t["key"] == TAINT_PLANNED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])

@@ -424,3 +424,24 @@ async def test_each_nodeclaims_pods_are_published_and_given_its_toleration_befor
     first = next(iter(seen[1][1]))
     [pod] = seen[1][1][first]
     assert reservation(first) in tolerations(h, pod.split("/")[1]), "tolerated before the next NodeClaim was written"
+
+
+async def test_a_nodeclaim_a_daemonset_would_be_kept_off_is_not_reserved_and_its_pods_are_nominated(h: Harness) -> None:
+    """A DaemonSet that would run on the Node without tolerating `joiner.sh/planned` (a log agent,
+    a device plugin) is not even created on a reserved Node: its NodeClaim's pods are nominated."""
+    from controller.kube.resources import DAEMONSETS
+
+    agent = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "log-agent", "namespace": "kube-system"},
+        "spec": {"template": {"metadata": {"labels": {"app": "log-agent"}}, "spec": {"containers": [{"name": "c"}]}}},
+    }
+    await h.kube.create(DAEMONSETS, agent)
+    await h.cached("DaemonSet", "kube-system/log-agent")
+    _provisioner, claim = await two_pods_planned(h)
+    await register(h, claim)
+    name = claim["metadata"]["name"]
+    await h.eventually(lambda: nominated(h, "a") == name and nominated(h, "b") == name, "both nominated")
+    assert tolerations(h, "a") == []
+    assert tolerations(h, "b") == []

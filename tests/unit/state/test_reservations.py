@@ -1,0 +1,82 @@
+"""Which DaemonSets a planned Node's reservation would keep off it (controller/state/reservations.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.scheduling.kubeconv import daemonset_from_dict
+from controller.state.reservations import DaemonSetsKeptOff, kept_off
+from controller.state.views import NodeClaimView
+
+Obj = dict[str, Any]
+
+
+def claim(*, taints: list[Obj] | None = None) -> NodeClaimView:
+    return NodeClaimView.of(
+        {
+            "metadata": {"name": "gpu-00001", "labels": {"joiner.sh/nodepool": "gpu"}},
+            "spec": {
+                "requirements": [
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    {
+                        "key": "node.kubernetes.io/instance-type",
+                        "operator": "In",
+                        "values": ["g6.xlarge", "g6.2xlarge"],
+                    },
+                ],
+                "taints": taints or [],
+            },
+        }
+    )
+
+
+def daemonset(name: str, *, tolerations: list[Obj] | None = None, selector: dict[str, str] | None = None) -> Obj:
+    spec: Obj = {"containers": [{"name": "c", "image": "x"}], "tolerations": tolerations or []}
+    if selector:
+        spec["nodeSelector"] = selector
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system", "uid": f"u-{name}", "resourceVersion": "1"},
+        "spec": {"template": {"metadata": {"labels": {"app": name}}, "spec": spec}},
+    }
+
+
+GPU = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+
+
+def test_a_daemonset_that_would_run_there_without_tolerating_the_reservation_keeps_the_node_from_being_reserved() -> (
+    None
+):
+    daemons = [
+        daemonset_from_dict(d)
+        for d in (
+            # would run there, no toleration of joiner.sh/planned: kept off
+            daemonset("log-agent"),
+            # selects on a label only the Node gets later (node-feature-discovery): may match, kept off
+            daemonset(
+                "device-plugin",
+                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                selector={"nvidia.com/gpu.present": "true"},
+            ),
+            # tolerates every taint (a CNI agent): runs there anyway
+            daemonset("cni", tolerations=[{"operator": "Exists"}]),
+            # tolerates the reservation
+            daemonset("ready", tolerations=[{"key": "joiner.sh/planned", "operator": "Exists"}]),
+            # excluded by a label the NodeClaim knows: never runs there
+            daemonset("arm-only", selector={"kubernetes.io/arch": "arm64"}),
+        )
+    ]
+    assert kept_off(claim(), daemons) == ("DaemonSet/log-agent", "DaemonSet/device-plugin")
+    # on a Node with the GPU taint, only the DaemonSets that tolerate it would run there at all
+    assert kept_off(claim(taints=[GPU]), daemons) == ("DaemonSet/device-plugin",)
+
+
+def test_the_answer_is_kept_per_nodeclaim_until_the_daemonsets_change() -> None:
+    objs = [daemonset("log-agent")]
+    book = DaemonSetsKeptOff()
+    assert book.of(claim(), lambda: objs) == ("DaemonSet/log-agent",)
+    objs = [daemonset("log-agent", tolerations=[{"key": "joiner.sh/planned", "operator": "Exists"}])]
+    objs[0]["metadata"]["resourceVersion"] = "2"
+    assert book.of(claim(), lambda: objs) == ()
+    assert book.of(claim(), list) == ()
