@@ -210,6 +210,51 @@ def test_a_mixed_gpu_burst_buys_the_plan_and_kube_scheduler_follows_it(cluster: 
     eventually(lambda: not reservations_left(), timeout=30, what=f"reservations ended on {reservations_left()}")
 
 
+def test_a_daemonset_the_reservation_would_keep_off_runs_on_every_new_node_and_the_plan_is_nominated(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    """A log agent DaemonSet without a toleration of `joiner.sh/planned`: the DaemonSet controller would
+    not create its pod on a reserved Node, so the Nodes are not reserved. The pods are nominated
+    instead, every new Node runs the agent, and the log says which DaemonSet kept the reservation off."""
+    ns = _ns(cluster)
+    agents = cluster.create_namespace(f"agents-{uuid.uuid4().hex[:6]}")
+    agent = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "log-agent", "namespace": agents},
+        "spec": {
+            "selector": {"matchLabels": {"app": "log-agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "log-agent"}},
+                "spec": {
+                    "containers": [{"name": "agent", "image": "agent", "resources": {"requests": {"cpu": "100m"}}}]
+                },
+            },
+        },
+    }
+    cluster.apply([nodeclass(), nodepool("default"), agent])
+    joiner = start_joiner()
+    cluster.apply([deployment("web", ns, replicas=6, cpu="1500m", memory="2Gi")])
+    pods = expect_pods_running(cluster, ns, 6)
+    nodes = {p["spec"]["nodeName"] for p in pods}
+
+    def agents_on_new_nodes() -> bool:
+        running = [p for p in cluster.items("pods", namespace=agents) if p["status"].get("phase") == "Running"]
+        return nodes <= {p["spec"].get("nodeName") for p in running}
+
+    eventually(agents_on_new_nodes, timeout=60, what=f"the log agent Running on {sorted(nodes)}")
+    for p in pods:
+        assert not [t for t in p["spec"].get("tolerations") or [] if t.get("key") == PLANNED], p["metadata"]["name"]
+    assert joiner.metric("joiner_provisioner_nominations_total", action="set") >= 1
+    skipped = [
+        e
+        for e in (json.loads(line) for line in joiner.logs().splitlines() if line.startswith("{"))
+        if e.get("event") == "nodeclaim.not_reserved"
+    ]
+    assert skipped
+    assert all(e["daemonsets"] == ["DaemonSet/log-agent"] for e in skipped), skipped
+
+
 def test_a_burst_on_large_nodes_buys_the_plan_as_the_nodes_open_one_by_one(cluster: Cluster, start_joiner: Any) -> None:
     """300 pods of three sizes on 96-CPU machines (five or six of them, tightly packed). The machines open
     one after another; kube-scheduler must not hand the first one to whichever pending pods it tries
