@@ -138,7 +138,7 @@ class LifecycleController:
         self._launch_failures: dict[str, int] = {}
         self._deleted: set[str] = set()  # uids we deleted, until the cache shows the deletion
         self._closed_memo: tuple[float, ClosedPlan] | None = None
-        self._shapes_memo: tuple[float, int, frozenset[Resources]] | None = None
+        self._shapes_memo: tuple[float, int, dict[str, frozenset[Resources]]] | None = None
         self._requests: dict[str, tuple[str | None, Resources]] = {}  # pod key -> (uid, requests)
         self._progress = NominationProgress()
 
@@ -312,13 +312,14 @@ class LifecycleController:
             # Node, still pending, would fit there (kube-scheduler may try it before its own Node takes
             # it, and that Node would be left with its room unused, or empty)
             room = self._room(node, (), self._requests)
-            if any(shape.fits_in(room) for shape in self._pending_shapes()):
+            others = (shapes for other, shapes in self._pending_shapes().items() if other != claim.name)
+            if any(shape.fits_in(room) for shapes in others for shape in shapes):
                 return 1
         return count
 
-    def _pending_shapes(self) -> frozenset[Resources]:
-        """The requests (with a pod slot) of every pending pod of the plan, counted at most every
-        CLOSED_MEMO_SECONDS for all the reserved Nodes asking."""
+    def _pending_shapes(self) -> dict[str, frozenset[Resources]]:
+        """Per NodeClaim of the plan, the requests (with a pod slot) of its pending pods, counted at
+        most every CLOSED_MEMO_SECONDS for all the reserved Nodes asking."""
         now = self.ctx.clock.monotonic()
         memo = self._shapes_memo
         if memo is not None and now - memo[0] < CLOSED_MEMO_SECONDS and memo[1] == self.ctx.planned.version:
@@ -326,13 +327,18 @@ class LifecycleController:
         cluster = self.ctx.cluster
         previous = self._requests  # what is made again from it is kept: the pods gone are dropped
         self._requests = {}
-        shapes: set[Resources] = set()
+        found: dict[str, frozenset[Resources]] = {}
         for name in self.ctx.planned.claims():
-            for key in self.ctx.planned.on(name):
-                pod = cluster.pod_view(key)
-                if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
-                    shapes.add(self._requests_of(pod, previous))
-        found = frozenset(shapes)
+            shapes = {
+                self._requests_of(pod, previous)
+                for key in self.ctx.planned.on(name)
+                if (pod := cluster.pod_view(key)) is not None
+                and not pod.node_name
+                and not pod.deleting
+                and not pod.is_terminal
+            }
+            if shapes:
+                found[name] = frozenset(shapes)
         self._shapes_memo = (now, self.ctx.planned.version, found)
         return found
 
