@@ -212,6 +212,22 @@ async def test_a_restarted_controller_finishes_what_the_last_one_started(harness
     await expect_initialized(h, "nc-1")
 
 
+async def pending_pods(h: Harness, *names: str, cpu: str = "100m") -> None:
+    """Pending pods in the default namespace, in the cache."""
+    from controller.kube.resources import PODS
+
+    for pod in names:
+        await h.kube.create(
+            PODS,
+            {
+                "metadata": {"name": pod, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]},
+                "status": {"phase": "Pending"},
+            },
+        )
+        await h.cached("Pod", f"default/{pod}")
+
+
 async def test_the_planned_nodes_open_together_once_every_planned_pod_is_nominated(world: Harness) -> None:
     """Each planned Node stays closed while a pod planned on it, or on another planned Node not open
     yet, is not nominated; when the first opens the others open with it, not at their next look
@@ -221,16 +237,7 @@ async def test_the_planned_nodes_open_together_once_every_planned_pod_is_nominat
 
     h = world
     await h.create_nodeclass()
-    for pod in ("pa", "pb"):
-        await h.kube.create(
-            PODS,
-            {
-                "metadata": {"name": pod, "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "100m"}}}]},
-                "status": {"phase": "Pending"},
-            },
-        )
-        await h.cached("Pod", f"default/{pod}")
+    await pending_pods(h, "pa", "pb")
     h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
     # nc-b comes up a little after nc-a, so each looks again at its own moments
     await h.create_claim("nc-a", instance_types=["cpu-4"])
@@ -270,16 +277,7 @@ async def test_a_reserved_node_opens_at_once_and_is_anyones_once_its_planned_pod
     h = world
     h.ctx.planned.reserve = True
     await h.create_nodeclass()
-    for pod in ("pa", "pb"):
-        await h.kube.create(
-            PODS,
-            {
-                "metadata": {"name": pod, "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "100m"}}}]},
-                "status": {"phase": "Pending"},
-            },
-        )
-        await h.cached("Pod", f"default/{pod}")
+    await pending_pods(h, "pa", "pb")
     # the provisioner is still writing its plan: nc-a's pods are published as nc-a is written, nc-b's
     # are not known yet
     h.ctx.planned.begin()
@@ -318,16 +316,7 @@ async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planne
     h = world
     h.ctx.planned.reserve = True
     await h.create_nodeclass()
-    for pod in ("pa", "pb"):
-        await h.kube.create(
-            PODS,
-            {
-                "metadata": {"name": pod, "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
-                "status": {"phase": "Pending"},
-            },
-        )
-        await h.cached("Pod", f"default/{pod}")
+    await pending_pods(h, "pa", "pb", cpu="1")
     h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
     for claim in ("nc-a", "nc-b"):
         await h.create_claim(claim, instance_types=["cpu-4"])

@@ -280,27 +280,9 @@ def reservation(claim: str) -> Obj:
 async def reserved_node(h: Harness, claim: Obj) -> None:
     """The claim's Node joins closed (`joiner.sh/unregistered`), and the lifecycle opens it reserved
     to the pods planned there (the `joiner.sh/planned` taint in its place)."""
-    name = claim["metadata"]["name"]
-    await h.kube.create(
-        NODES,
-        {
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "spec": {
-                "providerID": f"kwok://{name}",
-                "taints": [{"key": "joiner.sh/unregistered", "effect": "NoSchedule"}],
-            },
-            "status": {
-                "allocatable": {"cpu": "3900m", "memory": "15Gi", "pods": "58"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        },
-    )
-    await h.kube.patch(
-        NODECLAIMS, name, {"status": {"providerID": f"kwok://{name}", "nodeName": name}}, subresource="status"
-    )
-    await h.cached("Node", name)
-    await h.cached("NodeClaim", name)
+    await register(h, claim, taints=[{"key": "joiner.sh/unregistered", "effect": "NoSchedule"}])
     await h.settle()
+    name = claim["metadata"]["name"]
     taint = {"key": "joiner.sh/planned", "value": name, "effect": "NoSchedule"}
     await h.kube.patch(NODES, name, {"spec": {"taints": [taint]}})
     await h.cached("Node", name)

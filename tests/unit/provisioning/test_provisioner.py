@@ -62,8 +62,8 @@ async def pending(h: Harness, name: str, cpu: str) -> Obj:
     return obj
 
 
-async def register(h: Harness, claim: Obj) -> None:
-    """The claim's machine joined: a Ready Node with the launched offering's labels."""
+async def register(h: Harness, claim: Obj, *, taints: list[Obj] | None = None) -> None:
+    """The claim's machine joined: a Ready Node with the launched offering's labels (and ``taints``)."""
     name = claim["metadata"]["name"]
     labels = {
         LABEL_NODEPOOL: "default",
@@ -76,7 +76,7 @@ async def register(h: Harness, claim: Obj) -> None:
         NODES,
         {
             "metadata": {"name": name, "labels": labels},
-            "spec": {"providerID": f"kwok://{name}"},
+            "spec": {"providerID": f"kwok://{name}", **({"taints": taints} if taints else {})},
             "status": {
                 "allocatable": {"cpu": "3900m", "memory": "15Gi", "pods": "58"},
                 "conditions": [{"type": "Ready", "status": "True"}],
