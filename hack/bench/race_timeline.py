@@ -5,9 +5,10 @@
 
 From the run's objects (pods, their events, the NodeClaims and Nodes) and joiner's debug log it
 draws, against seconds since the apply: pods created (the ReplicaSet controller), first tried and
-refused by kube-scheduler (its first FailedScheduling Event), nominated by joiner (first
-`provisioner.nominated`), bound (PodScheduled) and Running (Ready); and each solve, each NodeClaim
-created, each Node created, each planned Node opened (`nodeclaim.opened`) as marks on one line each.
+refused by kube-scheduler (its first FailedScheduling Event), told the plan by joiner (the first
+`provisioner.tolerated`: the toleration of its planned Node's reservation, or `provisioner.nominated`),
+bound (PodScheduled) and Running (Ready); and each solve, each NodeClaim created, each Node created,
+each planned Node opened (`nodeclaim.opened`) as marks on one line each.
 It also prints the same as text. Condition times have one-second resolution (the apiserver's);
 Events and joiner's log have microseconds.
 """
@@ -79,7 +80,7 @@ def timeline(where: Path) -> Timeline:
         if t is None:
             continue
         kind = entry.get("event")
-        if kind == "provisioner.nominated" and entry.get("node"):
+        if (kind == "provisioner.nominated" and entry.get("node")) or kind == "provisioner.tolerated":
             nominated.setdefault(str(entry.get("pod")), t)
         elif kind == "provisioner.solved":
             label = f"{entry.get('pods')} pods -> {entry.get('new_nodeclaims')} NodeClaims"
@@ -88,7 +89,7 @@ def timeline(where: Path) -> Timeline:
             out.marks.setdefault("NodeClaim created", []).append((t, str(entry.get("instance_type", ""))))
         elif kind == "nodeclaim.opened":
             out.marks.setdefault("planned Node opened", []).append((t, str(entry.get("planned", ""))))
-    out.series["nominated by joiner"] = sorted(nominated.values())
+    out.series["told the plan by joiner"] = sorted(nominated.values())
     out.series["bound"] = keep(since(_condition(p, "PodScheduled")) for p in pods)
     out.series["Running"] = keep(since(_condition(p, "Ready")) for p in pods)
     for node in objects.get("nodes", []):
