@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from controller.state.reservations import DaemonSetsKeptOff
 from controller.state.views import NodeClaimView, Obj
 
+MAX_TAINT_VALUE = 63  # a taint's value is a label value
+
 
 class PlannedPods:
     """NodeClaim name -> the pod keys planned on it, as last published (empty while nominations are off)."""
@@ -79,9 +81,11 @@ class PlannedPods:
         return tuple(self._by_claim)
 
     def reservable(self, claim: NodeClaimView, daemonsets: Callable[[], Iterable[Obj]]) -> bool:
-        """Whether ``claim``'s Node opens reserved to its pods: reservations are on, and no DaemonSet
-        that would run there is kept off by the reservation (`controller.state.reservations`)."""
-        return self.reserve and not self.kept_off.of(claim, daemonsets)
+        """Whether ``claim``'s Node opens reserved to its pods: reservations are on, its name fits in a
+        taint's value (63 characters: a NodePool named with 58 or more makes longer NodeClaim names),
+        and no DaemonSet that would run there is kept off by the reservation
+        (`controller.state.reservations`)."""
+        return self.reserve and len(claim.name) <= MAX_TAINT_VALUE and not self.kept_off.of(claim, daemonsets)
 
     def claim_of(self, key: str) -> str | None:
         """The NodeClaim the plan puts pod ``key`` on, if any."""

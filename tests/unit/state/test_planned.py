@@ -45,3 +45,15 @@ def test_each_pod_s_nodeclaim_is_known_and_a_refused_toleration_is_forgotten_wit
     book.publish({"ns/p2": "nc-b"})  # p1 bound: it left the plan
     assert book.untolerated == {"ns/p2"}
     assert book.claim_of("ns/p1") is None
+
+
+def test_a_nodeclaim_whose_name_does_not_fit_a_taint_value_is_not_reserved() -> None:
+    from controller.state.views import NodeClaimView
+
+    book = PlannedPods(reserve=True)
+    short = NodeClaimView.of({"metadata": {"name": "gpu-abcde"}, "spec": {}})
+    long = NodeClaimView.of({"metadata": {"name": f"{'p' * 58}-abcde"}, "spec": {}})
+    assert book.reservable(short, list)
+    assert not book.reservable(long, list)
+    book.reserve = False
+    assert not book.reservable(short, list)
