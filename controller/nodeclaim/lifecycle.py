@@ -23,6 +23,7 @@ from api.v1.labels import (
     LABEL_INSTANCE_TYPE,
     LABEL_ZONE,
     TAINT_PLANNED,
+    TAINT_PLANNED_EFFECT,
     TAINT_UNREGISTERED,
 )
 from controller.clock import format_seconds as fmt_seconds
@@ -300,6 +301,17 @@ class LifecycleController:
         if planned.writing and node is not None and node.has_taint(TAINT_PLANNED):
             return 1
         cluster = self.ctx.cluster
+        if not planned.published and node is not None and node.has_taint(TAINT_PLANNED):
+            # joiner restarted and has not planned yet: the pods still pending with this Node's
+            # toleration are the ones it was reserved to (the plan in memory went with the process)
+            return sum(
+                1
+                for pod in cluster.pod_views()
+                if not pod.node_name
+                and not pod.deleting
+                and not pod.is_terminal
+                and pod.tolerates(key=TAINT_PLANNED, effect=TAINT_PLANNED_EFFECT, value=claim.name)
+            )
         count = 0
         for key in planned.on(claim.name):
             if key in planned.untolerated:

@@ -33,6 +33,7 @@ class PlannedPods:
         self._claim_of: dict[str, str] = {}
         self._planned: frozenset[str] = frozenset()
         self.writing = False
+        self.published = False  # the provisioner has published a plan since this process started
         self.version = 0  # moves when a publication plans a pod the one before did not
         # planned Nodes are reserved to their pods (taint and tolerations); the nominator turns it off
         # when the cluster refuses the pods' toleration patches
@@ -52,6 +53,7 @@ class PlannedPods:
     def publish(self, nominations: Mapping[str, str]) -> None:
         """``nominations``: pod key -> NodeClaim name, the provisioner's whole current plan."""
         self.writing = False
+        self.published = True
         by_claim: dict[str, list[str]] = {}
         for key, claim in nominations.items():
             by_claim.setdefault(claim, []).append(key)

@@ -342,6 +342,39 @@ async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planne
     await h.eventually(lambda: not reserved("nc-a") and not reserved("nc-b"), "both reservations ended")
 
 
+async def test_after_a_restart_a_reservation_holds_for_the_pending_pods_that_tolerate_it(world: Harness) -> None:
+    """The plan lives in memory. A restarted joiner has not planned yet; the pods still pending with
+    a reserved Node's toleration are the ones it was reserved to, and it stays reserved until they
+    are bound."""
+    from controller.kube.resources import PODS
+    from controller.state.planned import PlannedPods
+
+    h = world
+    h.ctx.planned.reserve = True
+    await h.create_nodeclass()
+    await pending_pods(h, "pa")
+    h.ctx.planned.begin()
+    h.ctx.planned.add("nc-a", ["default/pa"])
+    await h.create_claim("nc-a", instance_types=["cpu-4"])
+
+    def reserved() -> bool:
+        return any(t["key"] == TAINT_PLANNED for t in (h.node("nc-a") or {}).get("spec", {}).get("taints") or [])
+
+    await h.eventually(reserved, "opened reserved")
+    toleration = {"key": TAINT_PLANNED, "operator": "Equal", "value": "nc-a", "effect": "NoSchedule"}
+    await h.kube.patch(PODS, "pa", {"spec": {"tolerations": [toleration]}}, namespace="default")
+    await h.cached("Pod", "default/pa")
+    PlannedPods.__init__(h.ctx.planned, reserve=True)  # the plan in memory, as a new process has it
+    for _ in range(3):
+        await h.advance(2.0)
+        await h.settle()
+    assert reserved(), "pa, pending with nc-a's toleration, keeps it reserved"
+    await h.kube.patch(PODS, "pa", {"spec": {"nodeName": "nc-a"}}, namespace="default")
+    await h.cached("Pod", "default/pa")
+    await h.advance(2.0)
+    await h.eventually(lambda: not reserved(), "the reservation ended with the bind")
+
+
 async def test_a_planned_node_with_room_for_another_nodes_pods_opens_after_that_node(world: Harness) -> None:
     """Once every planned pod is nominated, a Node whose free room would fit a pod still waiting for
     another planned Node stays closed until that pod's Node is open and the pod nominated there (or
