@@ -33,8 +33,8 @@ class Context:
     writer: NodeClaimWriter
     # the warm buffers: published by the capacity controller, planned by the provisioner, kept by disruption
     buffers: BufferBook = field(default_factory=BufferBook)
-    # the pending pods the provisioner planned on each NodeClaim: the lifecycle keeps a new Node closed
-    # to kube-scheduler until they are nominated to it
+    # the pending pods the provisioner planned on each NodeClaim: the lifecycle opens a new Node reserved
+    # to them (or, without reservations, keeps it closed to kube-scheduler until they are nominated)
     planned: PlannedPods = field(default_factory=PlannedPods)
     # why each NodePool refused the pods nobody could take: recorded by the provisioner, shown on the NodePool
     refusals: RefusalBook = field(default_factory=RefusalBook)
