@@ -330,8 +330,10 @@ class LifecycleController:
         return count
 
     def _pending_shapes(self) -> dict[str, frozenset[Resources]]:
-        """Per NodeClaim of the plan, the requests (with a pod slot) of its pending pods, counted at
-        most every CLOSED_MEMO_SECONDS for all the reserved Nodes asking."""
+        """Per NodeClaim of the plan, the requests (with a pod slot) of its pending pods (not those whose
+        toleration the cluster refused: two reserved Nodes would otherwise each wait for the other's
+        pods, which can enter neither), counted at most every CLOSED_MEMO_SECONDS for all the reserved
+        Nodes asking."""
         now = self.ctx.clock.monotonic()
         memo = self._shapes_memo
         if memo is not None and now - memo[0] < CLOSED_MEMO_SECONDS and memo[1] == self.ctx.planned.version:
@@ -344,7 +346,8 @@ class LifecycleController:
             shapes = {
                 self._requests_of(pod, previous)
                 for key in self.ctx.planned.on(name)
-                if (pod := cluster.pod_view(key)) is not None
+                if key not in self.ctx.planned.untolerated  # nominated instead: no reservation waits for them
+                and (pod := cluster.pod_view(key)) is not None
                 and not pod.node_name
                 and not pod.deleting
                 and not pod.is_terminal

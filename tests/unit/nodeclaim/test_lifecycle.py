@@ -342,6 +342,30 @@ async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planne
     await h.eventually(lambda: not reserved("nc-a") and not reserved("nc-b"), "both reservations ended")
 
 
+async def test_nodes_whose_pods_could_not_be_given_the_toleration_are_not_held_reserved(world: Harness) -> None:
+    """An admission policy refused both pods' tolerations: they are nominated instead. Neither Node
+    may stay reserved for them, or waiting for the other's pods, which can enter neither."""
+    h = world
+    h.ctx.planned.reserve = True
+    await h.create_nodeclass()
+    await pending_pods(h, "pa", "pb", cpu="1")
+    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
+    for claim in ("nc-a", "nc-b"):
+        await h.create_claim(claim, instance_types=["cpu-4"])
+    h.ctx.planned.untolerated.add("default/pa")  # refused after nc-a's Node opened reserved
+
+    def taints(node: str) -> list[str]:
+        return [t["key"] for t in (h.node(node) or {}).get("spec", {}).get("taints") or []]
+
+    await h.eventually(lambda: TAINT_PLANNED in taints("nc-b"), "nc-b opened reserved to pb")
+    h.ctx.planned.untolerated.add("default/pb")
+    for _ in range(3):
+        await h.advance(2.0)
+        await h.settle()
+    assert taints("nc-a") == []
+    assert taints("nc-b") == []
+
+
 async def test_after_a_restart_a_reservation_holds_for_the_pending_pods_that_tolerate_it(world: Harness) -> None:
     """The plan lives in memory. A restarted joiner has not planned yet; the pods still pending with
     a reserved Node's toleration are the ones it was reserved to, and it stays reserved until they
