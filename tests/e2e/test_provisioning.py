@@ -255,6 +255,84 @@ def test_a_daemonset_the_reservation_would_keep_off_runs_on_every_new_node_and_t
     assert all(e["daemonsets"] == ["DaemonSet/log-agent"] for e in skipped), skipped
 
 
+def test_an_admission_policy_that_refuses_the_toleration_leaves_the_plan_to_nominations(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    """A ValidatingAdmissionPolicy forbids tolerations of `joiner.sh/planned` in the namespace: each
+    pod's patch is refused, the pod is nominated instead, no Node stays reserved waiting for pods that
+    cannot enter it, and every pod runs."""
+    ns = _ns(cluster)
+    name = f"no-reservations-{ns}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}
+                ]
+            },
+            "validations": [
+                {
+                    "expression": "!has(object.spec.tolerations) || "
+                    "object.spec.tolerations.all(t, !has(t.key) || t.key != 'joiner.sh/planned')",
+                    "message": "tolerations of joiner.sh/planned are not allowed here",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+        },
+    }
+    cluster.apply([policy, binding])
+    try:
+        # the policy is in force once a dry run of the same patch is refused (its informer takes a moment)
+        cluster.apply(
+            pod("probe", ns, cpu="100m") | {"spec": {**pod("probe", ns)["spec"], "schedulingGates": [{"name": "e2e"}]}}
+        )
+        toleration = json.dumps(
+            [{"op": "add", "path": "/spec/tolerations/-", "value": {"key": PLANNED, "operator": "Exists"}}]
+        )
+
+        def refused() -> bool:
+            out = cluster.kubectl(
+                "patch", "pod", "probe", "-n", ns, "--type", "json", "-p", toleration, "--dry-run=server", check=False
+            )
+            return out.returncode != 0 and "not allowed here" in out.stderr
+
+        eventually(refused, timeout=30, what="the admission policy in force")
+        cluster.kubectl("delete", "pod", "probe", "-n", ns, "--wait=false")
+        cluster.apply([nodeclass(), nodepool("default")])
+        joiner = start_joiner()
+        cluster.apply([deployment("web", ns, replicas=4, cpu="1500m", memory="2Gi")])
+        pods = expect_pods_running(cluster, ns, 4)
+        for p in pods:
+            assert not [t for t in p["spec"].get("tolerations") or [] if t.get("key") == PLANNED], p["metadata"]["name"]
+        assert joiner.metric("joiner_provisioner_reservation_tolerations_total", result="refused") >= 4
+        assert joiner.metric("joiner_provisioner_nominations_total", action="set") >= 1
+
+        def reservations_left() -> list[str]:
+            return [
+                n["metadata"]["name"]
+                for n in cluster.items("nodes")
+                if any(t.get("key") == PLANNED for t in n["spec"].get("taints") or [])
+            ]
+
+        eventually(lambda: not reservations_left(), timeout=30, what=f"no reservation left on {reservations_left()}")
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", name, "--ignore-not-found")
+        cluster.kubectl("delete", "validatingadmissionpolicy", name, "--ignore-not-found")
+
+
 def test_a_burst_on_large_nodes_buys_the_plan_as_the_nodes_open_one_by_one(cluster: Cluster, start_joiner: Any) -> None:
     """300 pods of three sizes on 96-CPU machines (five or six of them, tightly packed). The machines open
     one after another; kube-scheduler must not hand the first one to whichever pending pods it tries
