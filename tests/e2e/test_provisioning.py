@@ -33,6 +33,15 @@ INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 PLANNED = "joiner.sh/planned"
 
 
+def reserved_nodes(cluster: Cluster) -> list[str]:
+    """The Nodes still reserved to planned pods (their `joiner.sh/planned` taint on)."""
+    return [
+        n["metadata"]["name"]
+        for n in cluster.items("nodes")
+        if any(t.get("key") == PLANNED for t in n["spec"].get("taints") or [])
+    ]
+
+
 def _ns(cluster: Cluster) -> str:
     return cluster.create_namespace(f"prov-{uuid.uuid4().hex[:6]}")
 
@@ -199,15 +208,8 @@ def test_a_mixed_gpu_burst_buys_the_plan_and_kube_scheduler_follows_it(cluster: 
         assert reservations == [by_node[p["spec"]["nodeName"]]], f"{p['metadata']['name']}: {reservations}"
     assert joiner.metric("joiner_provisioner_reservation_tolerations_total", result="written") >= 8
 
-    def reservations_left() -> list[str]:
-        return [
-            n["metadata"]["name"]
-            for n in cluster.items("nodes")
-            if any(t.get("key") == PLANNED for t in n["spec"].get("taints") or [])
-        ]
-
     # every pod planned there bound: each Node's room is anyone's again
-    eventually(lambda: not reservations_left(), timeout=30, what=f"reservations ended on {reservations_left()}")
+    eventually(lambda: not reserved_nodes(cluster), timeout=30, what=f"reservations ended on {reserved_nodes(cluster)}")
 
 
 def test_a_daemonset_the_reservation_would_keep_off_runs_on_every_new_node_and_the_plan_is_nominated(
@@ -320,14 +322,9 @@ def test_an_admission_policy_that_refuses_the_toleration_leaves_the_plan_to_nomi
         assert joiner.metric("joiner_provisioner_reservation_tolerations_total", result="refused") >= 4
         assert joiner.metric("joiner_provisioner_nominations_total", action="set") >= 1
 
-        def reservations_left() -> list[str]:
-            return [
-                n["metadata"]["name"]
-                for n in cluster.items("nodes")
-                if any(t.get("key") == PLANNED for t in n["spec"].get("taints") or [])
-            ]
-
-        eventually(lambda: not reservations_left(), timeout=30, what=f"no reservation left on {reservations_left()}")
+        eventually(
+            lambda: not reserved_nodes(cluster), timeout=30, what=f"no reservation left on {reserved_nodes(cluster)}"
+        )
     finally:
         cluster.kubectl("delete", "validatingadmissionpolicybinding", name, "--ignore-not-found")
         cluster.kubectl("delete", "validatingadmissionpolicy", name, "--ignore-not-found")

@@ -228,6 +228,16 @@ async def pending_pods(h: Harness, *names: str, cpu: str = "100m") -> None:
         await h.cached("Pod", f"default/{pod}")
 
 
+async def two_planned_claims(h: Harness) -> None:
+    """Reservations on; pending pods pa and pb (1 CPU each) planned on NodeClaims nc-a and nc-b, created."""
+    h.ctx.planned.reserve = True
+    await h.create_nodeclass()
+    await pending_pods(h, "pa", "pb", cpu="1")
+    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
+    for claim in ("nc-a", "nc-b"):
+        await h.create_claim(claim, instance_types=["cpu-4"])
+
+
 async def test_the_planned_nodes_open_together_once_every_planned_pod_is_nominated(world: Harness) -> None:
     """Each planned Node stays closed while a pod planned on it, or on another planned Node not open
     yet, is not nominated; when the first opens the others open with it, not at their next look
@@ -314,12 +324,8 @@ async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planne
     from controller.kube.resources import PODS
 
     h = world
-    h.ctx.planned.reserve = True
-    await h.create_nodeclass()
-    await pending_pods(h, "pa", "pb", cpu="1")
-    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
+    await two_planned_claims(h)
     for claim in ("nc-a", "nc-b"):
-        await h.create_claim(claim, instance_types=["cpu-4"])
 
         def registered(name: str = claim) -> bool:
             return h.condition_status(name, "Registered") == "True"
@@ -346,12 +352,7 @@ async def test_nodes_whose_pods_could_not_be_given_the_toleration_are_not_held_r
     """An admission policy refused both pods' tolerations: they are nominated instead. Neither Node
     may stay reserved for them, or waiting for the other's pods, which can enter neither."""
     h = world
-    h.ctx.planned.reserve = True
-    await h.create_nodeclass()
-    await pending_pods(h, "pa", "pb", cpu="1")
-    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
-    for claim in ("nc-a", "nc-b"):
-        await h.create_claim(claim, instance_types=["cpu-4"])
+    await two_planned_claims(h)
     h.ctx.planned.untolerated.add("default/pa")  # refused after nc-a's Node opened reserved
 
     def taints(node: str) -> list[str]:
