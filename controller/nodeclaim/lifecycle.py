@@ -9,7 +9,7 @@ the NodeClaim, its Node or its NodeClass requeue at once. Only this controller c
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -307,18 +307,10 @@ class LifecycleController:
             return sum(
                 1
                 for pod in cluster.pod_views()
-                if not pod.node_name
-                and not pod.deleting
-                and not pod.is_terminal
+                if pod.waiting_for_node
                 and pod.tolerates(key=TAINT_PLANNED, effect=TAINT_PLANNED_EFFECT, value=claim.name)
             )
-        count = 0
-        for key in planned.on(claim.name):
-            if key in planned.untolerated:
-                continue
-            pod = cluster.pod_view(key)
-            if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
-                count += 1
+        count = sum(1 for _pod in self._waiting(claim.name, tolerated_only=True))
         if count == 0 and node is not None and node.has_taint(TAINT_PLANNED):
             # its own pods are bound: the room left over stays reserved while a pod planned on another
             # Node, still pending, would fit there (kube-scheduler may try it before its own Node takes
@@ -329,6 +321,17 @@ class LifecycleController:
                 return 1
         return count
 
+    def _waiting(self, claim: str, *, tolerated_only: bool = False) -> Iterator[PodView]:
+        """The pods planned on ``claim`` still to be placed (``tolerated_only``: not those whose
+        toleration the cluster refused)."""
+        planned = self.ctx.planned
+        for key in planned.on(claim):
+            if tolerated_only and key in planned.untolerated:
+                continue
+            pod = self.ctx.cluster.pod_view(key)
+            if pod is not None and pod.waiting_for_node:
+                yield pod
+
     def _pending_shapes(self) -> dict[str, frozenset[Resources]]:
         """Per NodeClaim of the plan, the requests (with a pod slot) of its pending pods (not those whose
         toleration the cluster refused: two reserved Nodes would otherwise each wait for the other's
@@ -338,20 +341,12 @@ class LifecycleController:
         memo = self._shapes_memo
         if memo is not None and now - memo[0] < CLOSED_MEMO_SECONDS and memo[1] == self.ctx.planned.version:
             return memo[2]
-        cluster = self.ctx.cluster
         previous = self._requests  # what is made again from it is kept: the pods gone are dropped
         self._requests = {}
         found: dict[str, frozenset[Resources]] = {}
         for name in self.ctx.planned.claims():
-            shapes = {
-                self._requests_of(pod, previous)
-                for key in self.ctx.planned.on(name)
-                if key not in self.ctx.planned.untolerated  # nominated instead: no reservation waits for them
-                and (pod := cluster.pod_view(key)) is not None
-                and not pod.node_name
-                and not pod.deleting
-                and not pod.is_terminal
-            }
+            # (not the pods nominated instead of tolerated: no reservation waits for them)
+            shapes = {self._requests_of(pod, previous) for pod in self._waiting(name, tolerated_only=True)}
             if shapes:
                 found[name] = frozenset(shapes)
         self._shapes_memo = (now, self.ctx.planned.version, found)
@@ -379,10 +374,7 @@ class LifecycleController:
             if self._reservable(other):
                 # reserved to its pods: none of them is waiting for a nomination, but each may still
                 # bind in room nobody holds (a Node opened without a reservation) until it is bound
-                for key in self.ctx.planned.on(name):
-                    pod = cluster.pod_view(key)
-                    if pod is not None and not pod.node_name and not pod.deleting and not pod.is_terminal:
-                        waiting.append((OPEN, pod))
+                waiting += ((OPEN, pod) for pod in self._waiting(name))
                 continue
             other_node = cluster.node_view_for_claim(other)
             is_open = other_node is not None and not other_node.has_taint(TAINT_UNREGISTERED)
@@ -391,7 +383,7 @@ class LifecycleController:
                 closed[name] = other_node
             for key in self.ctx.planned.on(name):
                 pod = cluster.pod_view(key)
-                if pod is None or pod.node_name or pod.deleting or pod.is_terminal:
+                if pod is None or not pod.waiting_for_node:
                     continue
                 if pod.nominated_node_name:
                     nominated.setdefault(pod.nominated_node_name, []).append(pod)

@@ -86,11 +86,6 @@ NOMINATIONS_WRITTEN = metrics.counter(
 )
 
 
-def waiting_for_node(pod: PodView) -> bool:
-    """Not bound, not being deleted, not finished: a nomination still means something."""
-    return not pod.node_name and not pod.deleting and not pod.is_terminal
-
-
 class Nominator:
     """Keeps `status.nominatedNodeName` of planned pods equal to the provisioner's plan."""
 
@@ -226,7 +221,7 @@ class Nominator:
         if not self.enabled:
             return None
         pod = self.ctx.cluster.pod_view(key)
-        if pod is None or not waiting_for_node(pod):
+        if pod is None or not pod.waiting_for_node:  # a nomination no longer means anything
             self._written.pop(key, None)
             self._tolerated.pop(key, None)
             return None

@@ -259,6 +259,11 @@ class PodView(HasConditions):
         return self.deletion_timestamp is not None
 
     @property
+    def waiting_for_node(self) -> bool:
+        """Not bound, not being deleted, not finished: still to be placed."""
+        return not self.node_name and not self.deleting and not self.is_terminal
+
+    @property
     def do_not_disrupt(self) -> bool:
         return self.annotations.get(ANNOTATION_DO_NOT_DISRUPT) == "true"
 
