@@ -11,6 +11,7 @@ NodeClaims that the next solve counts as in-flight capacity, so nothing is bough
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,8 @@ from controller.state.inputs import OfferedPools, machines, manifests, offered_p
 from controller.state.manifest import nodeclaim_manifest
 from controller.state.nodepools import tier_mix
 from controller.state.spend import pool_bounds
-from controller.state.views import DEFAULT_SCHEDULER, Obj, PodView
+from controller.state.views import DEFAULT_SCHEDULER, ControllerRef, Obj, PodView
+from controller.state.workloads import WORKLOAD_KINDS
 from controller.state.writer import NewClaim, Written
 
 log = structlog.get_logger()
@@ -101,7 +103,11 @@ class Provisioner:
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
         self.nominator = Nominator(ctx, nominations=lambda: self.places.nominations, claim=self.places.claim)
         self._buffers_seen: dict[str, BufferReport | None] = {}  # pool -> the buffer report last acted on
-        self._last_arrival: float | None = None  # when the last pod kube-scheduler had not tried arrived
+        # when the last pod kube-scheduler had not tried arrived, per workload that made it (None: a pod
+        # whose maker the cache cannot count, see `controller.state.workloads`), or the workload was
+        # made or resized
+        self._arrivals: dict[ControllerRef | None, float] = {}
+        self._workload_listeners = {kind: functools.partial(self._on_workload, kind) for kind in sorted(WORKLOAD_KINDS)}
         self._nominated_events = TokenBucket(ctx.clock, rate=NOMINATED_EVENTS_PER_SECOND, burst=NOMINATED_EVENTS_BURST)
 
     # --- triggers --------------------------------------------------------------------------
@@ -119,8 +125,22 @@ class Provisioner:
             else:
                 self.batcher.trigger()
         elif etype == "ADDED" and self._may_plan_untried(pod):
-            self._last_arrival = self.ctx.clock.monotonic()
+            owner = pod.controller if pod.controller is not None and pod.controller.kind in WORKLOAD_KINDS else None
+            self._arrivals[owner] = self.ctx.clock.monotonic()
             self._arm_untried()
+
+    def _on_workload(self, kind: str, etype: str, obj: Obj, old: Obj | None) -> None:
+        """A ReplicaSet, StatefulSet or Job made or resized: its pods are on their way (the first may
+        not have arrived yet when the ones of a Deployment applied with it already have)."""
+        meta = obj.get("metadata") or {}
+        if etype == "DELETED" or (
+            old is not None and (old.get("metadata") or {}).get("generation") == meta.get("generation")
+        ):
+            return  # a status write: not a new size
+        namespace, name, uid = (str(meta.get(k) or "") for k in ("namespace", "name", "uid"))
+        owner = ControllerRef(kind, namespace, name, uid)
+        if self.ctx.cluster.workload_complete(owner) is False:
+            self._arrivals[owner] = self.ctx.clock.monotonic()
 
     def _may_plan_untried(self, pod: PodView) -> bool:
         return (
@@ -138,7 +158,9 @@ class Provisioner:
 
         async def fire() -> None:
             await self.ctx.clock.sleep(after + 0.05)
-            self.batcher.trigger()
+            # an open batch plans them when it closes (it waits while a burst is arriving); one that
+            # closes first leaves the timer to be armed again (`_rearm_untried`)
+            self.batcher.poke()
 
         self._untried_timer = asyncio.create_task(fire(), name="provisioner-untried")
 
@@ -154,7 +176,17 @@ class Provisioner:
         if after is None or not self._may_plan_untried(pod):
             return False
         created = pod.created
-        return created is not None and (now - created).total_seconds() >= after
+        if created is not None and (now - created).total_seconds() >= after:
+            return True
+        # the whole burst of its workload is in: no reason to wait for kube-scheduler to reach it
+        return pod.controller is not None and self.ctx.cluster.workload_complete(pod.controller) is True
+
+    def _rearm_untried(self) -> None:
+        """After a batch: pods kube-scheduler has not tried that the batch could not plan yet (too
+        fresh) get the timer again, which the open batch did not need."""
+        now = self.ctx.clock.now()
+        if any(self._may_plan_untried(p) and not self._provisionable(p, now) for p in self.ctx.cluster.pod_views()):
+            self._arm_untried()
 
     def _on_capacity_change(self, etype: str, obj: Obj, old: Obj | None) -> None:
         # a NodeClaim that went away (insufficient capacity, timeout), or a NodePool or NodeClass
@@ -181,14 +213,18 @@ class Provisioner:
     def _scheduler_has_untried_pods(self) -> bool:
         """More of the burst is on its way: a quiet second must not close the batch yet.
 
-        While untried pods are planned (``plan_untried_after_seconds``): a pod kube-scheduler has not
-        tried yet arrived within the last ``ARRIVAL_GAP_SECONDS`` (or the untried wait, if longer),
-        as this process saw it arrive. The ReplicaSet controller creates a burst in steps (1, 2, 4,
-        ... pods, each once the last is seen), up to two seconds apart on a loaded machine; once it
-        stopped, the batch closes however far behind kube-scheduler is (at 1,000 pods it had tried
-        600 of them 6 s after the last was created, and the batch used to wait for it to the 10 s
-        maximum). Creation times have a one-second resolution, so the watch's arrival is used:
-        closing once the last pod's ``creationTimestamp`` was 2 s old split a burst in two plans.
+        While untried pods are planned (``plan_untried_after_seconds``): a workload whose pods
+        kube-scheduler has not tried yet arrived within the last ``ARRIVAL_GAP_SECONDS`` (or the
+        untried wait, if longer), as this process saw them arrive, still lacks pods (its owner's
+        count, :mod:`controller.state.workloads`), or cannot be counted (a bare pod, a kind not
+        watched). The ReplicaSet controller creates a burst in steps (1, 2, 4, ... pods, each once
+        the last is seen), up to two seconds apart on a loaded machine. Once every workload of the
+        burst holds all its pods the batch may close, however far behind kube-scheduler is (at
+        1,000 pods it had tried 600 of them 6 s after the last was created, and the batch used to
+        wait for it to the 10 s maximum), and it plans their untried pods at once. One that cannot
+        be counted is waited for until it was quiet for the gap. Creation times have a one-second
+        resolution, so the watch's arrival is used: closing once the last pod's
+        ``creationTimestamp`` was 2 s old split a burst in two plans.
 
         Without planning untried pods: pods created within the last batch window that kube-scheduler
         has not tried yet. (Older ones belong to a scheduler that is not running; they must not hold
@@ -196,7 +232,14 @@ class Provisioner:
         after = self.ctx.settings.plan_untried_after_seconds
         if after is not None:
             gap = max(ARRIVAL_GAP_SECONDS, after + 0.5)
-            return self._last_arrival is not None and self.ctx.clock.monotonic() - self._last_arrival < gap
+            mono = self.ctx.clock.monotonic()
+            arriving = False
+            for owner, at in list(self._arrivals.items()):
+                if mono - at >= gap:
+                    del self._arrivals[owner]  # quiet for longer than any step of a burst: it is in
+                elif owner is None or self.ctx.cluster.workload_complete(owner) is not True:
+                    arriving = True
+            return arriving
         now = self.ctx.clock.now()
         window = self.ctx.settings.batch_max_seconds + 1.0
         for pod in self.ctx.cluster.pod_views():
@@ -216,6 +259,8 @@ class Provisioner:
         cluster.subscribe("EC2NodeClass", self._on_capacity_change)
         cluster.subscribe("GCENodeClass", self._on_capacity_change)
         cluster.subscribe("AKSNodeClass", self._on_capacity_change)
+        for kind, listener in self._workload_listeners.items():
+            cluster.subscribe(kind, listener)
         self.ctx.buffers.subscribe(self._on_buffer)
         await cluster.wait_synced()
         self.batcher.trigger()  # pods that were pending before we started
@@ -223,8 +268,10 @@ class Provisioner:
         nominator = asyncio.create_task(self.nominator.run(), name="provisioner-nominator")
         try:
             while True:
-                await self.batcher.wait()
+                opened = await self.batcher.wait()
+                log.debug("provisioner.batch_closed", open_seconds=round(opened, 3))
                 await self.reconcile()
+                self._rearm_untried()
         finally:
             resync.cancel()
             nominator.cancel()

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -17,6 +17,7 @@ from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, Pod
 from controller.state.informer import EventType, Informer, Source
 from controller.state.views import (
+    ControllerRef,
     NodeClaimView,
     NodePoolView,
     NodeView,
@@ -24,6 +25,8 @@ from controller.state.views import (
     PodView,
     StateNode,
 )
+from controller.state.workloads import WORKLOAD_KINDS, WORKLOADS, wanted_pods
+from controller.state.workloads import slim as slim_workload
 
 Listener = Callable[[EventType, Obj, Obj | None], None]
 View = PodView | NodeView | NodeClaimView | NodePoolView
@@ -38,13 +41,24 @@ WATCHED: tuple[Resource, ...] = (
     r.KWOKNODECLASSES,
     r.DAEMONSETS,
     r.PDBS,
+    *WORKLOADS,
 )
+# kinds read only as hints (how many pods a burst still lacks): nothing waits for their informers to
+# sync, and one that cannot list (RBAC without them, from an older install) only loses the hint
+HINT_KINDS: frozenset[str] = WORKLOAD_KINDS
 _VIEWS: dict[str, Callable[[Obj], View]] = {
     "Pod": PodView.of,
     "Node": NodeView.of,
     "NodeClaim": NodeClaimView.of,
     "NodePool": NodePoolView.of,
 }
+
+
+def _active_owner(pod: PodView | None) -> str | None:
+    """The uid of the controller whose active pods `pod` counts among, if it counts."""
+    if pod is None or pod.controller is None or pod.deleting or pod.is_terminal:
+        return None
+    return pod.controller.uid
 
 
 class ClusterState:
@@ -66,6 +80,7 @@ class ClusterState:
         self._claims: dict[str, NodeClaimView] = {}
         self._pools: dict[str, NodePoolView] = {}
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
+        self._active_by_controller: Counter[str] = Counter()  # owner uid -> its active pods
         # pod key -> (resourceVersion, the solver's Pod): a pod is converted once per version, not
         # once per solve (a 10,000-pod burst re-reads the same pending and bound pods every few seconds)
         self._pod_models: dict[str, tuple[str, Pod]] = {}
@@ -81,6 +96,7 @@ class ClusterState:
                 clock=clock,
                 handler=self._handler_for(res.kind),
                 watch_timeout_seconds=watch_timeout_seconds,
+                slim=slim_workload if res.kind in WORKLOAD_KINDS else None,
             )
 
     # --- wiring --------------------------------------------------------------------------
@@ -139,6 +155,16 @@ class ClusterState:
                 del self._pods_by_node[old_node]
         if new_node:
             self._pods_by_node[new_node].add(pod.key)
+        # active pods per owner, as the owner's controller counts them (not finished, not being deleted)
+        before = _active_owner(old)
+        after = _active_owner(pod) if etype != "DELETED" else None
+        if before != after:
+            if before is not None:
+                self._active_by_controller[before] -= 1
+                if self._active_by_controller[before] <= 0:
+                    del self._active_by_controller[before]
+            if after is not None:
+                self._active_by_controller[after] += 1
         return old
 
     def _index_pool(self, etype: EventType, pool: NodePoolView) -> NodePoolView | None:
@@ -188,12 +214,13 @@ class ClusterState:
         await asyncio.gather(*(inf.run() for inf in self.informers.values()))
 
     async def wait_synced(self) -> None:
-        for inf in self.informers.values():
-            await inf.synced.wait()
+        for kind, inf in self.informers.items():
+            if kind not in HINT_KINDS:
+                await inf.synced.wait()
 
     @property
     def synced(self) -> bool:
-        return all(inf.synced.is_set() for inf in self.informers.values())
+        return all(inf.synced.is_set() for kind, inf in self.informers.items() if kind not in HINT_KINDS)
 
     # --- views -----------------------------------------------------------------------------
     def pod_views(self) -> Iterable[PodView]:
@@ -301,3 +328,16 @@ class ClusterState:
 
     def pdbs(self) -> Iterable[Obj]:
         return self.store("PodDisruptionBudget").values()
+
+    def workload_complete(self, owner: ControllerRef) -> bool | None:
+        """Whether the cache holds as many active pods of `owner` (not finished, not being deleted)
+        as it wants (:func:`controller.state.workloads.wanted_pods`); None when that cannot be told:
+        a kind not watched, or not (yet) in the cache."""
+        informer = self.informers.get(owner.kind)
+        if informer is None or not informer.synced.is_set():
+            return None
+        obj = informer.store.get(f"{owner.namespace}/{owner.name}")
+        if obj is None or (obj.get("metadata") or {}).get("uid") != owner.uid:
+            return None
+        wanted = wanted_pods(owner.kind, obj)
+        return None if wanted is None else self._active_by_controller.get(owner.uid, 0) >= wanted

@@ -47,14 +47,20 @@ class Informer:
         clock: Clock,
         handler: Handler,
         watch_timeout_seconds: float = 300.0,
+        slim: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.resource = resource
+        self._keep = slim  # what of each object to keep, beyond dropping managedFields
         self._timeout = max(1, round(watch_timeout_seconds))
         self.store: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self._source = source
         self._clock = clock
         self._handler = handler
+
+    def _slim(self, obj: Obj) -> Obj:
+        obj = _slim(obj)
+        return self._keep(obj) if self._keep is not None else obj
 
     def _apply(self, etype: EventType, obj: Obj) -> None:
         key = key_of(obj)
@@ -70,7 +76,7 @@ class Informer:
 
     async def _relist(self) -> str:
         result = await self._source.list(self.resource)
-        fresh = {key_of(o): _slim(o) for o in result.items}
+        fresh = {key_of(o): self._slim(o) for o in result.items}
         for key in list(self.store):
             if key not in fresh:
                 self._apply("DELETED", self.store[key])
@@ -99,7 +105,7 @@ class Informer:
                     if new_rv:
                         rv = new_rv
                     if event.type != "BOOKMARK":
-                        self._apply(event.type, _slim(obj))
+                        self._apply(event.type, self._slim(obj))
                 backoff = 0.5
             except asyncio.CancelledError:
                 raise

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from api.v1.conditions import INITIALIZED, LAUNCHED, REGISTERED
 from api.v1.labels import (
@@ -54,6 +54,22 @@ ANNOTATION_MIRROR: Final = "kubernetes.io/config.mirror"
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _TERMINAL_PHASES: Final = ("Succeeded", "Failed")
 DAEMONSET: Final = "DaemonSet"
+
+
+class ControllerRef(NamedTuple):
+    """The object that made a pod and keeps its count (its ``controller: true`` ownerReference)."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+
+def controller_ref(namespace: str, meta: Mapping[str, Any]) -> ControllerRef | None:
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid"):
+            return ControllerRef(str(ref.get("kind") or ""), namespace, str(ref.get("name") or ""), str(ref["uid"]))
+    return None
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -208,6 +224,7 @@ class PodView(HasConditions):
     deletion_timestamp: str | None
     raw_conditions: tuple[Raw, ...]
     scheduler_name: str = DEFAULT_SCHEDULER
+    controller: ControllerRef | None = None
 
     @staticmethod
     def of(obj: Obj) -> PodView:
@@ -235,6 +252,7 @@ class PodView(HasConditions):
             deletion_timestamp=_opt(meta.get("deletionTimestamp")),
             raw_conditions=raw_conditions(obj),
             scheduler_name=str(spec.get("schedulerName") or DEFAULT_SCHEDULER),
+            controller=controller_ref(namespace, meta),
         )
 
     @property

@@ -284,6 +284,8 @@ class FakeKube(KubeClient):
             raise InvalidError(422, "Invalid", "no new finalizers can be added if the object is being deleted")
         updated["metadata"]["uid"] = current["metadata"]["uid"]
         updated["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"]
+        if subresource is None and updated.get("spec") != current.get("spec"):  # as the apiserver counts
+            updated["metadata"]["generation"] = int(current["metadata"].get("generation") or 1) + 1
         if current["metadata"].get("deletionTimestamp"):
             updated["metadata"]["deletionTimestamp"] = current["metadata"]["deletionTimestamp"]
         return self._commit(res, self._key(res, name, namespace), updated)

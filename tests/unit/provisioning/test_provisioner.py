@@ -12,10 +12,11 @@ import pytest
 from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE, TAINT_UNREGISTERED
 from controller.clock import format_time
 from controller.cloudprovider.types import OfferingId
-from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
+from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS, REPLICASETS
 from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
 from controller.settings import Settings
+from controller.state.views import ControllerRef
 from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
@@ -166,6 +167,107 @@ async def test_the_batch_waits_while_pods_kube_scheduler_has_not_tried_keep_arri
     await h.advance(1.0)  # nothing new for longer than the gap: the burst is in; both untried still
     assert not provisioner._scheduler_has_untried_pods()
     assert all(v.awaits_scheduler for v in h.cluster.pod_views())
+
+
+async def _replicaset(h: Harness, name: str, replicas: int) -> ControllerRef:
+    await h.kube.create(
+        REPLICASETS,
+        {"metadata": {"name": name, "namespace": "default"}, "spec": {"replicas": replicas, "template": {}}},
+    )
+    await h.cached("ReplicaSet", f"default/{name}")
+    return ControllerRef(
+        "ReplicaSet", "default", name, h.cluster.store("ReplicaSet")[f"default/{name}"]["metadata"]["uid"]
+    )
+
+
+async def _made_by(h: Harness, owner: ControllerRef, name: str) -> None:
+    ref = {"apiVersion": "apps/v1", "kind": owner.kind, "name": owner.name, "uid": owner.uid, "controller": True}
+    pod: Obj = {
+        "metadata": {"name": name, "namespace": "default", "ownerReferences": [ref]},
+        "spec": {"containers": [_container("1")]},
+        "status": {"phase": "Pending"},
+    }
+    await h.kube.create(PODS, pod)
+    await h.cached("Pod", f"default/{name}")
+
+
+async def test_the_batch_may_close_as_soon_as_every_workload_of_the_burst_holds_all_its_pods(h: Harness) -> None:
+    """The ReplicaSet says how many pods are coming: once the last is in, nothing is arriving, and
+    its pods kube-scheduler has not tried are planned at once rather than after the untried wait."""
+    provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
+    web = await _replicaset(h, "web-1", 3)
+    batch = await _replicaset(h, "batch-1", 1)
+    await _made_by(h, web, "web-1-a")
+    await _made_by(h, web, "web-1-b")
+    assert provisioner._scheduler_has_untried_pods()
+    now = h.clock.now()
+    assert not any(provisioner._provisionable(p, now) for p in h.cluster.pod_views())  # fresh, burst not in
+    await _made_by(h, batch, "batch-1-a")
+    assert provisioner._scheduler_has_untried_pods()  # web-1 still lacks one
+    await _made_by(h, web, "web-1-c")
+    assert not provisioner._scheduler_has_untried_pods()  # no gap to wait for
+    now = h.clock.now()
+    assert all(provisioner._provisionable(p, now) for p in h.cluster.pod_views())
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert sorted(p for n in plan.new_nodes for p in n.pods) == [
+        "default/batch-1-a",
+        "default/web-1-a",
+        "default/web-1-b",
+        "default/web-1-c",
+    ]
+
+
+async def test_a_workload_made_with_none_of_its_pods_in_yet_keeps_the_batch_open_up_to_the_gap(h: Harness) -> None:
+    """A Deployment applied with another: its ReplicaSet exists before its first pod. One whose pods
+    never come (a quota refuses them) holds no batch longer than a quiet gap."""
+    from controller.provisioning.provisioner import ARRIVAL_GAP_SECONDS
+
+    provisioner = Provisioner(h.ctx)
+    for kind, listener in provisioner._workload_listeners.items():
+        h.ctx.cluster.subscribe(kind, listener)
+    await _replicaset(h, "web-1", 2)
+    assert provisioner._scheduler_has_untried_pods()
+    await h.advance(ARRIVAL_GAP_SECONDS - 0.5)
+    assert provisioner._scheduler_has_untried_pods()
+    await h.advance(1.0)
+    assert not provisioner._scheduler_has_untried_pods()
+    # a status write is not a new size; scaling up is
+    rs = h.cluster.store("ReplicaSet")["default/web-1"]
+    await h.kube.patch(REPLICASETS, "web-1", {"status": {"replicas": 0}}, namespace="default", subresource="status")
+    await h.cached("ReplicaSet", "default/web-1")
+    assert not provisioner._scheduler_has_untried_pods()
+    await h.kube.patch(REPLICASETS, "web-1", {"spec": {"replicas": 5}}, namespace="default")
+    await h.cached("ReplicaSet", "default/web-1")
+    assert h.cluster.store("ReplicaSet")["default/web-1"]["metadata"].get("generation") != rs["metadata"].get(
+        "generation"
+    )
+    assert provisioner._scheduler_has_untried_pods()
+
+
+async def test_fresh_untried_pods_a_batch_could_not_plan_get_their_timer_again(h: Harness) -> None:
+    """The untried timer does not hold an open batch open (it only opens one); a pod too fresh for
+    the batch that closed gets the timer again, and is planned when it fires."""
+    provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
+    fresh: Obj = {"metadata": {"name": "fresh", "namespace": "default"}, "spec": {"containers": [_container("1")]}}
+    await h.kube.create(PODS, {**fresh, "status": {"phase": "Pending"}})
+    await h.cached("Pod", "default/fresh")
+    timer = provisioner._untried_timer
+    assert timer is not None
+    timer.cancel()  # as if it had fired into an open batch, which closed before the pod was old enough
+    await h.settle()
+    assert await provisioner.reconcile() is None
+    provisioner._rearm_untried()
+    assert provisioner._untried_timer is not timer
+    assert not provisioner.batcher._trigger.is_set()
+    await h.advance(h.ctx.settings.plan_untried_after_seconds or 0.0)
+    await h.advance(0.1)
+    assert provisioner.batcher._trigger.is_set()
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert [n.pods for n in plan.new_nodes] == [("default/fresh",)]
 
 
 async def test_without_planning_untried_pods_the_batch_waits_for_kube_scheduler_up_to_a_window() -> None:
