@@ -93,6 +93,7 @@ class Provisioner:
             idle_seconds=ctx.settings.batch_idle_seconds,
             max_seconds=ctx.settings.batch_max_seconds,
             arriving=self._scheduler_has_untried_pods,
+            settled=self._burst_in,
         )
         # where each pending pod was planned (pod key -> NodeClaim), and for how long it keeps that place
         self.places = Places(ctx)
@@ -128,6 +129,8 @@ class Provisioner:
             owner = pod.controller if pod.controller is not None and pod.controller.kind in WORKLOAD_KINDS else None
             self._arrivals[owner] = self.ctx.clock.monotonic()
             self._arm_untried()
+            if owner is not None and self.ctx.cluster.workload_complete(owner) is True:
+                self.batcher.wake()  # its last pod: the batch may not need to wait any longer
 
     def _on_workload(self, kind: str, etype: str, obj: Obj, old: Obj | None) -> None:
         """A ReplicaSet, StatefulSet or Job made or resized: its pods are on their way (the first may
@@ -248,6 +251,19 @@ class Provisioner:
                 if created is not None and (now - created).total_seconds() <= window:
                     return True
         return False
+
+    def _burst_in(self) -> bool:
+        """The pods kube-scheduler has not tried that arrived within the gap all came from workloads
+        that now hold every pod they want: the burst is in, and an open batch need not wait for a
+        quiet period (see `_scheduler_has_untried_pods`)."""
+        if self.ctx.settings.plan_untried_after_seconds is None:
+            return False
+        gap = max(ARRIVAL_GAP_SECONDS, self.ctx.settings.plan_untried_after_seconds + 0.5)
+        mono = self.ctx.clock.monotonic()
+        recent = [owner for owner, at in self._arrivals.items() if mono - at < gap]
+        return bool(recent) and all(
+            owner is not None and self.ctx.cluster.workload_complete(owner) is True for owner in recent
+        )
 
     async def run(self) -> None:
         cluster = self.ctx.cluster

@@ -162,6 +162,7 @@ async def test_the_batch_waits_while_pods_kube_scheduler_has_not_tried_keep_arri
     await h.advance(2.0)  # the next step of the burst, two seconds later
     assert provisioner._scheduler_has_untried_pods()
     await arrives("second")
+    assert not provisioner._burst_in()  # bare pods: nothing says how many are coming
     await h.advance(ARRIVAL_GAP_SECONDS - 0.5)
     assert provisioner._scheduler_has_untried_pods()
     await h.advance(1.0)  # nothing new for longer than the gap: the burst is in; both untried still
@@ -201,12 +202,15 @@ async def test_the_batch_may_close_as_soon_as_every_workload_of_the_burst_holds_
     await _made_by(h, web, "web-1-a")
     await _made_by(h, web, "web-1-b")
     assert provisioner._scheduler_has_untried_pods()
+    assert not provisioner._burst_in()
     now = h.clock.now()
     assert not any(provisioner._provisionable(p, now) for p in h.cluster.pod_views())  # fresh, burst not in
     await _made_by(h, batch, "batch-1-a")
     assert provisioner._scheduler_has_untried_pods()  # web-1 still lacks one
+    assert not provisioner._burst_in()
     await _made_by(h, web, "web-1-c")
     assert not provisioner._scheduler_has_untried_pods()  # no gap to wait for
+    assert provisioner._burst_in()  # an open batch need not wait for a quiet second either
     now = h.clock.now()
     assert all(provisioner._provisionable(p, now) for p in h.cluster.pod_views())
     plan = await provisioner.reconcile()
