@@ -35,7 +35,9 @@ log = structlog.get_logger()
 CreateReason = Literal[
     "provisioning", "gang", "provisioningrequest", "consolidation", "drift", "expiration", "interruption", "capacity"
 ]
-WRITE_CONCURRENCY: Final = 16  # NodeClaims written at once
+# NodeClaims written at once: the decision's writes share the apiserver with the launches and the
+# tolerations they start; at 16, a GPU burst's 156 NodeClaims took 8-11 s to write (48: 6-10 s)
+WRITE_CONCURRENCY: Final = 48
 
 # The metric's `reason` label keeps the values it had before there was one writer: disruption's
 # replacements (consolidation, drift, expiration) are all `disruption`; the log line has the detail.

@@ -17,7 +17,7 @@ from controller.kube.resources import NODECLAIMS, Resource
 from controller.metrics import REGISTRY
 from controller.scheduling import NodePoolTemplate, Pod, Resources, solve
 from controller.state.manifest import nodeclaim_manifest
-from controller.state.writer import CreateReason, NewClaim, NodeClaimWriter
+from controller.state.writer import WRITE_CONCURRENCY, CreateReason, NewClaim, NodeClaimWriter
 from tests.unit.fakeapi import FakeKube
 from tests.unit.harness import Harness
 
@@ -190,13 +190,13 @@ async def test_a_named_nodeclaim_that_exists_already_is_not_created_or_counted_t
     assert list(h.kube.objects(NODECLAIMS)) == ["w-again-fixed"]
 
 
-async def test_writes_go_sixteen_at_a_time_and_come_back_in_order(harness: Harness) -> None:
+async def test_writes_go_a_few_dozen_at_a_time_and_come_back_in_order(harness: Harness) -> None:
     kube = SlowKube(clock=harness.clock)
     writer = NodeClaimWriter(client=kube, cluster=harness.cluster, clock=harness.clock)
-    requests = planned("w-many", count=40)
+    requests = planned("w-many", count=120)
     async with writer.lock:
         written = await writer.create(requests, reason="provisioning")
     assert [w.request for w in written] == requests
     assert all(w.claim is not None for w in written)
-    assert len(kube.objects(NODECLAIMS)) == 40
-    assert kube.most == 16
+    assert len(kube.objects(NODECLAIMS)) == 120
+    assert kube.most == WRITE_CONCURRENCY == 48
