@@ -37,7 +37,7 @@ from controller.scheduling.solver_model import (
     State,
     Universe,
 )
-from controller.scheduling.solver_numeric import Vec
+from controller.scheduling.solver_numeric import HeapOrder, Vec
 from controller.scheduling.taints import Taint, Toleration, first_untolerated
 
 _METADATA_NAME: Final = "metadata.name"
@@ -109,8 +109,11 @@ class SolverBase:
         self._kmax_masks: dict[tuple[frozenset[int], int], int] = {}
         # (id of a kmax, tier) -> its candidates' columns: min price, kmax, bound, slot, variant, position
         self._rank_columns: dict[
-            tuple[int, int], tuple[list[float], list[int], list[float], list[int], list[int], range]
+            tuple[int, int], tuple[list[float], list[int], list[float], list[int], list[int], range, int]
         ] = {}
+        # (id of a kmax, tier, pods left up to its largest count, value per pod) -> its candidates
+        # in rank order, as far as choices have read them
+        self._rankings: dict[tuple[int, int, int, float], HeapOrder[tuple[float, Slot, int]]] = {}
         self._compat_orders: dict[tuple[int, Requirements], list[tuple[int, Slot, tuple[Offering, ...]]]] = {}
         # per group, the running counts (State.agg_zone / agg_total) its placements add to
         self._group_aggs: list[list[int]] = []

@@ -5,8 +5,7 @@ packing after each of the best candidates (pilot rollouts, journaled and undone)
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
-from heapq import heapify, heappop
+from collections.abc import Sequence
 from itertools import islice, repeat
 from operator import itemgetter, le, mul, truediv
 from typing import Final
@@ -17,7 +16,7 @@ from controller.scheduling.labels import (
 from controller.scheduling.requirements import EVERYTHING, Requirements
 from controller.scheduling.resources import PODS
 from controller.scheduling.solver_model import Node, Part, Sim, Slot
-from controller.scheduling.solver_numeric import EPS, Vec
+from controller.scheduling.solver_numeric import EPS, HeapOrder, Vec
 from controller.scheduling.solver_packing import Packer
 
 _MAX_FILL_MISSES: Final = 48
@@ -92,20 +91,30 @@ class NodeChoice(Packer):
             columns = self._rank_columns.get((id(g.kmax), tier))
             if columns is None:
                 kmax = g.kmax
+                counts = [kmax[c[1].idx] for c in cands]
                 columns = self._rank_columns[(id(g.kmax), tier)] = (
                     [c[1].min_price for c in cands],
-                    [kmax[c[1].idx] for c in cands],
+                    counts,
                     [c[0] for c in cands],
                     [c[1].idx for c in cands],
                     [c[2] for c in cands],
                     range(len(cands)),
+                    max(counts),
                 )
-            prices, counts, bounds, ids, variants, positions = columns
+            prices, counts, bounds, ids, variants, positions, most = columns
             # by (min price / (min(kmax, rem) * w), bound, slot, variant), the key computed a column
             # at a time; taken from a heap, in the order a stable sort gives, because a choice
-            # reads about 20 of the 400 candidates of a large catalog
-            keys = map(truediv, prices, map(mul, map(min, counts, repeat(rem)), repeat(w)))
-            ranked = _in_order(cands, list(zip(keys, bounds, ids, variants, positions, strict=True)))
+            # reads about 20 of the 400 candidates of a large catalog. Past the largest kmax the
+            # remaining pods no longer change a key: choices of groups with this kmax, with as many
+            # pods left (or more than any slot holds) and the same value share one order
+            capped = min(rem, most)
+            rank_key = (id(g.kmax), tier, capped, w)
+            ranked = self._rankings.get(rank_key)
+            if ranked is None:
+                keys = map(truediv, prices, map(mul, map(min, counts, repeat(capped)), repeat(w)))
+                ranked = self._rankings[rank_key] = HeapOrder(
+                    cands, list(zip(keys, bounds, ids, variants, positions, strict=True))
+                )
             tail = self._tail(active, index)
             pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(head, tail)
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
@@ -367,15 +376,25 @@ class NodeChoice(Packer):
             slot_idx = slot.idx
             gang = g.gang
             placed = node.placed
+            # the suffix bound last found to fit the free room (neighbours share their bound's
+            # tuple, and the room changes only when a part is added): no need to compare again
+            fitting: Vec | None = None
             # (the tail holds every part of the phase still to place: skip to ``begin`` without a copy)
             for pos, (j, part) in enumerate(islice(order, begin, None) if begin else order, begin):
                 if misses >= _MAX_FILL_MISSES:
                     break
-                if free[pods_i] <= 0 or (j < n_suffix and suffix is not None and not all(map(le, suffix[j], free))):
+                if free[pods_i] <= 0 or (
+                    j < n_suffix
+                    and suffix is not None
+                    and suffix[j] is not fitting
+                    and not all(map(le, suffix[j], free))
+                ):
                     # the node is full, or no later part can fit: room decided
                     if trace is not None and trace.event is None:
                         trace.event = (pos, misses)
                     break
+                if j < n_suffix and suffix is not None:
+                    fitting = suffix[j]
                 if part.remaining <= 0:
                     continue
                 # refusals `_can_add_new` would make, checked here first, the most common first:
@@ -406,6 +425,7 @@ class NodeChoice(Packer):
                     continue
                 pattern.append((part, k2))
                 self._sim_add(node, part, k2, reqs2, undo)
+                fitting = None
                 value += k2 * pg.w
                 if trace is not None:
                     trace.steps.append((pos, part, k2, reqs2))
@@ -489,16 +509,6 @@ class NodeChoice(Packer):
             node.zone = zr.single_value() if zr is not None else None
         if self._sim_count(g, node.zone, k):
             undo.append((g.idx, node.zone, k))
-
-
-def _in_order(
-    cands: list[tuple[float, Slot, int]], heap: list[tuple[float, float, int, int, int]]
-) -> Iterator[tuple[float, Slot, int]]:
-    """The candidates by their sort keys (key, bound, slot, variant, position in ``cands``), each
-    taken when it is read."""
-    heapify(heap)
-    while heap:
-        yield cands[heappop(heap)[4]]
 
 
 def sim_order(sim: Sim) -> tuple[float, float, float, str]:
