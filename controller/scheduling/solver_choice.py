@@ -372,36 +372,40 @@ class NodeChoice(Packer):
             elif first is not None:
                 order = [tail[first], *(t for pos, t in enumerate(tail) if pos != first)]
                 suffix = None
-            n_suffix = len(suffix) if suffix is not None else 0
+            bounds: Sequence[Vec] = suffix if suffix is not None else ()
+            n_suffix = len(bounds)
             slot_idx = slot.idx
             gang = g.gang
             placed = node.placed
-            # the suffix bound last found to fit the free room (neighbours share their bound's
-            # tuple, and the room changes only when a part is added): no need to compare again
+            zone = node.zone
+            # the suffix bound last found below the free room, with a pod slot left (neighbours
+            # share their bound's tuple, and the room changes only when a part is added): the
+            # same bound needs no second look until then
             fitting: Vec | None = None
             # (the tail holds every part of the phase still to place: skip to ``begin`` without a copy)
             for pos, (j, part) in enumerate(islice(order, begin, None) if begin else order, begin):
                 if misses >= _MAX_FILL_MISSES:
                     break
-                if free[pods_i] <= 0 or (
-                    j < n_suffix
-                    and suffix is not None
-                    and suffix[j] is not fitting
-                    and not all(map(le, suffix[j], free))
-                ):
-                    # the node is full, or no later part can fit: room decided
+                if j < n_suffix:
+                    bound = bounds[j]
+                    if bound is not fitting:
+                        if free[pods_i] <= 0 or not all(map(le, bound, free)):
+                            # the node is full, or no later part can fit: room decided
+                            if trace is not None and trace.event is None:
+                                trace.event = (pos, misses)
+                            break
+                        fitting = bound
+                elif free[pods_i] <= 0:
                     if trace is not None and trace.event is None:
                         trace.event = (pos, misses)
                     break
-                if j < n_suffix and suffix is not None:
-                    fitting = suffix[j]
                 if part.remaining <= 0:
                     continue
                 # refusals `_can_add_new` would make, checked here first, the most common first:
                 # a part bound to another zone than the node's, a group anti-affine to one
                 # already on the node (every refusal counts one miss, whichever check makes it)
                 pz = part.zone
-                if pz is not None and pz != node.zone and node.zone is not None:
+                if pz is not None and zone is not None and pz != zone:
                     misses += 1
                     continue
                 pg = part.group
@@ -426,6 +430,7 @@ class NodeChoice(Packer):
                 pattern.append((part, k2))
                 self._sim_add(node, part, k2, reqs2, undo)
                 fitting = None
+                zone = node.zone
                 value += k2 * pg.w
                 if trace is not None:
                     trace.steps.append((pos, part, k2, reqs2))
@@ -499,16 +504,24 @@ class NodeChoice(Packer):
     ) -> None:
         g = part.group
         free = node.free
-        for i, r in enumerate(g.req):
-            if r:
+        req = g.req
+        if g.nz is None:
+            for i, r in enumerate(req):
                 free[i] -= k * r
-        node.placed[g.idx] = node.placed.get(g.idx, 0) + k
+        else:
+            for i in g.nz:
+                free[i] -= k * req[i]
+        gi = g.idx
+        node.placed[gi] = node.placed.get(gi, 0) + k
         if reqs is not node.reqs:  # (the node's zone is always the one its requirements pin)
             node.reqs = reqs
             zr = reqs.get(LABEL_ZONE)
             node.zone = zr.single_value() if zr is not None else None
-        if self._sim_count(g, node.zone, k):
-            undo.append((g.idx, node.zone, k))
+        zone = node.zone
+        # (`_sim_count` counts something exactly then: the common case needs no call)
+        if self._sim_aggs[gi] or (zone is not None and self._sim_zoned[gi]):
+            self._sim_count(g, zone, k)
+            undo.append((gi, zone, k))
 
 
 def sim_order(sim: Sim) -> tuple[float, float, float, str]:
