@@ -88,6 +88,8 @@ class SolverBase:
         self._inter_cache: dict[tuple[Requirements, Requirements], Requirements | None] = {}
         self._inter_ids: dict[tuple[int, int], tuple[Requirements, Requirements, Requirements | None]] = {}
         self._pin_cache: dict[tuple[Requirements, int, frozenset[str] | None], Requirements | None] = {}
+        # (a variant, a zone) -> the variant in that zone, and whether it can be met (solver_topology)
+        self._zoned: dict[tuple[Requirements, str], tuple[Requirements, bool]] = {}
         self._canon: dict[Requirements, Requirements] = {}
         self._taint_cache: dict[tuple[tuple[Toleration, ...], tuple[Taint, ...]], Taint | None] = {}
         # packing (solver_packing) and node choice (solver_choice): fill bounds, rollout journal
