@@ -171,3 +171,29 @@ def test_plan_of_pods_and_a_nodepool_imports_only_the_nodepool_view_and_model(tm
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.split("\n")[0] == "0 1 []", done.stdout + done.stderr
+
+
+def test_plan_as_the_program_freezes_what_it_keeps_but_not_when_called_in_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`joiner plan` as the program (``main()`` reading ``sys.argv``) moves what its imports made,
+    and at the end what is left, out of the cyclic collector's way: the process ends next. Called
+    with arguments, in a process that goes on, it leaves the collector as it was."""
+    import gc
+    import subprocess
+    import sys
+
+    frozen = gc.get_freeze_count()
+    plan_json(capsys, "-f", str(SCENARIOS / "existing-capacity.yaml"))
+    assert gc.get_freeze_count() == frozen
+    probe = (
+        "import contextlib, gc, io, json, sys\n"
+        f"sys.argv = ['joiner', 'plan', '-f', {str(SCENARIOS / 'existing-capacity.yaml')!r}, '-o', 'json']\n"
+        "from controller.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    code = main()\n"
+        "print(code, json.loads(out.getvalue())['totalPrice'], gc.get_freeze_count() > 10000, gc.isenabled())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.split("\n")[0] == "0 0 True True", done.stdout + done.stderr
