@@ -420,17 +420,18 @@ def execute(
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        catalog = load_catalog(args.catalog)
-        texts = [_read(name) for name in args.filename]
-    except (ScenarioError, CatalogError, OSError) as err:
-        print(f"error: {_one_line(err)}", file=sys.stderr)
-        return 1
-    # a short-lived process that builds many objects and frees them by reference count: the cyclic
-    # collector would only re-scan them (about a tenth of the whole command's time)
+    # a short-lived process that builds many objects (the catalog's too) and frees them by
+    # reference count: the cyclic collector would only re-scan them (about a tenth of the whole
+    # command's time)
     collecting = gc.isenabled()
     gc.disable()
     try:
+        try:
+            catalog = load_catalog(args.catalog)
+            texts = [_read(name) for name in args.filename]
+        except (ScenarioError, CatalogError, OSError) as err:
+            print(f"error: {_one_line(err)}", file=sys.stderr)
+            return 1
         outcome = execute(texts, catalog=catalog, output=args.output)
     finally:
         if collecting:
