@@ -130,9 +130,15 @@ def _check_nesting(text: str, source: str) -> None:
     ``{}`` or ``[]`` holds nothing, so it adds one level at most wherever it is: what ``kubectl get
     -o yaml`` prints (a ``securityContext: {}`` in every pod) needs no pass however many pods it has.
     """
-    longest = max(map(len, text.splitlines()), default=0)
-    openers = text.count("[") - text.count("[]") + text.count("{") - text.count("{}")
-    if openers + 1 + longest <= _CHEAP_DEPTH:
+    openers = 0
+    for opener, empty in (("[", "[]"), ("{", "{}")):
+        found = text.count(opener)
+        openers += found - text.count(empty) if found else 0
+    # lines no longer than the bound leaves room for: found with a few searches when every run
+    # between line feeds is short enough (the lines cut at every break are parts of those runs),
+    # else measured as before
+    room = _CHEAP_DEPTH - 1 - openers
+    if _runs_at_most(text, room) or openers + 1 + max(map(len, text.splitlines()), default=0) <= _CHEAP_DEPTH:
         return
     depth = 0
     try:
@@ -151,6 +157,19 @@ def _check_nesting(text: str, source: str) -> None:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else 0
         raise ScenarioError(f"{source}: line {line}: nested more than {MAX_DEPTH} levels deep") from err
+
+
+def _runs_at_most(text: str, limit: int) -> bool:
+    """Whether every run of ``text`` between line feeds (and its ends) is at most ``limit`` long:
+    one search per ``limit`` characters or so, for the last line feed within reach."""
+    end = len(text)
+    at = 0  # where the current run starts
+    while end - at > limit:
+        feed = text.rfind("\n", at, at + limit + 1)
+        if feed < 0:
+            return False
+        at = feed + 1
+    return True
 
 
 Located = dict[str, tuple[str, int, list[str | int]]]
