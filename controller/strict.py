@@ -62,19 +62,24 @@ def _all_known(obj: Mapping[str, Any], root: str) -> bool:
         keys = value.keys()
         if not keys <= known:
             return False
+        # (a dict is a Mapping: checked by its type first, without the ABC's slower check)
         for key in keys & nested.keys() if len(keys) > len(nested) else nested.keys() & keys:
             item = value[key]
             if item is None:
                 continue
             form, inner = nested[key]
             if form == _OBJECT:
-                if isinstance(item, Mapping):
+                if type(item) is dict or isinstance(item, Mapping):
                     stack.append((item, inner))
             elif form == _LIST:
                 if isinstance(item, list):
-                    stack.extend((v, inner) for v in item if isinstance(v, Mapping))
-            elif isinstance(item, Mapping):
-                stack.extend((v, inner) for v in item.values() if isinstance(v, Mapping))
+                    for v in item:
+                        if type(v) is dict or isinstance(v, Mapping):
+                            stack.append((v, inner))
+            elif type(item) is dict or isinstance(item, Mapping):
+                for v in item.values():
+                    if type(v) is dict or isinstance(v, Mapping):
+                        stack.append((v, inner))
     return True
 
 
