@@ -202,7 +202,8 @@ def _list(value: Any, where: str) -> list[Any]:
 
 def _objects(value: Any, where: str) -> list[Mapping[str, Any]]:
     """A list of objects (``None`` reads as empty)."""
-    return [_obj(item, f"{where}[{i}]") for i, item in enumerate(_list(value, where))]
+    # (a dict is one already: the item's place is named only for what is not)
+    return [item if type(item) is dict else _obj(item, f"{where}[{i}]") for i, item in enumerate(_list(value, where))]
 
 
 # --- pods -------------------------------------------------------------------------------------
@@ -322,8 +323,8 @@ def _tolerations(value: Any) -> tuple[Toleration, ...]:
     if not items:
         return ()
     # (with each value's type: True == 1, but they read as different strings)
-    items_key = tuple(tuple((k, v, type(v)) for k, v in t.items()) for t in items)
-    key: tuple[tuple[tuple[Any, Any, type], ...], ...] | None = items_key
+    items_key = tuple((tuple(t.items()), tuple(map(type, t.values()))) for t in items)
+    key: tuple[tuple[tuple[tuple[Any, Any], ...], tuple[type, ...]], ...] | None = items_key
     try:
         hit = _TOLERATIONS.get(items_key)
     except TypeError:  # a value that cannot be a key (a list, ...): read it as it is
@@ -338,7 +339,7 @@ def _tolerations(value: Any) -> tuple[Toleration, ...]:
     return tolerations
 
 
-_TOLERATIONS: dict[tuple[tuple[tuple[Any, Any, type], ...], ...], tuple[Toleration, ...]] = {}
+_TOLERATIONS: dict[tuple[tuple[tuple[tuple[Any, Any], ...], tuple[type, ...]], ...], tuple[Toleration, ...]] = {}
 """Toleration lists read so far (raw items -> tolerations), see `_tolerations`."""
 _MEMO_MAX: Final = 4096
 
