@@ -65,8 +65,9 @@ class Scenario:
 
 
 def _name(obj: Mapping[str, Any]) -> str:
+    # (here and below, a dict is known by its type before the Mapping ABC's slower check)
     meta = obj.get("metadata")
-    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    return str(meta.get("name") or "") if type(meta) is dict or isinstance(meta, Mapping) else ""
 
 
 def _where(source: str, index: int, obj: Mapping[str, Any] | None = None) -> str:
@@ -212,14 +213,14 @@ def read_documents(
                 problem = _shape_problem(doc)
                 if problem is not None:
                     raise ScenarioError(f"{_where(source, index)}: {problem}")
-            if not isinstance(doc, Mapping):
+            if type(doc) is not dict and not isinstance(doc, Mapping):
                 raise ScenarioError(f"{_where(source, index)}: must be an object with apiVersion and kind")
             if doc.get("kind") == "List":
                 items = doc.get("items") or []
                 if not isinstance(items, list):
                     raise ScenarioError(f"{_where(source, index, doc)}: items: must be a list")
                 for j, item in enumerate(items):
-                    if not isinstance(item, Mapping):
+                    if type(item) is not dict and not isinstance(item, Mapping):
                         raise ScenarioError(f"{_where(source, index, doc)}: items[{j}]: must be an object")
                     where = f"{_where(source, index, item)} items[{j}]"
                     _unknown(where, item, text, index, ["items", j])
@@ -239,7 +240,7 @@ def _object_field(obj: Mapping[str, Any], key: str, where: str, path: str) -> Ma
     value = obj.get(key)
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ScenarioError(f"{where}: {path}: must be an object, got {type(value).__name__}")
     return value
 
@@ -318,7 +319,7 @@ def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]], *, located
         if not isinstance(kind, str) or kind not in KNOWN_KINDS:
             raise ScenarioError(f"{where}: kind: unknown kind {kind!r} (expected one of {', '.join(KNOWN_KINDS)})")
         meta = obj.get("metadata")
-        if meta is not None and not isinstance(meta, Mapping):
+        if meta is not None and type(meta) is not dict and not isinstance(meta, Mapping):
             raise ScenarioError(f"{where}: metadata: must be an object, got {type(meta).__name__}")
         name = (meta or {}).get("name")
         if name is not None and not isinstance(name, str):
