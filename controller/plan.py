@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from controller.cloudprovider.catalog import load_catalog, parse_catalog_text
-from controller.gang.markers import ANNOTATION_GANG_SAME_ZONE, gang_options
 from controller.helptext import for_terminal
 from controller.scenario import (
     CATALOG_KEY,
@@ -55,7 +54,7 @@ from controller.scheduling import (
     Pod,
     solve,
 )
-from controller.scheduling.bounds import apply_bounds
+from controller.scheduling.bounds import apply_bounds, bounds_wanted
 from controller.scheduling.kubeconv import ConversionError, daemonset_from_dict, gang_of, is_terminal, pod_from_dict
 from controller.scheduling.kubeconv_nodes import node_from_dict, nodeclaim_from_dict
 from controller.serialization import (
@@ -135,7 +134,8 @@ def _short_gangs(sc: Scenario, members: Mapping[str, Sequence[Obj]]) -> dict[str
     """Gang -> why it waits: fewer members exist than its ``joiner.sh/gang-size`` (the controller waits too)."""
     if not members:
         return {}
-    from controller.state.views import PodView  # (only a scenario with gangs needs the views)
+    from controller.gang.markers import gang_options  # (only a scenario with gangs needs them)
+    from controller.state.views import PodView
 
     out = {}
     for gid, pods in members.items():
@@ -186,7 +186,7 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
             existing.append(in_flight)
     # the NodePools as the controller makes them (state/inputs.py): validated once into their view,
     # usage counted from the scenario's machines
-    from controller.state.views import NodePoolView  # (the views, as _short_gangs reads them)
+    from controller.state.nodepool_view import NodePoolView  # (without the other views)
 
     pools = [
         _converted(where, NodePoolView.of(dict(np_obj)).template, _catalog_for(np_obj, sc, catalog, where), existing)
@@ -213,6 +213,8 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
 
 
 def _same_zone(pods: list[Obj], *, default: bool) -> bool:
+    from controller.gang.markers import ANNOTATION_GANG_SAME_ZONE  # (only a scenario with gangs needs them)
+
     for obj in sorted(pods, key=_name):
         raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GANG_SAME_ZONE)
         if raw is not None and str(raw).strip().lower() in ("true", "false"):
@@ -223,14 +225,15 @@ def _same_zone(pods: list[Obj], *, default: bool) -> bool:
 def _bounded(plan: Plan, sc: Scenario, pools: Sequence[NodePoolTemplate]) -> Plan:
     """The plan cut to each pool's $/hour budget and ``limits.nodes``, as the provisioner cuts it,
     counting the scenario's NodeClaims as what the pools hold."""
-    if not plan.new_nodes:
+    pools_by_name = {_name(obj): obj for _, obj in sc.nodepools}
+    if not plan.new_nodes or not bounds_wanted(pools_by_name):
         return plan
-    from controller.state.spend import pool_bounds  # (only a plan that buys needs the views)
+    from controller.state.spend import pool_bounds  # (only a plan that buys within bounds needs the views)
     from controller.state.views import NodeClaimView
 
     types = {it.name: it for pool in pools for it in pool.instance_types}
     claims = [NodeClaimView.of(claim) for claim in sc.nodeclaims]
-    bounds = pool_bounds({_name(obj): obj for _, obj in sc.nodepools}, claims, types)
+    bounds = pool_bounds(pools_by_name, claims, types)
     return apply_bounds(plan, bounds).plan
 
 
@@ -417,17 +420,18 @@ def execute(
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        catalog = load_catalog(args.catalog)
-        texts = [_read(name) for name in args.filename]
-    except (ScenarioError, CatalogError, OSError) as err:
-        print(f"error: {_one_line(err)}", file=sys.stderr)
-        return 1
-    # a short-lived process that builds many objects and frees them by reference count: the cyclic
-    # collector would only re-scan them (about a tenth of the whole command's time)
+    # a short-lived process that builds many objects (the catalog's too) and frees them by
+    # reference count: the cyclic collector would only re-scan them (about a tenth of the whole
+    # command's time)
     collecting = gc.isenabled()
     gc.disable()
     try:
+        try:
+            catalog = load_catalog(args.catalog)
+            texts = [_read(name) for name in args.filename]
+        except (ScenarioError, CatalogError, OSError) as err:
+            print(f"error: {_one_line(err)}", file=sys.stderr)
+            return 1
         outcome = execute(texts, catalog=catalog, output=args.output)
     finally:
         if collecting:

@@ -65,8 +65,9 @@ class Scenario:
 
 
 def _name(obj: Mapping[str, Any]) -> str:
+    # (here and below, a dict is known by its type before the Mapping ABC's slower check)
     meta = obj.get("metadata")
-    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    return str(meta.get("name") or "") if type(meta) is dict or isinstance(meta, Mapping) else ""
 
 
 def _where(source: str, index: int, obj: Mapping[str, Any] | None = None) -> str:
@@ -130,9 +131,15 @@ def _check_nesting(text: str, source: str) -> None:
     ``{}`` or ``[]`` holds nothing, so it adds one level at most wherever it is: what ``kubectl get
     -o yaml`` prints (a ``securityContext: {}`` in every pod) needs no pass however many pods it has.
     """
-    longest = max(map(len, text.splitlines()), default=0)
-    openers = text.count("[") - text.count("[]") + text.count("{") - text.count("{}")
-    if openers + 1 + longest <= _CHEAP_DEPTH:
+    openers = 0
+    for opener, empty in (("[", "[]"), ("{", "{}")):
+        found = text.count(opener)
+        openers += found - text.count(empty) if found else 0
+    # lines no longer than the bound leaves room for: found with a few searches when every run
+    # between line feeds is short enough (the lines cut at every break are parts of those runs),
+    # else measured as before
+    room = _CHEAP_DEPTH - 1 - openers
+    if _runs_at_most(text, room) or openers + 1 + max(map(len, text.splitlines()), default=0) <= _CHEAP_DEPTH:
         return
     depth = 0
     try:
@@ -151,6 +158,19 @@ def _check_nesting(text: str, source: str) -> None:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else 0
         raise ScenarioError(f"{source}: line {line}: nested more than {MAX_DEPTH} levels deep") from err
+
+
+def _runs_at_most(text: str, limit: int) -> bool:
+    """Whether every run of ``text`` between line feeds (and its ends) is at most ``limit`` long:
+    one search per ``limit`` characters or so, for the last line feed within reach."""
+    end = len(text)
+    at = 0  # where the current run starts
+    while end - at > limit:
+        feed = text.rfind("\n", at, at + limit + 1)
+        if feed < 0:
+            return False
+        at = feed + 1
+    return True
 
 
 Located = dict[str, tuple[str, int, list[str | int]]]
@@ -193,14 +213,14 @@ def read_documents(
                 problem = _shape_problem(doc)
                 if problem is not None:
                     raise ScenarioError(f"{_where(source, index)}: {problem}")
-            if not isinstance(doc, Mapping):
+            if type(doc) is not dict and not isinstance(doc, Mapping):
                 raise ScenarioError(f"{_where(source, index)}: must be an object with apiVersion and kind")
             if doc.get("kind") == "List":
                 items = doc.get("items") or []
                 if not isinstance(items, list):
                     raise ScenarioError(f"{_where(source, index, doc)}: items: must be a list")
                 for j, item in enumerate(items):
-                    if not isinstance(item, Mapping):
+                    if type(item) is not dict and not isinstance(item, Mapping):
                         raise ScenarioError(f"{_where(source, index, doc)}: items[{j}]: must be an object")
                     where = f"{_where(source, index, item)} items[{j}]"
                     _unknown(where, item, text, index, ["items", j])
@@ -220,7 +240,7 @@ def _object_field(obj: Mapping[str, Any], key: str, where: str, path: str) -> Ma
     value = obj.get(key)
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ScenarioError(f"{where}: {path}: must be an object, got {type(value).__name__}")
     return value
 
@@ -299,7 +319,7 @@ def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]], *, located
         if not isinstance(kind, str) or kind not in KNOWN_KINDS:
             raise ScenarioError(f"{where}: kind: unknown kind {kind!r} (expected one of {', '.join(KNOWN_KINDS)})")
         meta = obj.get("metadata")
-        if meta is not None and not isinstance(meta, Mapping):
+        if meta is not None and type(meta) is not dict and not isinstance(meta, Mapping):
             raise ScenarioError(f"{where}: metadata: must be an object, got {type(meta).__name__}")
         name = (meta or {}).get("name")
         if name is not None and not isinstance(name, str):

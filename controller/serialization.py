@@ -489,12 +489,15 @@ def loads_json(text: str | bytes) -> Any:
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()  # a key twice: the first key that repeats one before it
+    for key, _value in pairs:
+        if key in seen:
             raise DuplicateKeyError(key=key, line=0)
-        out[key] = value
-    return out
+        seen.add(key)
+    raise AssertionError("unreachable: fewer keys than pairs means a key twice")  # pragma: no cover
 
 
 def loads_json_strict(text: str, **kwargs: Any) -> Any:

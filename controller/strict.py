@@ -28,6 +28,61 @@ def _schema() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     return data["kinds"], data["types"]
 
 
+_OBJECT, _LIST, _MAP = 0, 1, 2
+
+
+@cache
+def _nested() -> dict[str, tuple[frozenset[str], dict[str, tuple[int, str]]]]:
+    """Per type: its field names, and its fields that hold typed objects (object, list or map of
+    them) with how they hold them; fields of no shape (scalars, free objects) are not walked."""
+    out: dict[str, tuple[frozenset[str], dict[str, tuple[int, str]]]] = {}
+    for type_name, fields in _schema()[1].items():
+        nested: dict[str, tuple[int, str]] = {}
+        for key, shape in fields.items():
+            if not shape:
+                continue
+            if shape.startswith("list:"):
+                nested[key] = (_LIST, shape[5:])
+            elif shape.startswith("map:"):
+                nested[key] = (_MAP, shape[4:])
+            else:
+                nested[key] = (_OBJECT, shape)
+        out[type_name] = (frozenset(fields), nested)
+    return out
+
+
+def _all_known(obj: Mapping[str, Any], root: str) -> bool:
+    """Whether every field of ``obj`` (of type ``root``), at every depth, is one its type has: the
+    common case, decided with a set comparison per object and no walk of its scalar fields."""
+    plan = _nested()
+    stack: list[tuple[Mapping[str, Any], str]] = [(obj, root)]
+    while stack:
+        value, type_name = stack.pop()
+        known, nested = plan[type_name]
+        keys = value.keys()
+        if not keys <= known:
+            return False
+        # (a dict is a Mapping: checked by its type first, without the ABC's slower check)
+        for key in keys & nested.keys() if len(keys) > len(nested) else nested.keys() & keys:
+            item = value[key]
+            if item is None:
+                continue
+            form, inner = nested[key]
+            if form == _OBJECT:
+                if type(item) is dict or isinstance(item, Mapping):
+                    stack.append((item, inner))
+            elif form == _LIST:
+                if isinstance(item, list):
+                    for v in item:
+                        if type(v) is dict or isinstance(v, Mapping):
+                            stack.append((v, inner))
+            elif type(item) is dict or isinstance(item, Mapping):
+                for v in item.values():
+                    if type(v) is dict or isinstance(v, Mapping):
+                        stack.append((v, inner))
+    return True
+
+
 def checked_kinds() -> frozenset[str]:
     """The Kubernetes kinds whose fields are checked."""
     return frozenset(_schema()[0])
@@ -51,8 +106,9 @@ def unknown_field(obj: Mapping[str, Any]) -> list[str | int] | None:
     (also for kinds not checked, and where a value has the wrong type: the readers report that)."""
     kinds, types = _schema()
     root = kinds.get(str(obj.get("kind")))
-    if root is None:
+    if root is None or _all_known(obj, root):
         return None
+    # some field is unknown: the walk in document order finds the first
     # paths are linked (parent, key) pairs, made into a list only for the error
     Link = tuple[Any, str | int] | None
     stack: list[tuple[Any, str, Link]] = [(obj, root, None)]

@@ -10,23 +10,46 @@ e.g. ``spec.template.spec.requirements[0].values: ...``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import importlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from api.v1.kwoknodeclass import KWOKNodeClass
 from api.v1.labels import API_VERSION
-from api.v1.nodeclaim import NodeClaim
-from api.v1.nodepool import NodePool
 
-JoinerObject = NodePool | NodeClaim | KWOKNodeClass
-KINDS: Final[Mapping[str, type[NodePool] | type[NodeClaim] | type[KWOKNodeClass]]] = {
-    "NodePool": NodePool,
-    "NodeClaim": NodeClaim,
-    "KWOKNodeClass": KWOKNodeClass,
-}
+if TYPE_CHECKING:
+    from api.v1.kwoknodeclass import KWOKNodeClass
+    from api.v1.nodeclaim import NodeClaim
+    from api.v1.nodepool import NodePool
+
+JoinerObject: TypeAlias = "NodePool | NodeClaim | KWOKNodeClass"
+_KindModel: TypeAlias = "type[NodePool] | type[NodeClaim] | type[KWOKNodeClass]"
+
+
+class _Kinds(Mapping[str, _KindModel]):
+    """Kind -> model class, each model's module imported when its kind is first looked up: a
+    process that reads one kind (``joiner plan`` reads NodePools) builds no other model class."""
+
+    _modules: Final = {
+        "NodePool": "api.v1.nodepool",
+        "NodeClaim": "api.v1.nodeclaim",
+        "KWOKNodeClass": "api.v1.kwoknodeclass",
+    }
+
+    def __getitem__(self, kind: str) -> _KindModel:
+        model: _KindModel = getattr(importlib.import_module(self._modules[kind]), kind)
+        return model
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+
+KINDS: Final[Mapping[str, _KindModel]] = _Kinds()
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 from controller.scheduling.model import NewNodeClaim, Plan
 
@@ -40,6 +40,22 @@ class Bounded:
 
     plan: Plan
     refused: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def bounds_wanted(pools: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[float | None, int | None]]:
+    """NodePool name -> (``spec.capacity.budget.maxPricePerHour``, ``spec.limits.nodes``) for the
+    pools (NodePool manifests by name) that set either; the others have no bounds to apply."""
+    wanted: dict[str, tuple[float | None, int | None]] = {}
+    for name, pool in pools.items():
+        spec = pool.get("spec") or {}
+        budget = ((spec.get("capacity") or {}).get("budget") or {}).get("maxPricePerHour")
+        max_nodes = (spec.get("limits") or {}).get("nodes")
+        if budget is not None or max_nodes is not None:
+            wanted[name] = (
+                None if budget is None else float(budget),
+                None if max_nodes is None else int(str(max_nodes)),
+            )
+    return wanted
 
 
 def _held(bounds: PoolBounds, *, nodes: int, price: float) -> tuple[str, str]:

@@ -26,7 +26,7 @@ from controller.scheduling.model import (
     TopologySpread,
 )
 from controller.scheduling.quantity import QuantityError
-from controller.scheduling.requirements import Requirement, RequirementError, Requirements, label_selector
+from controller.scheduling.requirements import EVERYTHING, Requirement, RequirementError, Requirements, label_selector
 from controller.scheduling.resources import EMPTY, Resources, sum_resources
 from controller.scheduling.taints import Toleration
 
@@ -202,7 +202,8 @@ def _list(value: Any, where: str) -> list[Any]:
 
 def _objects(value: Any, where: str) -> list[Mapping[str, Any]]:
     """A list of objects (``None`` reads as empty)."""
-    return [_obj(item, f"{where}[{i}]") for i, item in enumerate(_list(value, where))]
+    # (a dict is one already: the item's place is named only for what is not)
+    return [item if type(item) is dict else _obj(item, f"{where}[{i}]") for i, item in enumerate(_list(value, where))]
 
 
 # --- pods -------------------------------------------------------------------------------------
@@ -228,7 +229,7 @@ def pod_requests(spec: Obj, where: str = "spec") -> Resources:
         _container_requests(c, f"{where}.containers[{i}]")
         for i, c in enumerate(_list(spec.get("containers"), f"{where}.containers"))
     ]
-    total = sum_resources(containers)
+    total = containers[0] if len(containers) == 1 else sum_resources(containers)
     inits = spec.get("initContainers")
     if (inits is None or inits == []) and spec.get("overhead") is None:
         return total  # the usual pod: its containers' sum is all there is
@@ -273,13 +274,74 @@ def _selector(value: Any, where: str) -> Requirements | None:
         return None
     if type(value) is not dict and not isinstance(value, Mapping):
         raise ConversionError(f"{where}: must be a label selector (an object), got {_kind_of(value)}")
+    key = _labels_only(value)
+    if key is not None:
+        hit = _SELECTORS.get(key)
+        if hit is not None:
+            return hit
     try:
-        return label_selector(
+        selector = label_selector(
             _str_map(value.get("matchLabels"), f"{where}.matchLabels"),
             _expressions(value.get("matchExpressions"), f"{where}.matchExpressions"),
         )
     except (RequirementError, KeyError) as err:
         raise ConversionError(f"{where}: {err}") from err
+    if key is not None:
+        if len(_SELECTORS) >= _MEMO_MAX:
+            _SELECTORS.clear()
+        _SELECTORS[key] = selector
+    return selector
+
+
+def _labels_only(selector: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
+    """A selector of ``matchLabels`` alone, every key and value a string: its labels (the selector
+    is the same for the same labels), else None (read it in full)."""
+    expressions = selector.get("matchExpressions")
+    if expressions is not None and not (type(expressions) is list and not expressions):
+        return None
+    labels = selector.get("matchLabels")
+    if labels is None:
+        return ()
+    if type(labels) is not dict:
+        return None
+    items = tuple(labels.items())
+    for k, v in items:
+        if type(k) is not str or type(v) is not str:
+            return None
+    return items
+
+
+_SELECTORS: dict[tuple[tuple[str, str], ...], Requirements] = {}
+"""Selectors of labels alone read so far (labels -> requirements): pods of one workload repeat
+theirs, see `_selector`."""
+
+
+def _tolerations(value: Any) -> tuple[Toleration, ...]:
+    """``spec.tolerations``; each distinct list of tolerations is read once (every pod the
+    apiserver admits carries the same two defaults)."""
+    items = _objects(value, "spec.tolerations")
+    if not items:
+        return ()
+    # (with each value's type: True == 1, but they read as different strings)
+    items_key = tuple((tuple(t.items()), tuple(map(type, t.values()))) for t in items)
+    key: tuple[tuple[tuple[tuple[Any, Any], ...], tuple[type, ...]], ...] | None = items_key
+    try:
+        hit = _TOLERATIONS.get(items_key)
+    except TypeError:  # a value that cannot be a key (a list, ...): read it as it is
+        hit, key = None, None
+    if hit is not None:
+        return hit
+    tolerations = tuple(Toleration.from_dict(t) for t in items)
+    if key is not None:
+        if len(_TOLERATIONS) >= _MEMO_MAX:
+            _TOLERATIONS.clear()
+        _TOLERATIONS[key] = tolerations
+    return tolerations
+
+
+_TOLERATIONS: dict[tuple[tuple[tuple[tuple[Any, Any], ...], tuple[type, ...]], ...], tuple[Toleration, ...]] = {}
+"""Toleration lists read so far (raw items -> tolerations), see `_tolerations`."""
+_MEMO_MAX: Final = 4096
 
 
 def _with_label_keys(
@@ -370,7 +432,7 @@ def _pod(obj: Obj, meta: Mapping[str, Any], name: str, *, gang: str | None) -> P
     spec = _obj(obj.get("spec"), "spec")
     requests = pod_requests(spec)
     node_selector = _str_map(spec.get("nodeSelector"), "spec.nodeSelector")
-    base = Requirements.from_labels(node_selector)
+    base = Requirements.from_labels(node_selector) if node_selector else EVERYTHING
     affinity = _obj(spec.get("affinity"), "spec.affinity")
     node_aff = _obj(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required_terms: list[Requirements] = []
@@ -395,7 +457,7 @@ def _pod(obj: Obj, meta: Mapping[str, Any], name: str, *, gang: str | None) -> P
         reqs = _node_selector_term(pref.get("preference"), f"{preferred_where}[{i}].preference")
         if reqs is not None:
             preferred.append(PreferredTerm(weight=weight, requirements=reqs))
-    tolerations = tuple(Toleration.from_dict(t) for t in _objects(spec.get("tolerations"), "spec.tolerations"))
+    tolerations = _tolerations(spec.get("tolerations"))
     spread = []
     for i, tsc in enumerate(_objects(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")):
         where = f"spec.topologySpreadConstraints[{i}]"

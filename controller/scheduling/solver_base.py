@@ -37,7 +37,7 @@ from controller.scheduling.solver_model import (
     State,
     Universe,
 )
-from controller.scheduling.solver_numeric import Vec
+from controller.scheduling.solver_numeric import HeapOrder, Vec
 from controller.scheduling.taints import Taint, Toleration, first_untolerated
 
 _METADATA_NAME: Final = "metadata.name"
@@ -88,6 +88,8 @@ class SolverBase:
         self._inter_cache: dict[tuple[Requirements, Requirements], Requirements | None] = {}
         self._inter_ids: dict[tuple[int, int], tuple[Requirements, Requirements, Requirements | None]] = {}
         self._pin_cache: dict[tuple[Requirements, int, frozenset[str] | None], Requirements | None] = {}
+        # (a variant, a zone) -> the variant in that zone, and whether it can be met (solver_topology)
+        self._zoned: dict[tuple[Requirements, str], tuple[Requirements, bool]] = {}
         self._canon: dict[Requirements, Requirements] = {}
         self._taint_cache: dict[tuple[tuple[Toleration, ...], tuple[Taint, ...]], Taint | None] = {}
         # packing (solver_packing) and node choice (solver_choice): fill bounds, rollout journal
@@ -109,8 +111,11 @@ class SolverBase:
         self._kmax_masks: dict[tuple[frozenset[int], int], int] = {}
         # (id of a kmax, tier) -> its candidates' columns: min price, kmax, bound, slot, variant, position
         self._rank_columns: dict[
-            tuple[int, int], tuple[list[float], list[int], list[float], list[int], list[int], range]
+            tuple[int, int], tuple[list[float], list[int], list[float], list[int], list[int], range, int]
         ] = {}
+        # (id of a kmax, tier, pods left up to its largest count, value per pod) -> its candidates
+        # in rank order, as far as choices have read them
+        self._rankings: dict[tuple[int, int, int, float], HeapOrder[tuple[float, Slot, int]]] = {}
         self._compat_orders: dict[tuple[int, Requirements], list[tuple[int, Slot, tuple[Offering, ...]]]] = {}
         # per group, the running counts (State.agg_zone / agg_total) its placements add to
         self._group_aggs: list[list[int]] = []

@@ -51,6 +51,8 @@ class CandidateTypes(TopologyRules):
         by_pattern: dict[tuple[tuple[Requirements, ...], tuple[Toleration, ...]], _Pattern] = {}
         self._pattern_of: dict[int, _Pattern] = {}
         by_shape: dict[tuple[int, Vec, int], tuple[dict[int, int], list[int], float, frozenset[int]]] = {}
+        # (id of a pattern, resource, request) -> how many such requests each of its slots holds
+        columns: dict[tuple[int, int, int], list[int]] = {}
         for g in groups:
             key = (tuple(g.variants), g.tol_key)
             pattern = by_pattern.get(key)
@@ -73,22 +75,31 @@ class CandidateTypes(TopologyRules):
             shared_key = (id(pattern), g.req, cap)
             shared = by_shape.get(shared_key)
             if shared is None:
-                shared = by_shape[shared_key] = self._fit_counts(pattern, g.req, g.nz, cap)
+                shared = by_shape[shared_key] = self._fit_counts(pattern, g.req, g.nz, cap, columns)
             g.kmax, tiers, g.w, g.slot_set = shared
             # the lists are filled, ranked, by `_bounds`
             for tier in tiers:
                 g.cands[tier] = []
 
     def _fit_counts(
-        self, pattern: _Pattern, req: Vec, nz: tuple[int, ...] | None, cap: int
+        self,
+        pattern: _Pattern,
+        req: Vec,
+        nz: tuple[int, ...] | None,
+        cap: int,
+        columns: dict[tuple[int, int, int], list[int]],
     ) -> tuple[dict[int, int], list[int], float, frozenset[int]]:
         """For pods asking ``req`` (at most ``cap`` per node) on the pattern's slots: how many
         each slot holds (``kmax``, slots holding none left out), the tiers of those slots, the
-        value per pod (the least price per pod) and the set of those slots."""
+        value per pod (the least price per pod) and the set of those slots. ``columns`` keeps the
+        counts of one resource's request per pattern: request shapes share most of their values."""
         inf = float("inf")
         counts: list[int] | None = None
         for d in range(len(req)) if nz is None else nz:
-            column = map(floordiv, pattern.columns[d], repeat(req[d]))
+            key = (id(pattern), d, req[d])
+            column = columns.get(key)
+            if column is None:
+                column = columns[key] = list(map(floordiv, pattern.columns[d], repeat(req[d])))
             counts = list(column) if counts is None else list(map(min, counts, column))
         if counts is None:  # pragma: no cover - every pod asks for a pod slot
             counts = [1 << 30] * len(pattern.compat)

@@ -5,8 +5,7 @@ packing after each of the best candidates (pilot rollouts, journaled and undone)
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
-from heapq import heapify, heappop
+from collections.abc import Sequence
 from itertools import islice, repeat
 from operator import itemgetter, le, mul, truediv
 from typing import Final
@@ -17,7 +16,7 @@ from controller.scheduling.labels import (
 from controller.scheduling.requirements import EVERYTHING, Requirements
 from controller.scheduling.resources import PODS
 from controller.scheduling.solver_model import Node, Part, Sim, Slot
-from controller.scheduling.solver_numeric import EPS, Vec
+from controller.scheduling.solver_numeric import EPS, HeapOrder, Vec
 from controller.scheduling.solver_packing import Packer
 
 _MAX_FILL_MISSES: Final = 48
@@ -92,20 +91,30 @@ class NodeChoice(Packer):
             columns = self._rank_columns.get((id(g.kmax), tier))
             if columns is None:
                 kmax = g.kmax
+                counts = [kmax[c[1].idx] for c in cands]
                 columns = self._rank_columns[(id(g.kmax), tier)] = (
                     [c[1].min_price for c in cands],
-                    [kmax[c[1].idx] for c in cands],
+                    counts,
                     [c[0] for c in cands],
                     [c[1].idx for c in cands],
                     [c[2] for c in cands],
                     range(len(cands)),
+                    max(counts),
                 )
-            prices, counts, bounds, ids, variants, positions = columns
+            prices, counts, bounds, ids, variants, positions, most = columns
             # by (min price / (min(kmax, rem) * w), bound, slot, variant), the key computed a column
             # at a time; taken from a heap, in the order a stable sort gives, because a choice
-            # reads about 20 of the 400 candidates of a large catalog
-            keys = map(truediv, prices, map(mul, map(min, counts, repeat(rem)), repeat(w)))
-            ranked = _in_order(cands, list(zip(keys, bounds, ids, variants, positions, strict=True)))
+            # reads about 20 of the 400 candidates of a large catalog. Past the largest kmax the
+            # remaining pods no longer change a key: choices of groups with this kmax, with as many
+            # pods left (or more than any slot holds) and the same value share one order
+            capped = min(rem, most)
+            rank_key = (id(g.kmax), tier, capped, w)
+            ranked = self._rankings.get(rank_key)
+            if ranked is None:
+                keys = map(truediv, prices, map(mul, map(min, counts, repeat(capped)), repeat(w)))
+                ranked = self._rankings[rank_key] = HeapOrder(
+                    cands, list(zip(keys, bounds, ids, variants, positions, strict=True))
+                )
             tail = self._tail(active, index)
             pilot = not self._in_rollout and self._rollouts_left > 0 and self._tail_small(head, tail)
             together = any(t.self_match and self._global_count(t) == 0 for t in g.host_aff)
@@ -363,16 +372,30 @@ class NodeChoice(Packer):
             elif first is not None:
                 order = [tail[first], *(t for pos, t in enumerate(tail) if pos != first)]
                 suffix = None
-            n_suffix = len(suffix) if suffix is not None else 0
+            bounds: Sequence[Vec] = suffix if suffix is not None else ()
+            n_suffix = len(bounds)
             slot_idx = slot.idx
             gang = g.gang
             placed = node.placed
+            zone = node.zone
+            # the suffix bound last found below the free room, with a pod slot left (neighbours
+            # share their bound's tuple, and the room changes only when a part is added): the
+            # same bound needs no second look until then
+            fitting: Vec | None = None
             # (the tail holds every part of the phase still to place: skip to ``begin`` without a copy)
             for pos, (j, part) in enumerate(islice(order, begin, None) if begin else order, begin):
                 if misses >= _MAX_FILL_MISSES:
                     break
-                if free[pods_i] <= 0 or (j < n_suffix and suffix is not None and not all(map(le, suffix[j], free))):
-                    # the node is full, or no later part can fit: room decided
+                if j < n_suffix:
+                    bound = bounds[j]
+                    if bound is not fitting:
+                        if free[pods_i] <= 0 or not all(map(le, bound, free)):
+                            # the node is full, or no later part can fit: room decided
+                            if trace is not None and trace.event is None:
+                                trace.event = (pos, misses)
+                            break
+                        fitting = bound
+                elif free[pods_i] <= 0:
                     if trace is not None and trace.event is None:
                         trace.event = (pos, misses)
                     break
@@ -382,7 +405,7 @@ class NodeChoice(Packer):
                 # a part bound to another zone than the node's, a group anti-affine to one
                 # already on the node (every refusal counts one miss, whichever check makes it)
                 pz = part.zone
-                if pz is not None and pz != node.zone and node.zone is not None:
+                if pz is not None and zone is not None and pz != zone:
                     misses += 1
                     continue
                 pg = part.group
@@ -406,6 +429,8 @@ class NodeChoice(Packer):
                     continue
                 pattern.append((part, k2))
                 self._sim_add(node, part, k2, reqs2, undo)
+                fitting = None
+                zone = node.zone
                 value += k2 * pg.w
                 if trace is not None:
                     trace.steps.append((pos, part, k2, reqs2))
@@ -479,26 +504,24 @@ class NodeChoice(Packer):
     ) -> None:
         g = part.group
         free = node.free
-        for i, r in enumerate(g.req):
-            if r:
+        req = g.req
+        if g.nz is None:
+            for i, r in enumerate(req):
                 free[i] -= k * r
-        node.placed[g.idx] = node.placed.get(g.idx, 0) + k
+        else:
+            for i in g.nz:
+                free[i] -= k * req[i]
+        gi = g.idx
+        node.placed[gi] = node.placed.get(gi, 0) + k
         if reqs is not node.reqs:  # (the node's zone is always the one its requirements pin)
             node.reqs = reqs
             zr = reqs.get(LABEL_ZONE)
             node.zone = zr.single_value() if zr is not None else None
-        if self._sim_count(g, node.zone, k):
-            undo.append((g.idx, node.zone, k))
-
-
-def _in_order(
-    cands: list[tuple[float, Slot, int]], heap: list[tuple[float, float, int, int, int]]
-) -> Iterator[tuple[float, Slot, int]]:
-    """The candidates by their sort keys (key, bound, slot, variant, position in ``cands``), each
-    taken when it is read."""
-    heapify(heap)
-    while heap:
-        yield cands[heappop(heap)[4]]
+        zone = node.zone
+        # (`_sim_count` counts something exactly then: the common case needs no call)
+        if self._sim_aggs[gi] or (zone is not None and self._sim_zoned[gi]):
+            self._sim_count(g, zone, k)
+            undo.append((gi, zone, k))
 
 
 def sim_order(sim: Sim) -> tuple[float, float, float, str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from heapq import heapify, heappop
 from operator import floordiv, le
-from typing import Final
+from typing import Any, Final, Generic, TypeVar
 
 Vec = tuple[int, ...]
+_T = TypeVar("_T")
 
 
 EPS: Final = 1e-9
@@ -43,14 +45,49 @@ def fits(req: Sequence[int], free: Sequence[int]) -> bool:
 
 def suffix_minima(reqs: Sequence[Vec], dims: int) -> list[Vec]:
     """out[j] = per-dimension minimum of reqs[j:] (out[len] = +inf-like): a lower bound on what
-    any later part needs, so a fill can stop once the free space is below it."""
+    any later part needs, so a fill can stop once the free space is below it.
+
+    Neighbours with equal minima share one tuple, so a fill that found a bound below its free
+    space knows, by identity, that the next positions ask the same until the bound changes."""
     big = 1 << 62
     out: list[Vec] = [tuple([big] * dims)] * (len(reqs) + 1)
-    current = [big] * dims
+    current = out[-1]
     for j in range(len(reqs) - 1, -1, -1):
-        current = [min(c, r) for c, r in zip(current, reqs[j], strict=True)]
-        out[j] = tuple(current)
+        lower = tuple([min(c, r) for c, r in zip(current, reqs[j], strict=True)])
+        if lower != current:
+            current = lower
+        out[j] = current
     return out
+
+
+class HeapOrder(Generic[_T]):
+    """``items`` in the order of their ``keys`` (``keys[i]`` = (sort key ..., i), all distinct),
+    each found when it is first read: readers that stop early pay for what they read, not for a
+    sort, and every reader of the same object shares what earlier readers found."""
+
+    __slots__ = ("_found", "_heap", "_items")
+
+    def __init__(self, items: Sequence[_T], keys: list[tuple[Any, ...]]) -> None:
+        heapify(keys)
+        self._heap = keys
+        self._items = items
+        self._found: list[_T] = []
+
+    def __iter__(self) -> Iterator[_T]:
+        found = self._found
+        heap = self._heap
+        items = self._items
+        i = 0
+        while True:
+            if i < len(found):
+                yield found[i]
+            elif heap:
+                item = items[heappop(heap)[-1]]
+                found.append(item)
+                yield item
+            else:
+                return
+            i += 1
 
 
 def water_fill(

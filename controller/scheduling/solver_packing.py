@@ -353,9 +353,7 @@ class Packer(Explanations):
                 for z in sorted(quotas):
                     if quotas[z] <= 0:
                         continue
-                    zr = Requirement.in_(LABEL_ZONE, z)
-                    zv = [v.with_(zr) for v in g.variants]
-                    part = Part(g, z, quotas[z], [v for v in zv if v.is_satisfiable()])
+                    part = Part(g, z, quotas[z], self._in_zone(g.variants, z))
                     new_parts.append(part)
                 for part in new_parts:
                     self._place_part(part)

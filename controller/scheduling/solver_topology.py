@@ -15,7 +15,7 @@ from controller.scheduling.model import (
     PodAffinityTerm,
     TopologySpread,
 )
-from controller.scheduling.requirements import Requirement
+from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_base import SolverBase
 from controller.scheduling.solver_model import Group, HostRule, Node, Part, Term, ZoneRule
 from controller.scheduling.solver_numeric import water_fill
@@ -298,9 +298,21 @@ class TopologyRules(SolverBase):
         for z in sorted(quotas):
             if quotas[z] <= 0:
                 continue
-            zr = Requirement.in_(LABEL_ZONE, z)
-            zv = [v.with_(zr) for v in g.variants]
-            out.append(Part(g, z, quotas[z], [v for v in zv if v.is_satisfiable()]))
+            out.append(Part(g, z, quotas[z], self._in_zone(g.variants, z)))
+        return out
+
+    def _in_zone(self, variants: Sequence[Requirements], zone: str) -> list[Requirements]:
+        """The variants with the zone's requirement added, those that can still be met (memoized per
+        variant and zone: the groups of a pattern share their variants, and their parts the zones)."""
+        out = []
+        for v in variants:
+            key = (v, zone)
+            hit = self._zoned.get(key)
+            if hit is None:
+                zv = v.with_(Requirement.in_(LABEL_ZONE, zone))
+                hit = self._zoned[key] = (zv, zv.is_satisfiable())
+            if hit[1]:
+                out.append(hit[0])
         return out
 
     def _splits_unconstrained(self, g: Group) -> bool:
@@ -314,9 +326,7 @@ class TopologyRules(SolverBase):
         total = sum(1 for _ in g.pods) - self.state.placed_total.get(g.idx, 0)
         variants = g.variants
         if zone is not None:
-            zr = Requirement.in_(LABEL_ZONE, zone)
-            variants = [v.with_(zr) for v in variants]
-            variants = [v for v in variants if v.is_satisfiable()]
+            variants = self._in_zone(variants, zone)
         if total <= 0:
             return [Part(g, zone, total, variants)]
         if g.zone_spread is None:

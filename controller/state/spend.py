@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.v1.labels import ANNOTATION_PLANNED_PRICE
-from controller.scheduling.bounds import PoolBounds
+from controller.scheduling.bounds import PoolBounds, bounds_wanted
 from controller.scheduling.instancetypes import InstanceType
 from controller.state.views import NodeClaimView
 
@@ -65,16 +65,7 @@ def pool_bounds(
 ) -> dict[str, PoolBounds]:
     """Each NodePool's ``spec.capacity.budget`` and ``spec.limits.nodes`` (the pools with either),
     with the $/hour and count of its NodeClaims now (cached and just created, not being deleted)."""
-    wanted: dict[str, tuple[float | None, int | None]] = {}
-    for name, pool in pools.items():
-        spec = pool.get("spec") or {}
-        budget = ((spec.get("capacity") or {}).get("budget") or {}).get("maxPricePerHour")
-        max_nodes = (spec.get("limits") or {}).get("nodes")
-        if budget is not None or max_nodes is not None:
-            wanted[name] = (
-                None if budget is None else float(budget),
-                None if max_nodes is None else int(str(max_nodes)),
-            )
+    wanted = bounds_wanted(pools)
     if not wanted:
         return {}
     priced = claim_prices(claims, instance_types)

@@ -719,3 +719,30 @@ def test_at_most_100_template_labels() -> None:
     expect_rejected(manifest, "spec.template.metadata.labels", "at most 100 labels")
     manifest["spec"]["template"]["metadata"]["labels"].pop("example.com/l0")
     parse_object(manifest)
+
+
+def test_kinds_map_each_kind_to_its_model_and_import_a_model_when_its_kind_is_looked_up() -> None:
+    """`KINDS` reads like the mapping it was (kind -> model class, in the same order), but a process
+    that validates one kind imports only that kind's model module."""
+    import subprocess
+    import sys
+
+    from api.v1.kwoknodeclass import KWOKNodeClass
+    from api.v1.nodeclaim import NodeClaim
+    from api.v1.nodepool import NodePool
+    from api.v1.validation import KINDS
+
+    assert dict(KINDS) == {"NodePool": NodePool, "NodeClaim": NodeClaim, "KWOKNodeClass": KWOKNodeClass}
+    assert list(KINDS) == ["NodePool", "NodeClaim", "KWOKNodeClass"]
+    assert len(KINDS) == 3
+    assert "Node" not in KINDS
+    probe = (
+        "import sys\n"
+        "from api.v1.validation import parse_object\n"
+        "pool = {'apiVersion': 'joiner.sh/v1', 'kind': 'NodePool', 'metadata': {'name': 'p'}, 'spec': {'template':"
+        " {'spec': {'nodeClassRef': {'group': 'joiner.sh', 'kind': 'KWOKNodeClass', 'name': 'default'}}}}}\n"
+        "print(type(parse_object(pool)).__name__, sorted(m for m in ('api.v1.nodeclaim', 'api.v1.kwoknodeclass')"
+        " if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "NodePool []", done.stdout + done.stderr

@@ -4,11 +4,12 @@ bought and its pods are told why."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.scheduling.bounds import BUDGET_EXCEEDED, NODE_LIMIT_REACHED, PoolBounds, apply_bounds
+from controller.scheduling.bounds import BUDGET_EXCEEDED, NODE_LIMIT_REACHED, PoolBounds, apply_bounds, bounds_wanted
 from controller.scheduling.model import Plan
 from controller.scheduling.solver import solve
 from tests.unit.disruption.builders import cpu_pool, gpu_pool, pod
@@ -99,3 +100,15 @@ def test_a_gang_within_the_bounds_is_kept_whole() -> None:
     bounded = apply_bounds(plan, {"gpu": PoolBounds(max_nodes=3, max_price=3.0)})
     assert bounded.plan is plan
     assert bounded.refused == {}
+
+
+def test_bounds_wanted_names_the_pools_with_a_budget_or_a_node_limit() -> None:
+    pools: dict[str, dict[str, Any]] = {
+        "budget": {"spec": {"capacity": {"budget": {"maxPricePerHour": "12.5"}}}},
+        "nodes": {"spec": {"limits": {"nodes": 4, "cpu": "100"}}},
+        "both": {"spec": {"capacity": {"budget": {"maxPricePerHour": 3}}, "limits": {"nodes": "2"}}},
+        "cpu-only": {"spec": {"limits": {"cpu": "100"}}},
+        "bare": {},
+    }
+    assert bounds_wanted(pools) == {"budget": (12.5, None), "nodes": (None, 4), "both": (3.0, 2)}
+    assert bounds_wanted({"bare": {"spec": None}}) == {}

@@ -428,3 +428,15 @@ def test_load_yaml_reads_one_document_as_pyyaml_does(text: str) -> None:
             return f"{type(err).__name__}: {err}"
 
     assert outcome(lambda t: serialization.load_yaml(t, strict=True)) == outcome(lambda t: yaml.load(t, Loader=FAST))
+
+
+def test_the_characters_left_to_libyaml_are_every_one_but_the_printable_ranges_yaml_allows() -> None:
+    """`_LINE_CHARS` lists the few ranges left out of YAML's printable set; it matches exactly the
+    characters outside that set, over every code point, and `_leaves_to_libyaml` agrees with it."""
+    from controller.yaml_lines import _LINE_CHARS, _leaves_to_libyaml
+
+    kept = re.compile("[^\x20-\x7e\n\u00a0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]")
+    every = "".join(map(chr, range(0x110000)))
+    assert [m.start() for m in _LINE_CHARS.finditer(every)] == [m.start() for m in kept.finditer(every)]
+    for line in ("  name: web", "a\tb", "x\x7f", "caf\u00e9: \u2028", "\ufeffkey: v", "plain ascii ~", "", "\x85"):
+        assert _leaves_to_libyaml(line) == (kept.search(line) is not None), repr(line)

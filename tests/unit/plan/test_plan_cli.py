@@ -137,3 +137,63 @@ def test_plan_imports_no_cache_logging_or_event_loop() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.split("\n")[0] == "0 []", done.stdout + done.stderr
+
+
+def test_plan_of_pods_and_a_nodepool_imports_only_the_nodepool_view_and_model(tmp_path: Path) -> None:
+    """A scenario of a NodePool and pods (no gangs, no NodeClaims, no budget): the command builds
+    the NodePool's view and model alone. The other views, the other kinds' models, the gang
+    markers and the spend of NodeClaims are for scenarios that hold them."""
+    import subprocess
+    import sys
+
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(
+        "apiVersion: joiner.sh/v1\nkind: NodePool\nmetadata: {name: default}\n"
+        "spec: {template: {spec: {nodeClassRef: {group: joiner.sh, kind: KWOKNodeClass, name: default}}}}\n"
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\n"
+        "spec: {containers: [{name: c, resources: {requests: {cpu: 500m, memory: 1Gi}}}]}\n"
+    )
+    skipped = (
+        "controller.state.views",
+        "controller.state.spend",
+        "controller.gang.markers",
+        "api.v1.nodeclaim",
+        "api.v1.kwoknodeclass",
+    )
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from controller.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):\n"
+        f"    code = main(['plan', '-f', {str(scenario)!r}, '-o', 'json'])\n"
+        "claims = len(json.loads(out.getvalue())['nodeClaims'])\n"
+        f"print(code, claims, sorted(m for m in {skipped!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.split("\n")[0] == "0 1 []", done.stdout + done.stderr
+
+
+def test_plan_as_the_program_freezes_what_it_keeps_but_not_when_called_in_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`joiner plan` as the program (``main()`` reading ``sys.argv``) moves what its imports made,
+    and at the end what is left, out of the cyclic collector's way: the process ends next. Called
+    with arguments, in a process that goes on, it leaves the collector as it was."""
+    import gc
+    import subprocess
+    import sys
+
+    frozen = gc.get_freeze_count()
+    plan_json(capsys, "-f", str(SCENARIOS / "existing-capacity.yaml"))
+    assert gc.get_freeze_count() == frozen
+    probe = (
+        "import contextlib, gc, io, json, sys\n"
+        f"sys.argv = ['joiner', 'plan', '-f', {str(SCENARIOS / 'existing-capacity.yaml')!r}, '-o', 'json']\n"
+        "from controller.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    code = main()\n"
+        "print(code, json.loads(out.getvalue())['totalPrice'], gc.get_freeze_count() > 10000, gc.isenabled())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.split("\n")[0] == "0 0 True True", done.stdout + done.stderr

@@ -312,3 +312,20 @@ def test_the_controller_reads_a_zero_limit_as_no_room_too() -> None:
     assert all(it.capacity.get("nvidia.com/gpu") == 0 for it in template.instance_types)
     assert len(template.instance_types) == sum(1 for it in catalog if it.capacity.get("nvidia.com/gpu") == 0)
     assert template.limits.get("cpu") == 1_000_000
+
+
+def test_the_cheap_bound_on_nesting_finds_long_lines_with_a_few_searches() -> None:
+    """`_runs_at_most` says whether every run between line feeds is at most so long, as splitting
+    the text would (the lines `str.splitlines` makes are parts of those runs, so the check before
+    a pass over the events decides as the longest line did)."""
+    import random
+
+    from controller.scenario import _runs_at_most
+
+    rng = random.Random(5)
+    for _ in range(5000):
+        text = "".join(rng.choice("ab\n\r\x85") for _ in range(rng.randint(0, 60)))
+        limit = rng.randint(-2, 15)
+        assert _runs_at_most(text, limit) == all(len(run) <= limit for run in text.split("\n")), (text, limit)
+    assert _runs_at_most("x" * 4000 + "\n" + "y" * 4000, 4000)
+    assert not _runs_at_most("x" * 4000 + "\n" + "y" * 4001, 4000)

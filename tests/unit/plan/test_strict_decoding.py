@@ -128,3 +128,64 @@ def test_the_field_table_covers_the_kinds_joiner_plan_reads() -> None:
     ]
     parts: list[str | int] = ["spec", "containers", 0, "resourcs"]
     assert path_parts(path_text(parts)) == parts
+
+
+def test_the_quick_check_and_the_ordered_walk_agree_on_every_field() -> None:
+    """`_all_known` (one set comparison per object) passes exactly the objects in which the walk in
+    document order finds no unknown field: for every key of a clean pod (object, list item, map
+    value, free-form map), the pod with that key misspelt or made a number."""
+    import copy
+
+    from controller.strict import _all_known
+
+    clean: dict[str, object] = {
+        "kind": "Deployment",
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "nodeSelector": {"team": "web"},
+                    "containers": [
+                        {"name": "c", "resources": {"requests": {"cpu": "1"}}, "ports": [{"containerPort": 80}]}
+                    ],
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}
+                    ]}},
+                    "tolerations": [{"key": "a", "operator": "Exists"}],
+                    "volumes": [{"name": "v", "emptyDir": None}],
+                },
+            },
+        },
+    }  # fmt: skip
+    assert unknown_field(clean) is None
+    assert _all_known(clean, "V1Deployment")
+
+    def paths(value: object, at: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        out: list[tuple[object, ...]] = []
+        if isinstance(value, dict):
+            for k, v in value.items():
+                out.append((*at, k))
+                out.extend(paths(v, (*at, k)))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                out.extend(paths(v, (*at, i)))
+        return out
+
+    checked = 0
+    for path in paths(clean):
+        if path == ("kind",):  # (without its kind, an object is not checked)
+            continue
+        for bad in (f"{path[-1]}x", 7):
+            doc = copy.deepcopy(clean)
+            parent: object = doc
+            for step in path[:-1]:
+                parent = parent[step]  # type: ignore[index]
+            assert isinstance(parent, dict)
+            parent[bad] = parent.pop(path[-1])
+            found = unknown_field(doc)
+            assert _all_known(doc, "V1Deployment") == (found is None), (path, bad, found)
+            checked += found is not None
+    assert checked > 20  # most keys are the kind's own; the free-form maps' keys are the user's

@@ -316,3 +316,45 @@ def test_a_nodepool_the_crd_would_reject_is_not_converted() -> None:
         nodepool_from_dict({**base, "spec": {**base["spec"], "limits": {"cpu": "1e1.5"}}}, [])
     with pytest.raises(ConversionError, match=r"metadata\.name is required"):
         nodepool_from_dict({**base, "metadata": {}}, [])
+
+
+def test_pods_of_one_shape_share_their_selectors_and_tolerations_and_read_each_value_by_its_type() -> None:
+    """Selectors of labels alone and toleration lists are read once per distinct value: pods that
+    repeat them get the same objects, and values equal in Python but read differently (True and
+    1, "1" and 1) are never taken for one another."""
+    from controller.scheduling.kubeconv import _SELECTORS, _TOLERATIONS, _labels_only
+    from controller.scheduling.requirements import label_selector
+    from controller.scheduling.taints import Toleration
+
+    _SELECTORS.clear()
+    _TOLERATIONS.clear()
+
+    def spec(selector: dict[str, Any], tolerations: list[dict[str, Any]]) -> dict[str, Any]:
+        spread = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "labelSelector": selector}
+        return {"containers": [{"name": "c"}], "topologySpreadConstraints": [spread], "tolerations": tolerations}
+
+    tolerations = [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]
+    one = pod_from_dict(a_pod(spec({"matchLabels": {"app": "web"}}, tolerations), name="one"))
+    two = pod_from_dict(a_pod(spec({"matchLabels": {"app": "web"}}, [dict(t) for t in tolerations]), name="two"))
+    assert one.spread[0].selector is two.spread[0].selector
+    assert one.spread[0].selector == label_selector({"app": "web"})
+    assert one.tolerations is two.tolerations
+    assert one.tolerations == (Toleration(key="a", operator="Exists", effect="NoExecute"),)
+    # values that compare equal but read as different strings
+    as_bool = pod_from_dict(a_pod(spec({"matchLabels": {"app": "web"}}, [{"key": "k", "value": True}]), name="b"))
+    as_int = pod_from_dict(a_pod(spec({"matchLabels": {"app": "web"}}, [{"key": "k", "value": 1}]), name="i"))
+    assert as_bool.tolerations[0].value == "True"
+    assert as_int.tolerations[0].value == "1"
+    numeric = pod_from_dict(a_pod(spec({"matchLabels": {"tier": 1}}, []), name="n"))
+    text = pod_from_dict(a_pod(spec({"matchLabels": {"tier": "1"}}, []), name="t"))
+    assert numeric.spread[0].selector == text.spread[0].selector == label_selector({"tier": "1"})
+    # only selectors of string labels alone are kept; expressions are read in full every time
+    assert _labels_only({"matchLabels": {"tier": 1}}) is None
+    assert _labels_only({"matchLabels": {"a": "b"}, "matchExpressions": []}) == (("a", "b"),)
+    assert _labels_only({"matchExpressions": [{"key": "a", "operator": "Exists"}]}) is None
+    assert _labels_only({}) == ()
+    expr = {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}
+    assert pod_from_dict(a_pod(spec(expr, []), name="e")).spread[0].selector == label_selector({"app": "web"})
+    # a list of tolerations that cannot be a key is read as it is
+    listed = pod_from_dict(a_pod(spec({}, [{"key": "k", "value": ["x"]}]), name="l"))
+    assert listed.tolerations[0].value == "['x']"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 from controller.scheduling.solver_model import SlotIndex
-from controller.scheduling.solver_numeric import fit_count, fits, suffix_minima, water_fill
+from controller.scheduling.solver_numeric import HeapOrder, fit_count, fits, suffix_minima, water_fill
 
 
 def test_fit_count_is_the_tightest_resource() -> None:
@@ -26,6 +28,30 @@ def test_suffix_minima_bound_what_any_later_request_needs() -> None:
     assert out[1] == (2, 1)
     assert out[2] == (2, 9)
     assert min(out[3]) > 10**12
+
+
+def test_suffix_minima_neighbours_with_equal_bounds_share_one_tuple() -> None:
+    out = suffix_minima([(3, 5), (4, 1), (2, 9), (2, 9)], 2)
+    assert out[0] is out[1]
+    assert out[2] is out[3]
+    assert out[1] is not out[2]
+
+
+def test_heap_order_reads_in_key_order_and_readers_share_what_was_found() -> None:
+    rng = random.Random(7)
+    items = [f"item-{i}" for i in range(50)]
+    keys = [(rng.choice((1.0, 2.0, 0.5)), rng.random(), i) for i in range(50)]
+    expected = [items[k[-1]] for k in sorted(keys)]
+    order = HeapOrder(items, list(keys))
+    first = []
+    for item in order:  # a reader that stops early
+        first.append(item)
+        if len(first) == 5:
+            break
+    assert first == expected[:5]
+    assert list(order) == expected  # a later reader sees every item, in order
+    assert list(order) == expected
+    assert list(HeapOrder(items, [])) == []
 
 
 def test_water_fill_raises_the_lowest_zones_first() -> None:
