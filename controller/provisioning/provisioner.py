@@ -93,7 +93,6 @@ class Provisioner:
             idle_seconds=ctx.settings.batch_idle_seconds,
             max_seconds=ctx.settings.batch_max_seconds,
             arriving=self._scheduler_has_untried_pods,
-            settled=self._burst_in,
         )
         # where each pending pod was planned (pod key -> NodeClaim), and for how long it keeps that place
         self.places = Places(ctx)
@@ -129,8 +128,6 @@ class Provisioner:
             owner = pod.controller if pod.controller is not None and pod.controller.kind in WORKLOAD_KINDS else None
             self._arrivals[owner] = self.ctx.clock.monotonic()
             self._arm_untried()
-            if owner is not None and self.ctx.cluster.workload_complete(owner) is True:
-                self.batcher.wake()  # its last pod: the batch may not need to wait any longer
 
     def _on_workload(self, kind: str, etype: str, obj: Obj, old: Obj | None) -> None:
         """A ReplicaSet, StatefulSet or Job made or resized: its pods are on their way (the first may
@@ -222,7 +219,9 @@ class Provisioner:
         count, :mod:`controller.state.workloads`), or cannot be counted (a bare pod, a kind not
         watched). The ReplicaSet controller creates a burst in steps (1, 2, 4, ... pods, each once
         the last is seen), up to two seconds apart on a loaded machine. Once every workload of the
-        burst holds all its pods the batch may close, however far behind kube-scheduler is (at
+        burst holds all its pods, and none of its pods came within the idle period (a workload
+        applied with it may not have its ReplicaSet yet), the batch may close, however far behind
+        kube-scheduler is (at
         1,000 pods it had tried 600 of them 6 s after the last was created, and the batch used to
         wait for it to the 10 s maximum), and it plans their untried pods at once. One that cannot
         be counted is waited for until it was quiet for the gap. Creation times have a one-second
@@ -242,6 +241,10 @@ class Provisioner:
                     del self._arrivals[owner]  # quiet for longer than any step of a burst: it is in
                 elif owner is None or self.ctx.cluster.workload_complete(owner) is not True:
                     arriving = True
+                elif mono - at < self.ctx.settings.batch_idle_seconds:
+                    # all in, but only just: another workload applied with it may not exist yet
+                    # (its Deployment's ReplicaSet comes a moment later on a busy apiserver)
+                    arriving = True
             return arriving
         now = self.ctx.clock.now()
         window = self.ctx.settings.batch_max_seconds + 1.0
@@ -251,19 +254,6 @@ class Provisioner:
                 if created is not None and (now - created).total_seconds() <= window:
                     return True
         return False
-
-    def _burst_in(self) -> bool:
-        """The pods kube-scheduler has not tried that arrived within the gap all came from workloads
-        that now hold every pod they want: the burst is in, and an open batch need not wait for a
-        quiet period (see `_scheduler_has_untried_pods`)."""
-        if self.ctx.settings.plan_untried_after_seconds is None:
-            return False
-        gap = max(ARRIVAL_GAP_SECONDS, self.ctx.settings.plan_untried_after_seconds + 0.5)
-        mono = self.ctx.clock.monotonic()
-        recent = [owner for owner, at in self._arrivals.items() if mono - at < gap]
-        return bool(recent) and all(
-            owner is not None and self.ctx.cluster.workload_complete(owner) is True for owner in recent
-        )
 
     async def run(self) -> None:
         cluster = self.ctx.cluster

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from controller.clock import FakeClock
 from controller.provisioning.batcher import Batcher
 
@@ -123,56 +121,3 @@ async def test_a_poke_opens_a_batch_but_does_not_keep_an_open_one_open() -> None
     await clock.advance(1.1)
     await _settle()
     assert following.done()
-
-
-async def test_a_burst_known_to_be_in_closes_the_batch_without_a_quiet_period() -> None:
-    """Pods keep coming (each a trigger) until the last one of the workloads arrives: the batch,
-    open for longer than the idle period by then, closes when it is woken, not a quiet second later."""
-    clock = FakeClock()
-    settled = [False]
-    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0, settled=lambda: settled[0])
-    done = asyncio.ensure_future(batcher.wait())
-    batcher.trigger()
-    await _settle()
-    for _ in range(6):
-        await clock.advance(0.5)
-        batcher.trigger()
-        await _settle()
-    await clock.advance(0.2)
-    await _settle()
-    assert not done.done()
-    settled[0] = True
-    batcher.wake()
-    await _settle()
-    assert done.done()
-    assert done.result() == pytest.approx(3.2)
-
-
-async def test_a_burst_in_within_the_first_idle_period_still_waits_that_period() -> None:
-    """Several small workloads applied together: the first may be all in before the next one's
-    ReplicaSet exists, so a batch stays open at least the idle period."""
-    clock = FakeClock()
-    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0, settled=lambda: True)
-    done = asyncio.ensure_future(batcher.wait())
-    batcher.trigger()
-    await _settle()
-    batcher.wake()
-    await clock.advance(0.5)
-    batcher.wake()
-    await _settle()
-    assert not done.done()
-    await clock.advance(0.5)
-    await _settle()
-    assert done.done()
-    assert done.result() == 1.0
-
-
-async def test_a_wake_with_no_batch_open_opens_none() -> None:
-    clock = FakeClock()
-    batcher = Batcher(clock=clock, idle_seconds=1.0, max_seconds=10.0, settled=lambda: True)
-    batcher.wake()
-    done = asyncio.ensure_future(batcher.wait())
-    await clock.advance(5)
-    await _settle()
-    assert not done.done()
-    done.cancel()

@@ -162,7 +162,6 @@ async def test_the_batch_waits_while_pods_kube_scheduler_has_not_tried_keep_arri
     await h.advance(2.0)  # the next step of the burst, two seconds later
     assert provisioner._scheduler_has_untried_pods()
     await arrives("second")
-    assert not provisioner._burst_in()  # bare pods: nothing says how many are coming
     await h.advance(ARRIVAL_GAP_SECONDS - 0.5)
     assert provisioner._scheduler_has_untried_pods()
     await h.advance(1.0)  # nothing new for longer than the gap: the burst is in; both untried still
@@ -193,8 +192,9 @@ async def _made_by(h: Harness, owner: ControllerRef, name: str) -> None:
 
 
 async def test_the_batch_may_close_as_soon_as_every_workload_of_the_burst_holds_all_its_pods(h: Harness) -> None:
-    """The ReplicaSet says how many pods are coming: once the last is in, nothing is arriving, and
-    its pods kube-scheduler has not tried are planned at once rather than after the untried wait."""
+    """The ReplicaSet says how many pods are coming: once the last is in, nothing is arriving after
+    the idle second (not the 3 s gap), and its pods kube-scheduler has not tried are planned at once
+    rather than after the untried wait."""
     provisioner = Provisioner(h.ctx)
     h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
     web = await _replicaset(h, "web-1", 3)
@@ -202,15 +202,17 @@ async def test_the_batch_may_close_as_soon_as_every_workload_of_the_burst_holds_
     await _made_by(h, web, "web-1-a")
     await _made_by(h, web, "web-1-b")
     assert provisioner._scheduler_has_untried_pods()
-    assert not provisioner._burst_in()
     now = h.clock.now()
     assert not any(provisioner._provisionable(p, now) for p in h.cluster.pod_views())  # fresh, burst not in
     await _made_by(h, batch, "batch-1-a")
     assert provisioner._scheduler_has_untried_pods()  # web-1 still lacks one
-    assert not provisioner._burst_in()
     await _made_by(h, web, "web-1-c")
-    assert not provisioner._scheduler_has_untried_pods()  # no gap to wait for
-    assert provisioner._burst_in()  # an open batch need not wait for a quiet second either
+    # all in: planned at once, and nothing is arriving once the idle second passed (not the gap)
+    now = h.clock.now()
+    assert all(provisioner._provisionable(p, now) for p in h.cluster.pod_views())
+    assert provisioner._scheduler_has_untried_pods()  # a workload applied with it may come next
+    await h.advance(h.ctx.settings.batch_idle_seconds)
+    assert not provisioner._scheduler_has_untried_pods()
     now = h.clock.now()
     assert all(provisioner._provisionable(p, now) for p in h.cluster.pod_views())
     plan = await provisioner.reconcile()
