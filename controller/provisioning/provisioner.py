@@ -221,12 +221,11 @@ class Provisioner:
         the last is seen), up to two seconds apart on a loaded machine. Once every workload of the
         burst holds all its pods, and none of its pods came within the idle period (a workload
         applied with it may not have its ReplicaSet yet), the batch may close, however far behind
-        kube-scheduler is (at
-        1,000 pods it had tried 600 of them 6 s after the last was created, and the batch used to
-        wait for it to the 10 s maximum), and it plans their untried pods at once. One that cannot
-        be counted is waited for until it was quiet for the gap. Creation times have a one-second
-        resolution, so the watch's arrival is used: closing once the last pod's
-        ``creationTimestamp`` was 2 s old split a burst in two plans.
+        kube-scheduler is (at 1,000 pods it had tried 600 of them 6 s after the last was created,
+        and the batch used to wait for it to the 10 s maximum), and it plans their untried pods at
+        once. One that cannot be counted is waited for until it was quiet for the gap. Creation
+        times have a one-second resolution, so the watch's arrival is used: closing once the last
+        pod's ``creationTimestamp`` was 2 s old split a burst in two plans.
 
         Without planning untried pods: pods created within the last batch window that kube-scheduler
         has not tried yet. (Older ones belong to a scheduler that is not running; they must not hold
