@@ -272,9 +272,14 @@ def first_request(cluster: Cluster, namespace: str, ctype: str | None = None) ->
     return found[0]
 
 
+ZONE = "topology.kubernetes.io/zone"
+
+
 def claims_when(cluster: Cluster, count: int) -> list[Obj] | None:
+    """Exactly ``count`` NodeClaims, each launched (its zone label is written at launch)."""
     claims = nodeclaims(cluster)
-    return claims if len(claims) == count else None
+    launched = all(ZONE in c["metadata"].get("labels", {}) for c in claims)
+    return claims if len(claims) == count and launched else None
 
 
 def started_pods(cluster: Cluster, namespace: str, count: int) -> list[Obj] | None:
