@@ -21,12 +21,9 @@ from controller.state.views import PodView
 
 def controller_uid(pod: PodView) -> str | None:
     """The uid of the pod's controlling owner (not a DaemonSet), or None."""
-    if pod.is_daemon:
+    if pod.is_daemon or pod.controller is None:
         return None
-    for ref in (pod.raw.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("uid"):
-            return str(ref["uid"])
-    return None
+    return pod.controller.uid
 
 
 def _running(pod: PodView) -> bool:
