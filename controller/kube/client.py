@@ -63,6 +63,11 @@ class InvalidError(ApiError):
     """422: the object failed validation (OpenAPI schema, CEL)."""
 
 
+class TransportError(Exception):
+    """No answer from the apiserver: the connection failed, broke or timed out. A write may or may not
+    have been applied (the apiserver can commit a create and go away before it answers)."""
+
+
 def _error_for(status: int, body: bytes) -> ApiError:
     reason, message = "", body.decode("utf-8", "replace")[:2000]
     try:
@@ -172,28 +177,33 @@ class KubeClient:
         request_timeout: float | None = 60,
     ) -> aiohttp.ClientResponse:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        response: aiohttp.ClientResponse = await self._api.call_api(
-            path,
-            method,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(total=request_timeout, sock_read=request_timeout)
-            if request_timeout
-            else None,
-        )
-        if response.status >= 300:
-            data = await response.read()
-            response.release()
-            raise _error_for(response.status, data)
+        try:
+            response: aiohttp.ClientResponse = await self._api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=request_timeout, sock_read=request_timeout)
+                if request_timeout
+                else None,
+            )
+            if response.status >= 300:
+                data = await response.read()
+                response.release()
+                raise _error_for(response.status, data)
+        except (TimeoutError, aiohttp.ClientError) as err:
+            raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from err
         return response
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Obj:
         response = await self._request(method, path, **kwargs)
         try:
             data: Obj = await response.json(content_type=None, loads=loads_json)
+        except (TimeoutError, aiohttp.ClientError) as err:
+            raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from err
         finally:
             response.release()
         return data

@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from api.v1 import labels as wk
 from controller.cloudprovider.catalog import load_catalog
-from controller.kube.client import InvalidError
+from controller.kube.client import InvalidError, TransportError
 from controller.kube.resources import NODECLAIMS, Resource
 from controller.metrics import REGISTRY
 from controller.scheduling import NodePoolTemplate, Pod, Resources, solve
@@ -200,3 +200,136 @@ async def test_writes_go_a_few_dozen_at_a_time_and_come_back_in_order(harness: H
     assert all(w.claim is not None for w in written)
     assert len(kube.objects(NODECLAIMS)) == 120
     assert kube.most == WRITE_CONCURRENCY == 48
+
+
+class FlakyKube(FakeKube):
+    """An apiserver whose answers get lost: the first ``lost`` creates are committed and then the
+    connection breaks (a restarting apiserver does that), the next ``down`` ones never arrive."""
+
+    lost = 0
+    down = 0
+
+    async def create(self, res: Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
+        if self.down and not self.lost:
+            self.down -= 1
+            self._record("create", res, str((obj.get("metadata") or {}).get("name")))
+            raise TransportError("POST nodeclaims: ClientConnectorError: connection refused")
+        created = await super().create(res, obj, namespace=namespace)
+        if self.lost:
+            self.lost -= 1
+            raise TransportError("POST nodeclaims: ServerDisconnectedError: Server disconnected")
+        return created
+
+
+async def _written_while_time_passes(h: Harness, writer: NodeClaimWriter, requests: list[NewClaim]) -> list[Any]:
+    async with writer.lock:
+        task = asyncio.create_task(writer.create(requests, reason="provisioning"))
+        for _ in range(200):
+            if task.done():
+                break
+            await h.clock.advance(1.0)
+        return await task
+
+
+async def test_a_create_whose_answer_was_lost_is_sent_again_under_its_name_and_bought_once(harness: Harness) -> None:
+    h = harness
+    kube = FlakyKube(clock=h.clock)
+    kube.lost = 1
+    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    [request] = planned("w-lost")
+    assert "generateName" in request.manifest["metadata"]
+    with capture_logs() as logs:
+        [written] = await _written_while_time_passes(h, writer, [request])
+    # one machine: the second try under the same name met the first try's NodeClaim and took it
+    [name] = kube.objects(NODECLAIMS)
+    assert written.claim is not None
+    assert written.error is None
+    assert written.name == name
+    assert name.startswith("w-lost-")
+    assert [c for c in kube.calls if c[0] == "create"] == [("create", "nodeclaims", name)] * 2
+    assert created_total("w-lost", "provisioning") == 1
+    assert [c.name for c in writer.in_flight()] == [name]
+    [retry] = [e for e in logs if e["event"] == "nodeclaim.create_retry"]
+    assert "Server disconnected" in retry["error"]
+    [line] = [e for e in logs if e["event"] == "nodeclaim.created"]
+    assert line["nodeclaim"] == name
+    assert line["tries"] == 2
+
+
+async def test_a_create_that_never_arrived_is_sent_again_and_written_once(harness: Harness) -> None:
+    h = harness
+    kube = FlakyKube(clock=h.clock)
+    kube.down = 3
+    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    [written] = await _written_while_time_passes(h, writer, planned("w-down"))
+    assert written.claim is not None
+    assert list(kube.objects(NODECLAIMS)) == [written.name]
+    assert len([c for c in kube.calls if c[0] == "create"]) == 4
+    assert created_total("w-down", "provisioning") == 1
+
+
+async def test_a_chosen_name_someone_else_has_is_not_taken_for_ours(harness: Harness) -> None:
+    h = harness
+    names = iter(["taken", "taken", "fresh"])
+    writer = NodeClaimWriter(client=h.kube, cluster=h.cluster, clock=h.clock, suffix=lambda: next(names))
+    [first] = planned("w-clash")
+    async with writer.lock:
+        [mine] = await writer.create([first], reason="provisioning")
+    assert mine.name == "w-clash-taken"
+    # a NodeClaim of that name that the cache has not shown: the apiserver says 409, and it is not ours
+    h.kube.lag(NODECLAIMS)
+    names = iter(["taken", "fresh"])
+    other = NodeClaimWriter(client=h.kube, cluster=h.cluster, clock=h.clock, suffix=lambda: next(names))
+    [second] = planned("w-clash")
+    async with other.lock:
+        [written] = await other.create([second], reason="provisioning")
+    assert written.name == "w-clash-fresh"
+    assert not written.existed
+    assert sorted(h.kube.objects(NODECLAIMS)) == ["w-clash-fresh", "w-clash-taken"]
+    assert created_total("w-clash", "provisioning") == 2
+
+
+async def test_no_answer_for_a_minute_is_a_failure_counted_in_flight_so_nothing_is_bought_twice(
+    harness: Harness,
+) -> None:
+    h = harness
+    kube = FlakyKube(clock=h.clock)
+    kube.down = 10_000
+    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    with capture_logs() as logs:
+        [written] = await _written_while_time_passes(h, writer, planned("w-away"))
+    assert written.claim is None
+    assert written.error is not None
+    assert "it may exist" in written.error
+    assert kube.objects(NODECLAIMS) == {}
+    assert created_total("w-away", "provisioning") == 0
+    # it may have been written: decisions count it until the cache shows it or a minute passes
+    [maybe] = writer.in_flight()
+    assert maybe.name == written.name
+    assert [e["event"] for e in logs if e["event"].startswith("nodeclaim.create_")][-1] == "nodeclaim.create_failed"
+    await h.clock.advance(61)
+    assert writer.in_flight() == []
+
+
+async def test_a_named_nodeclaim_whose_answer_was_lost_is_taken_only_if_it_is_the_one_written(
+    harness: Harness,
+) -> None:
+    h = harness
+    kube = FlakyKube(clock=h.clock)
+    kube.lost = 1
+    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    [request] = planned("w-gangname", gang="ml.train")
+    request.manifest["metadata"]["name"] = "w-gangname-g1-0"
+    [written] = await _written_while_time_passes(h, writer, [request])
+    assert written.claim is not None
+    assert not written.existed  # this write made it: it is counted as created, once
+    assert created_total("w-gangname", "provisioning") == 1
+    # another write of the same name with other annotations, its answer lost: not the one written
+    kube.down = 1
+    [other] = planned("w-gangname", gang="ml.train")
+    other.manifest["metadata"]["name"] = "w-gangname-g1-0"
+    other.manifest["metadata"]["annotations"][wk.ANNOTATION_PLANNED_PRICE] = "9.9999"
+    [refused] = await _written_while_time_passes(h, writer, [other])
+    assert refused.claim is None
+    assert refused.error is not None
+    assert "already exists" in refused.error
