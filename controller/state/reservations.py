@@ -76,7 +76,8 @@ class DaemonSetsKeptOff:
         self._by_claim: dict[str, tuple[str, ...]] = {}
 
     def of(self, claim: NodeClaimView, daemonsets: Callable[[], Iterable[Obj]]) -> tuple[str, ...]:
-        objs = list(daemonsets())
+        # a DaemonSet being deleted (its namespace going) puts no pod on a new Node
+        objs = [o for o in daemonsets() if not (o.get("metadata") or {}).get("deletionTimestamp")]
         seen = tuple(
             (str((o.get("metadata") or {}).get("uid")), str((o.get("metadata") or {}).get("resourceVersion")))
             for o in objs

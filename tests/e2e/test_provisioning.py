@@ -245,7 +245,13 @@ def test_a_daemonset_the_reservation_would_keep_off_runs_on_every_new_node_and_t
         running = [p for p in cluster.items("pods", namespace=agents) if p["status"].get("phase") == "Running"]
         return nodes <= {p["spec"].get("nodeName") for p in running}
 
-    eventually(agents_on_new_nodes, timeout=60, what=f"the log agent Running on {sorted(nodes)}")
+    try:
+        eventually(agents_on_new_nodes, timeout=60, what=f"the log agent Running on {sorted(nodes)}")
+    finally:
+        # gone before the next test's controller starts: its namespace takes a while to go, and the
+        # DaemonSet would keep that test's Nodes from being reserved (CI: the next test's pods were
+        # nominated, never given a toleration)
+        cluster.kubectl("delete", "daemonset", "log-agent", "-n", agents, "--wait=true", "--timeout=60s", check=False)
     for p in pods:
         assert not [t for t in p["spec"].get("tolerations") or [] if t.get("key") == PLANNED], p["metadata"]["name"]
     assert joiner.metric("joiner_provisioner_nominations_total", action="set") >= 1

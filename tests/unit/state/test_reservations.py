@@ -80,3 +80,12 @@ def test_the_answer_is_kept_per_nodeclaim_until_the_daemonsets_change() -> None:
     objs[0]["metadata"]["resourceVersion"] = "2"
     assert book.of(claim(), lambda: objs) == ()
     assert book.of(claim(), list) == ()
+
+
+def test_a_daemonset_being_deleted_keeps_nothing_off() -> None:
+    """Its namespace is going (or it is deleted): the DaemonSet controller makes no pod for a new Node."""
+    going = daemonset("log-agent")
+    book = DaemonSetsKeptOff()
+    assert book.of(claim(), lambda: [going]) == ("DaemonSet/log-agent",)
+    going["metadata"] |= {"deletionTimestamp": "2026-01-01T00:00:00Z", "resourceVersion": "2"}
+    assert book.of(claim(), lambda: [going]) == ()
