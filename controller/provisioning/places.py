@@ -10,17 +10,18 @@ through a backlog, at its pace), and while the pod still fits there.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
 import structlog
 
-from api.v1.labels import TAINT_UNREGISTERED
+from api.v1.labels import TAINT_PLANNED, TAINT_PLANNED_EFFECT, TAINT_UNREGISTERED
 from controller.context import Context
 from controller.provisioning.nominations import split_nominated
 from controller.scheduling.model import ExistingNode, Plan, Pod
 from controller.scheduling.warm import is_virtual
-from controller.state.views import NodeClaimView, NodeView
+from controller.state.views import NodeClaimView, NodeView, PodView
 
 log = structlog.get_logger()
 # a pod nominated to a NodeClaim keeps that place until the NodeClaim has been Initialized this long;
@@ -42,6 +43,7 @@ class Places:
         self._binds: deque[float] = deque()  # when kube-scheduler bound pods (monotonic), for its pace
         self._grace = NOMINATION_GRACE_SECONDS
         self._opened: dict[str, datetime] = {}  # Node -> when its joiner.sh/unregistered taint went
+        self._adopted = False  # the places an earlier process gave were read back (`adopt`)
 
     # --- what the watches tell -------------------------------------------------------------
     def on_node(self, etype: str, node: NodeView, old: NodeView | None) -> None:
@@ -115,6 +117,45 @@ class Places:
             if since is None or (self.ctx.clock.now() - since).total_seconds() > self._grace:
                 return None
         return claim.node_name or claim_name
+
+    def adopt(self, pending: Mapping[str, PodView]) -> int:
+        """After a start (a restart, a new leader): the places an earlier process gave pending pods,
+        read back from the toleration of a planned NodeClaim's `joiner.sh/planned` taint it gave each
+        one (the last, when a pod was planned more than once), so the first decision keeps them there.
+
+        The plan went with the process, but the tolerations stay on the pods, and a pod tolerating a
+        reserved Node can be bound there whatever the next plan says. Solved afresh, the pods of the
+        NodeClaims in flight could be dealt out to them in another order: a pod planned elsewhere but
+        still tolerating its old Node would take the room of the pod planned there now, that pod would
+        have nowhere to go and one more machine would be bought, and the Node planned for the first
+        pod would stay empty. Only once per process, before its first decision; the places then hold
+        as any other (grace, room left, the NodeClaim still there). Returns how many were adopted."""
+        if self._adopted:
+            return 0
+        self._adopted = True
+        adopted = 0
+        for key, pod in pending.items():
+            if key in self.nominations:
+                continue
+            claim_name = self._tolerated_claim(pod)
+            if claim_name is not None:
+                self.nominations[key] = claim_name
+                adopted += 1
+        if adopted:
+            log.info("provisioner.places_adopted", pods=adopted, reason="tolerations of planned NodeClaims")
+        return adopted
+
+    def _tolerated_claim(self, pod: PodView) -> str | None:
+        """The last NodeClaim still there whose reservation the pod was given a toleration of."""
+        for raw in reversed(pod.raw_tolerations):
+            if not isinstance(raw, Mapping) or raw.get("key") != TAINT_PLANNED:
+                continue
+            if raw.get("operator", "Equal") != "Equal" or raw.get("effect") not in (None, "", TAINT_PLANNED_EFFECT):
+                continue
+            claim = self.claim(str(raw.get("value") or ""))
+            if claim is not None and not claim.deleting:
+                return claim.name
+        return None
 
     def with_nominations(
         self, pods: list[Pod], existing: list[ExistingNode], *, live: set[str]

@@ -330,6 +330,7 @@ class Provisioner:
         # the machines (with the ones just created); the room booked for ProvisioningRequests' pods
         # still to come counts as taken
         existing = self.ctx.bookings.hold(machines(cluster, pools, in_flight=self._writer.in_flight()), now)
+        self.places.adopt(pending_objs)  # the first decision of this process keeps an earlier one's places
         pods, existing = self.places.with_nominations(pods, existing, live=set(pending_objs))
         buffer_pods = [p for p in buffer_pods if virtual_pool(p) in pools]
         if not pods and not unreadable and not buffer_pods:

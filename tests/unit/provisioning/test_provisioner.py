@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE, TAINT_UNREGISTERED
+from api.v1.labels import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_ZONE,
+    TAINT_PLANNED,
+    TAINT_UNREGISTERED,
+)
 from controller.clock import format_time
 from controller.cloudprovider.types import OfferingId
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS, REPLICASETS
@@ -125,6 +132,37 @@ async def test_a_nominated_pod_whose_room_was_taken_is_provisioned_again_at_once
     assert [n.pods for n in plan.new_nodes] == [("default/b",)]
     assert plan.existing_placements == {}
     assert len(claims(h)) == 2
+
+
+async def test_a_restarted_provisioner_keeps_the_places_its_tolerations_tell(h: Harness) -> None:
+    """The plan goes with the process; the pods keep the tolerations of their planned NodeClaims'
+    reservations, so a new process's first decision puts each where its toleration says, not where a
+    fresh solve would deal it (a pod tolerating its old Node could take another's room there)."""
+    before = Provisioner(h.ctx)
+    for name in ("a", "b", "c"):
+        await pending(h, name, "3")  # one cpu-4 machine each
+    await before.reconcile()
+    first = dict(before.places.nominations)
+    assert sorted(first) == ["default/a", "default/b", "default/c"]
+    assert len(set(first.values())) == 3
+    for claim in claims(h):
+        await h.cached("NodeClaim", claim["metadata"]["name"])
+    # the places the process that died gave: dealt round, none where a fresh solve puts it
+    given = {
+        "default/a": first["default/b"],
+        "default/b": first["default/c"],
+        "default/c": first["default/a"],
+    }
+    for key, claim_name in given.items():
+        toleration = {"key": TAINT_PLANNED, "operator": "Equal", "value": claim_name, "effect": "NoSchedule"}
+        await h.kube.patch(PODS, key.split("/")[1], {"spec": {"tolerations": [toleration]}}, namespace="default")
+        await h.cached("Pod", key)
+    restarted = Provisioner(h.ctx)
+    assert await restarted.reconcile() is None  # nothing to buy: each pod has its place
+    assert restarted.places.nominations == given
+    assert len(claims(h)) == 3
+    # once only: a later decision does not read the tolerations again
+    assert restarted.places.adopt({}) == 0
 
 
 def _container(cpu: str) -> Obj:
