@@ -223,14 +223,20 @@ class NodeClaimWriter:
                     self._remember(manifest)
                     log.debug("nodeclaim.exists", nodeclaim=manifest["metadata"]["name"], reason=reason)
                     return Written(request=request, claim=manifest, existed=True)
-                found = await self._written_before(manifest)
-                if found is not None:
-                    claim = found  # the try whose answer was lost wrote it
-                    break
-                if chosen:
-                    manifest = self._named(request.manifest)
-                    continue
-                return self._failed(request, manifest, reason=reason, error=str(err))
+                try:
+                    found = await self._written_before(manifest)
+                except (ApiError, TransportError) as looked:
+                    # cannot tell yet: the same name again, never another (that could buy it twice)
+                    uncertain = f"{err}; reading it back: {looked}"
+                else:
+                    if found is not None:
+                        claim = found  # the try whose answer was lost wrote it
+                        break
+                    if chosen:
+                        manifest = self._named(request.manifest)  # someone else's, made meanwhile
+                        uncertain = None
+                        continue
+                    return self._failed(request, manifest, reason=reason, error=str(err))
             except ApiError as err:
                 if not _retryable(err.status):
                     return self._failed(request, manifest, reason=reason, error=str(err))
@@ -292,12 +298,9 @@ class NodeClaimWriter:
 
     async def _written_before(self, manifest: Obj) -> Obj | None:
         """The NodeClaim of ``manifest``'s name if an earlier try of this write made it (its labels and
-        annotations are the manifest's), else None."""
+        annotations are the manifest's), else None; raises when it cannot be read."""
         meta = manifest["metadata"]
-        try:
-            found = await self._client.get(NODECLAIMS, str(meta["name"]))
-        except (ApiError, TransportError):
-            return None
+        found = await self._client.get(NODECLAIMS, str(meta["name"]))
         have = found.get("metadata") or {}
         for part in ("labels", "annotations"):
             mine = meta.get(part) or {}

@@ -208,6 +208,13 @@ class FlakyKube(FakeKube):
 
     lost = 0
     down = 0
+    unreadable = 0  # reads that get no answer either
+
+    async def get(self, res: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        if self.unreadable:
+            self.unreadable -= 1
+            raise TransportError(f"GET {res.plural}/{name}: ServerDisconnectedError")
+        return await super().get(res, name, namespace=namespace)
 
     async def create(self, res: Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
         if self.down and not self.lost:
@@ -333,3 +340,18 @@ async def test_a_named_nodeclaim_whose_answer_was_lost_is_taken_only_if_it_is_th
     assert refused.claim is None
     assert refused.error is not None
     assert "already exists" in refused.error
+
+
+async def test_a_lost_answer_that_cannot_be_read_back_yet_keeps_its_name_until_it_can(harness: Harness) -> None:
+    """409 after a lost answer, and the NodeClaim cannot be read yet: the writer tries the same name
+    again (another name could buy the machine twice) until it can tell the NodeClaim is its own."""
+    h = harness
+    kube = FlakyKube(clock=h.clock)
+    kube.lost, kube.unreadable = 1, 2
+    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    [written] = await _written_while_time_passes(h, writer, planned("w-unread"))
+    [name] = kube.objects(NODECLAIMS)
+    assert written.claim is not None
+    assert written.name == name
+    assert {c[2] for c in kube.calls if c[0] == "create"} == {name}
+    assert created_total("w-unread", "provisioning") == 1
