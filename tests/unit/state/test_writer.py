@@ -228,6 +228,13 @@ class FlakyKube(FakeKube):
         return created
 
 
+def flaky(h: Harness, *, lost: int = 0, down: int = 0, unreadable: int = 0) -> tuple[FlakyKube, NodeClaimWriter]:
+    """A writer over an apiserver that loses ``lost`` answers, ``down`` requests and ``unreadable`` reads."""
+    kube = FlakyKube(clock=h.clock)
+    kube.lost, kube.down, kube.unreadable = lost, down, unreadable
+    return kube, NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+
+
 async def _written_while_time_passes(h: Harness, writer: NodeClaimWriter, requests: list[NewClaim]) -> list[Any]:
     async with writer.lock:
         task = asyncio.create_task(writer.create(requests, reason="provisioning"))
@@ -240,9 +247,7 @@ async def _written_while_time_passes(h: Harness, writer: NodeClaimWriter, reques
 
 async def test_a_create_whose_answer_was_lost_is_sent_again_under_its_name_and_bought_once(harness: Harness) -> None:
     h = harness
-    kube = FlakyKube(clock=h.clock)
-    kube.lost = 1
-    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    kube, writer = flaky(h, lost=1)
     [request] = planned("w-lost")
     assert "generateName" in request.manifest["metadata"]
     with capture_logs() as logs:
@@ -265,9 +270,7 @@ async def test_a_create_whose_answer_was_lost_is_sent_again_under_its_name_and_b
 
 async def test_a_create_that_never_arrived_is_sent_again_and_written_once(harness: Harness) -> None:
     h = harness
-    kube = FlakyKube(clock=h.clock)
-    kube.down = 3
-    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    kube, writer = flaky(h, down=3)
     [written] = await _written_while_time_passes(h, writer, planned("w-down"))
     assert written.claim is not None
     assert list(kube.objects(NODECLAIMS)) == [written.name]
@@ -300,9 +303,7 @@ async def test_no_answer_for_a_minute_is_a_failure_counted_in_flight_so_nothing_
     harness: Harness,
 ) -> None:
     h = harness
-    kube = FlakyKube(clock=h.clock)
-    kube.down = 10_000
-    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    kube, writer = flaky(h, down=10_000)
     with capture_logs() as logs:
         [written] = await _written_while_time_passes(h, writer, planned("w-away"))
     assert written.claim is None
@@ -322,9 +323,7 @@ async def test_a_named_nodeclaim_whose_answer_was_lost_is_taken_only_if_it_is_th
     harness: Harness,
 ) -> None:
     h = harness
-    kube = FlakyKube(clock=h.clock)
-    kube.lost = 1
-    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    kube, writer = flaky(h, lost=1)
     [request] = planned("w-gangname", gang="ml.train")
     request.manifest["metadata"]["name"] = "w-gangname-g1-0"
     [written] = await _written_while_time_passes(h, writer, [request])
@@ -346,9 +345,7 @@ async def test_a_lost_answer_that_cannot_be_read_back_yet_keeps_its_name_until_i
     """409 after a lost answer, and the NodeClaim cannot be read yet: the writer tries the same name
     again (another name could buy the machine twice) until it can tell the NodeClaim is its own."""
     h = harness
-    kube = FlakyKube(clock=h.clock)
-    kube.lost, kube.unreadable = 1, 2
-    writer = NodeClaimWriter(client=kube, cluster=h.cluster, clock=h.clock)
+    kube, writer = flaky(h, lost=1, unreadable=2)
     [written] = await _written_while_time_passes(h, writer, planned("w-unread"))
     [name] = kube.objects(NODECLAIMS)
     assert written.claim is not None
