@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -26,10 +27,28 @@ FAST = {
 }
 
 
+# below Linux's ephemeral range (32768-60999): a port the kernel hands out for bind(0) is also the
+# local port of the next outgoing connection, and on a cluster busy with connections one took a
+# controller's metrics port between the pick and the bind ("address already in use")
+_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+_pick = random.Random()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port on 127.0.0.1 that nothing listens on or connects from now, and not handed out before
+    by this process."""
+    while True:
+        port = _pick.choice(_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 @dataclass
