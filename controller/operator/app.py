@@ -30,7 +30,7 @@ from controller.kube.resources import (
 from controller.metrics import REGISTRY
 from controller.operator.leader import LeaderElector
 from controller.operator.metrics import LEADER, LOOP_RESTARTS, record_start
-from controller.operator.server import Servers
+from controller.operator.server import ListenError, Servers
 from controller.provreq.request import CRD_NAME as PROVISIONING_REQUEST_CRD
 from controller.settings import Settings
 from controller.state import metrics as state_metrics
@@ -425,7 +425,15 @@ async def run_operator(
         metrics_port=settings.metrics_port,
         health_port=settings.health_port,
     )
-    await servers.start()
+    try:
+        await servers.start()
+    except ListenError as err:
+        log.error("operator.cannot_listen", error=str(err), hint="--metrics-port, --health-port, --bind-address")
+        close = getattr(raw_cloud, "aclose", None)
+        if close is not None:
+            await close()
+        await client.close()
+        return 1
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -8,6 +8,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 
+class ListenError(OSError):
+    """An endpoint's address cannot be listened on (in use, or not this host's)."""
+
+
 class Servers:
     def __init__(
         self,
@@ -44,11 +48,19 @@ class Servers:
         health = web.Application()
         health.router.add_get("/healthz", self._healthz)
         health.router.add_get("/readyz", self._readyz)
-        for app, port in ((metrics, self._ports[0]), (health, self._ports[1])):
+        for what, app, port in (("metrics", metrics, self._ports[0]), ("health", health, self._ports[1])):
+            if what == "metrics" and port == 0:
+                continue  # --metrics-port 0: no metrics endpoint
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
-            await web.TCPSite(runner, self._bind, port).start()
             self._runners.append(runner)
+            try:
+                await web.TCPSite(runner, self._bind, port).start()
+            except OSError as err:
+                await self.stop()
+                raise ListenError(
+                    err.errno, f"cannot listen on {self._bind}:{port} for the {what} endpoint: {err.strerror}"
+                ) from err
 
     async def stop(self) -> None:
         for runner in self._runners:
