@@ -16,7 +16,7 @@ from controller.cloudprovider.metrics import MeteredCloudProvider
 from controller.cloudprovider.types import CloudProvider
 from controller.cloudprovider.unavailable import UnavailableOfferings
 from controller.context import Context
-from controller.kube.client import ApiError, KubeClient, NotFoundError
+from controller.kube.client import ApiError, KubeClient, NotFoundError, TransportError
 from controller.kube.events import EventRecorder
 from controller.kube.resources import (
     AKSNODECLASSES,
@@ -318,7 +318,7 @@ async def run_operator(
     log.info("operator.starting", apiserver=client.host, provider=provider, leader_elect=leader_elect)
     try:
         missing = await missing_crds(client, provider=provider)
-    except ApiError as err:
+    except (ApiError, TransportError) as err:
         log.error("operator.apiserver_unreachable", error=str(err))
         await client.close()
         return 1

@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 import structlog
 
 from controller.clock import Clock, format_time
-from controller.kube.client import ApiError, ConflictError, KubeClient, NotFoundError
+from controller.kube.client import ApiError, ConflictError, KubeClient, NotFoundError, TransportError
 from controller.kube.resources import LEASES
 
 log = structlog.get_logger()
@@ -163,7 +163,7 @@ class LeaderElector:
         while not self.is_leader.is_set():
             try:
                 acquired = await self._try()
-            except ApiError as err:
+            except (ApiError, TransportError) as err:  # no answer (the apiserver restarts): try again
                 log.warning("leader.acquire_failed", error=str(err))
                 acquired = False
             if acquired:
@@ -180,7 +180,7 @@ class LeaderElector:
                 renewed = await self._within(self._try(), left)
             except _Timeout:
                 renewed, why = False, "the renewal did not answer in time"
-            except ApiError as err:
+            except (ApiError, TransportError) as err:
                 renewed, why = False, str(err)
             if renewed:
                 last_renew = self._clock.monotonic()
@@ -208,5 +208,5 @@ class LeaderElector:
                 lease["spec"]["holderIdentity"] = None
                 lease["spec"]["leaseDurationSeconds"] = 1
                 await self._client.replace(LEASES, lease)
-        except ApiError as err:
+        except (ApiError, TransportError) as err:
             log.warning("leader.release_failed", error=str(err))

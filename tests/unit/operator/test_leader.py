@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from controller.clock import FakeClock, format_time
-from controller.kube.client import ApiError, ConflictError, NotFoundError
+from controller.kube.client import ApiError, ConflictError, NotFoundError, TransportError
 from controller.operator.leader import LeaderElectionError, LeaderElector, check_timings
 
 Obj = dict[str, Any]
@@ -26,18 +26,22 @@ class Leases:
 
 
 class Client:
-    """One replica's connection to the store; ``partitioned`` fails its calls, ``hung`` never answers."""
+    """One replica's connection to the store; ``partitioned`` fails its calls (``"unreachable"``: no
+    answer, as a network partition or an apiserver restart gives; ``"503"``: an apiserver that answers
+    but cannot serve), ``hung`` never answers."""
 
     def __init__(self, store: Leases) -> None:
         self.store = store
-        self.partitioned = False
+        self.partitioned: str | None = None
         self.hung = False
 
     async def _gate(self) -> None:
         if self.hung:
             await asyncio.Event().wait()
-        if self.partitioned:
+        if self.partitioned == "503":
             raise ApiError(503, "ServiceUnavailable", "the apiserver cannot be reached")
+        if self.partitioned:
+            raise TransportError("PUT leases/joiner: ClientConnectorError: connection refused")
 
     async def get(self, res: Any, name: str, *, namespace: str | None = None) -> Obj:
         await self._gate()
@@ -124,7 +128,8 @@ async def test_a_holder_whose_clock_is_wrong_cannot_make_its_lease_look_expired(
     task_b.cancel()
 
 
-async def test_a_partitioned_leader_stops_before_the_standby_takes_over() -> None:
+@pytest.mark.parametrize("failure", ["unreachable", "503"])
+async def test_a_partitioned_leader_stops_before_the_standby_takes_over(failure: str) -> None:
     clock, store = FakeClock(), Leases()
     a, client_a = elector(store, clock, "a")
     b, _ = elector(store, clock, "b")
@@ -133,7 +138,7 @@ async def test_a_partitioned_leader_stops_before_the_standby_takes_over() -> Non
     task_b = asyncio.create_task(b.run())
     await step(clock, 10)
     cut_at = clock.monotonic()
-    client_a.partitioned = True
+    client_a.partitioned = failure
     stopped_at = took_over_at = None
     for _ in range(80):
         await clock.advance(0.5)
@@ -187,3 +192,36 @@ async def test_a_clean_stop_hands_over_without_waiting_for_expiry() -> None:
 def test_timings_that_could_give_two_leaders_are_refused(lease: float, deadline: float, retry: float) -> None:
     with pytest.raises(LeaderElectionError, match="retry period < renew deadline < lease duration"):
         check_timings(lease=lease, renew_deadline=deadline, retry_period=retry)
+
+
+async def test_a_standby_that_cannot_reach_the_apiserver_waits_and_leads_once_it_can() -> None:
+    """A standby started while the apiserver restarts keeps trying every retry period; it does not
+    exit (the process would restart and start over) and takes the Lease once it answers."""
+    clock, store = FakeClock(), Leases()
+    a, client_a = elector(store, clock, "a")
+    client_a.partitioned = "unreachable"
+    task = asyncio.create_task(a.run())
+    await step(clock, 10)
+    assert not task.done()
+    assert not a.is_leader.is_set()
+    client_a.partitioned = None
+    await step(clock, 3)
+    assert a.is_leader.is_set()
+    task.cancel()
+
+
+async def test_a_leader_whose_apiserver_blips_keeps_the_lease() -> None:
+    """A few seconds without an answer, shorter than the renew deadline: still the leader."""
+    clock, store = FakeClock(), Leases()
+    a, client_a = elector(store, clock, "a")
+    task = asyncio.create_task(a.run())
+    await step(clock, 3)
+    assert a.is_leader.is_set()
+    client_a.partitioned = "unreachable"
+    await step(clock, 5)
+    client_a.partitioned = None
+    await step(clock, 10)
+    assert a.is_leader.is_set()
+    assert not a.lost.is_set()
+    assert not task.done()
+    task.cancel()
