@@ -43,8 +43,24 @@ running() {
     apiserver_ready
 }
 
+# a free port below Linux's ephemeral range (32768-60999): a port that range hands out is also the
+# local port of some outgoing connection sooner or later, and the fault suite restarts kube-apiserver
+# on its port (an outgoing connection could take it while the apiserver is down)
+# (arguments: ports already picked, not to be picked again)
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    python3 -c '
+import random, socket, sys
+while True:
+    port = random.randrange(20000, 32768)
+    if str(port) in sys.argv[1:]:
+        continue
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    print(port)
+    break' "$@"
 }
 
 stop_all() {
@@ -170,7 +186,7 @@ up() {
     mkdir -p "$dir/logs" "$dir/pids"
     local pki="$dir/pki" api_port etcd_port peer_port sched_port stages data t0
     t0=$(date +%s)
-    api_port=$(free_port); etcd_port=$(free_port); peer_port=$(free_port)
+    api_port=$(free_port); etcd_port=$(free_port "$api_port"); peer_port=$(free_port "$api_port" "$etcd_port")
     write_kubeconfig "$api_port"
     stages=$(kwok_stages)
 
@@ -226,7 +242,7 @@ up() {
         --kube-api-qps=500 --kube-api-burst=1000 --concurrent-gc-syncs=20 \
         --node-monitor-grace-period="${NODE_MONITOR_GRACE}s"
     # its /metrics (queue lengths, attempts) are served to anyone on loopback, for the benchmarks
-    sched_port=$(free_port)
+    sched_port=$(free_port "$api_port" "$etcd_port" "$peer_port")
     echo "$sched_port" > "$dir/scheduler-port"
     start kube-scheduler "$bins/kube-scheduler" \
         --kubeconfig="$dir/kubeconfig" --leader-elect=false \
