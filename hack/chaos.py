@@ -1,6 +1,7 @@
 """The fault suite: the real controller on the local KWOK cluster, killed and starved on purpose.
 
     .venv/bin/python -m hack.chaos [--seed 1] [--runs 5] [--kills 4] [--consolidation-kills 2]   # make chaos
+    .venv/bin/python -m hack.chaos --seed 7 --runs 1 --repeat 10 --kills 3 --apiserver always --fault-rates
 
 Each run submits a mixed GPU workload — 24 CPU web pods, 6 one-GPU L4 inference pods spread over
 three zones, and a 4-member gang of 8-GPU H100 pods (gated, all or nothing) — while faults are
@@ -654,13 +655,21 @@ def main(argv: list[str] | None = None) -> int:
         default="alternate",
         help="when kube-apiserver is restarted mid-run: every other run (the default), in every run, or never",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each seed this many times (the same faults at the same moments; what differs is the "
+        "timing of everything else, which is where the rare failures are)",
+    )
     parser.add_argument("--logs", type=Path, help="where the controller logs go (default: a temporary directory)")
     args = parser.parse_args(argv)
     logs = args.logs or Path(tempfile.mkdtemp(prefix="joiner-chaos-"))
     logs.mkdir(parents=True, exist_ok=True)
     cluster = cluster_up()
     runs: list[Run] = []
-    for i in range(args.runs):
+    for n in range(args.runs * args.repeat):
+        i, again = divmod(n, args.repeat)
         restart = {"alternate": i % 2 == 1, "always": True, "never": False}[args.apiserver]
         run = plan_run(
             args.seed + i,
@@ -669,7 +678,9 @@ def main(argv: list[str] | None = None) -> int:
             consolidation_kills=args.consolidation_kills,
             rates=args.fault_rates,
         )
-        execute(cluster, run, logs=logs)
+        where = logs / f"seed-{run.seed}-try-{again + 1}" if args.repeat > 1 else logs
+        where.mkdir(parents=True, exist_ok=True)
+        execute(cluster, run, logs=where)
         runs.append(run)
         took = f"{run.seconds:.1f} s" if run.seconds is not None else f"not all Running in {RUN_TIMEOUT:.0f} s"
         faults = f"kills at {', '.join(f'{t:.1f}' for t in run.kills)} s"
