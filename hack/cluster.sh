@@ -43,24 +43,9 @@ running() {
     apiserver_ready
 }
 
-# a free port below Linux's ephemeral range (32768-60999): a port that range hands out is also the
-# local port of some outgoing connection sooner or later, and the fault suite restarts kube-apiserver
-# on its port (an outgoing connection could take it while the apiserver is down)
-# (arguments: ports already picked, not to be picked again)
+# a free port, not one of the arguments (hack/ports.py says why below the ephemeral range)
 free_port() {
-    python3 -c '
-import random, socket, sys
-while True:
-    port = random.randrange(20000, 32768)
-    if str(port) in sys.argv[1:]:
-        continue
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-    print(port)
-    break' "$@"
+    python3 "$root/hack/ports.py" "$@"
 }
 
 stop_all() {

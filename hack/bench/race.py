@@ -51,6 +51,7 @@ import structlog
 
 from hack.bench.e2e_provisioning import _apiserver_requests, _cpu_seconds
 from hack.bench.karpenter_side_by_side import _go_env, _gomodcache, _local_go
+from hack.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "sigs.k8s.io/karpenter"
@@ -482,8 +483,8 @@ def run_once(
             **os.environ,
             "KUBECONFIG": str(cluster.kubeconfig),
             "DISABLE_LEADER_ELECTION": "true",
-            "METRICS_PORT": str(_free_port()),
-            "HEALTH_PROBE_PORT": str(_free_port()),
+            "METRICS_PORT": str(free_port()),
+            "HEALTH_PROBE_PORT": str(free_port()),
             "LOG_LEVEL": "info",
         }
         if instance_types is not None:
@@ -635,14 +636,6 @@ def explain(where: Path) -> None:
         f"pods bound off their planned node: never told before binding {foreign_unnominated}, "
         f"bound before they were first told {foreign_nominated_after}"
     )
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _median(runs: list[Run], attr: str) -> float:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from hack.ports import free_port
 from tests.e2e.harness import ROOT, Cluster, eventually
 
 FAST = {
@@ -25,30 +24,6 @@ FAST = {
     "batch-max-duration": "3",
     "gc-interval": "5",
 }
-
-
-# below Linux's ephemeral range (32768-60999): a port the kernel hands out for bind(0) is also the
-# local port of the next outgoing connection, and on a cluster busy with connections one took a
-# controller's metrics port between the pick and the bind ("address already in use")
-_PORTS = range(20000, 32768)
-_handed_out: set[int] = set()
-_pick = random.Random()
-
-
-def _free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on or connects from now, and not handed out before
-    by this process."""
-    while True:
-        port = _pick.choice(_PORTS)
-        if port in _handed_out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
 
 
 @dataclass
@@ -63,7 +38,7 @@ class Joiner:
     health_port: int = 0
 
     def start(self) -> Joiner:
-        self.metrics_port, self.health_port = _free_port(), _free_port()
+        self.metrics_port, self.health_port = free_port(), free_port()
         exe = Path(sys.executable).parent / "joiner"
         args = [
             str(exe),

@@ -4,7 +4,6 @@ small exporter in DCGM's format whose GPU utilization the test sets."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import threading
 import urllib.parse
@@ -17,13 +16,8 @@ from typing import Any
 
 import pytest
 
+from hack.ports import free_port
 from tests.e2e.harness import ROOT, eventually
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tool(name: str) -> Path:
@@ -47,7 +41,7 @@ class Prometheus:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Prometheus:
-        self.port = _free_port()
+        self.port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [{"job_name": "e2e", "static_configs": [{"targets": self.targets}]}],

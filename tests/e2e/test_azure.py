@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from hack.azure_kubelet import StandIn
+from hack.ports import free_port
 from tests.azure.fake_arm import LOCATION, RG, SUBSCRIPTION
 from tests.e2e.harness import ROOT, Cluster, eventually
-from tests.e2e.joiner import _free_port
 from tests.e2e.manifests import deployment, expect_event, is_true, nodeclaims, req
 from tests.e2e.test_gang import (
     FAST_GANGS,
@@ -43,7 +43,7 @@ GALLERY = "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/im
 
 @pytest.fixture
 def fake_arm() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.azure.fake_arm", "--port", str(port), "--operation-seconds", "1"],
         cwd=ROOT,

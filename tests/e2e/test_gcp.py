@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from hack.gcp_kubelet import StandIn
+from hack.ports import free_port
 from tests.e2e.harness import ROOT, Cluster, eventually
-from tests.e2e.joiner import _free_port
 from tests.e2e.manifests import deployment, expect_event, is_true, nodeclaims, req
 from tests.e2e.test_gang import (
     FAST_GANGS,
@@ -47,7 +47,7 @@ STARTUP = "#!/bin/bash\n/opt/bin/kubelet --register-with-taints=joiner.sh/unregi
 @pytest.fixture
 def fake_gce() -> Iterator[str]:
     """tests/gcp/fake_gce/ as its own process: joiner and the kubelet player reach it over HTTP."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.gcp.fake_gce", "--port", str(port), "--operation-seconds", "1"],
         cwd=ROOT,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from hack.ports import free_port
 from tests.e2e.harness import ROOT, Cluster, eventually
 from tests.e2e.joiner import wait_seconds
 from tests.e2e.manifests import GPU, GPU_TOLERATION, nodeclaims, nodeclass, nodepool, req
@@ -34,12 +34,6 @@ LABEL_UID = "joiner.sh/provisioning-request-uid"
 ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 CHECK = "check-capacity.autoscaling.x-k8s.io"
 FAST = {"gang_backoff": "2", "gang_backoff_max": "8", "gang_timeout": "90", "unavailable_offering_ttl": "3"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _selfsigned(directory: Path) -> None:
@@ -152,14 +146,14 @@ def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     _selfsigned(state / "webhook-certs")
     # with its own certificate management off, Kueue reads the metrics certificate from this fixed path
     _selfsigned(Path("/etc/kueue/metrics/certs"))
-    health = _free_port()
+    health = free_port()
     config = state / "config.yaml"
     config.write_text(
         "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nnamespace: kueue-system\n"
         "leaderElection: {leaderElect: false}\ninternalCertManagement: {enable: false}\n"
         f"health: {{healthProbeBindAddress: '127.0.0.1:{health}'}}\n"
-        f"metrics: {{bindAddress: '127.0.0.1:{_free_port()}'}}\n"
-        f"webhook: {{host: 127.0.0.1, port: {_free_port()}, certDir: '{state / 'webhook-certs'}'}}\n"
+        f"metrics: {{bindAddress: '127.0.0.1:{free_port()}'}}\n"
+        f"webhook: {{host: 127.0.0.1, port: {free_port()}, certDir: '{state / 'webhook-certs'}'}}\n"
         "featureGates: {VisibilityOnDemand: false}\nintegrations: {frameworks: ['batch/job', 'pod']}\n"
     )
     log = (state / "kueue.log").open("ab")

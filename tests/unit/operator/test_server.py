@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controller.operator.server import ListenError, Servers
+from hack.ports import free_port
 
 
 def _taken() -> socket.socket:
@@ -26,16 +27,10 @@ def _servers(metrics: int, health: int) -> Servers:
     )
 
 
-def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_a_port_in_use_is_named_and_nothing_is_left_listening() -> None:
     with _taken() as busy:
         port = busy.getsockname()[1]
-        metrics = _free()
+        metrics = free_port()
         servers = _servers(metrics, port)
         with pytest.raises(ListenError, match=f"cannot listen on 127.0.0.1:{port} for the health endpoint"):
             await servers.start()
@@ -45,8 +40,8 @@ async def test_a_port_in_use_is_named_and_nothing_is_left_listening() -> None:
 
 
 async def test_the_endpoints_answer_once_started() -> None:
-    health = _free()
-    servers = _servers(_free(), health)
+    health = free_port()
+    servers = _servers(free_port(), health)
     await servers.start()
     try:
         assert await _get(f"http://127.0.0.1:{health}/readyz") == "ok\n"
@@ -63,7 +58,7 @@ async def _get(url: str) -> str:
 
 
 async def test_metrics_port_zero_serves_no_metrics() -> None:
-    health = _free()
+    health = free_port()
     servers = _servers(0, health)
     await servers.start()
     try:
