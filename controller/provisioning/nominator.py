@@ -44,6 +44,7 @@ reservations off with one warning, and the plan is told by nominations alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import count
 
 import structlog
 
@@ -100,7 +101,10 @@ class Nominator:
         self.ctx = ctx
         self._nominations = nominations
         self._claim = claim
-        self.queue = WorkQueue(name="nominator", clock=ctx.clock)
+        # pods in the order kube-scheduler will try them (see `_rank`)
+        self.queue = WorkQueue(name="nominator", clock=ctx.clock, order=self._rank)
+        self._arrival: dict[str, int] = {}  # pod key -> when this process first saw it (a sequence number)
+        self._arrivals = count()
         self._written: dict[str, str] = {}  # pod key -> the node name this controller wrote
         self._tolerated: dict[str, str] = {}  # pod key -> the NodeClaim whose taint it was given a toleration of
         self.enabled = ctx.settings.nominate
@@ -115,6 +119,8 @@ class Nominator:
         cluster.subscribe_views("Node", self._on_node)
         cluster.subscribe_views("Pod", self._on_pod)
         await cluster.wait_synced()
+        for pod in cluster.pod_views():  # those cached before this subscribed, in the order they came
+            self._arrival.setdefault(pod.key, next(self._arrivals))
         await self.queue.run(self.reconcile, workers=WORKERS)
 
     def sync(self) -> None:
@@ -148,9 +154,39 @@ class Nominator:
             for key in self.ctx.planned.on(claim.name):
                 self.queue.add(key)
 
+    def _rank(self, key: str) -> tuple[int, float, int]:
+        """Where kube-scheduler's queue has the pod: higher priority first, then the pods it has had
+        longest (created first; in one second, the order the watch delivered them). Tolerations and
+        nominations are written in this order. kube-scheduler tries the pods in its queue one after
+        the other, and a try of a pod that does not tolerate its planned Node's reservation yet fails
+        and costs it a status write before the next try. Written in the plan's order, the tolerations
+        of a 3,000-pod burst met a kube-scheduler working through the oldest pods, untolerated, at 10
+        to 20 failed tries a second, while 2,900 pods waited in its queue and most of them were already
+        tolerated (bound only once every toleration was written, 10 s after their Nodes opened)."""
+        pod = self.ctx.cluster.pod_view(key)
+        if pod is None:
+            return (0, 0.0, next(self._arrivals))  # gone: its reconcile forgets it
+        spec = pod.raw.get("spec")
+        priority = spec.get("priority") if isinstance(spec, dict) else None
+        created = pod.created
+        arrival = self._arrival.get(key)
+        if arrival is None:
+            arrival = self._arrival[key] = next(self._arrivals)
+        return (
+            -priority if isinstance(priority, int) else 0,
+            created.timestamp() if created is not None else 0.0,
+            arrival,
+        )
+
     def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
+        if etype == "ADDED":
+            self._arrival.setdefault(obj.key, next(self._arrivals))
+            return
+        if etype == "DELETED":
+            self._arrival.pop(obj.key, None)
+            return
         # kube-scheduler cleared (or someone changed) the field of a pod the plan places
-        if etype != "MODIFIED" or old is None:
+        if old is None:
             return
         if obj.nominated_node_name == old.nominated_node_name:
             return

@@ -1,10 +1,13 @@
 """A keyed work queue: each key is processed by one worker at a time, duplicates fold together,
-and a key can be re-queued after a delay measured on the injected clock."""
+and a key can be re-queued after a delay measured on the injected clock. Keys are taken in the order
+they were added, or, given ``order``, lowest rank first (ties in the order they were added)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from itertools import count
+from typing import Any
 
 import structlog
 
@@ -22,11 +25,14 @@ RECONCILE_ERRORS = metrics.counter(
 
 
 class WorkQueue:
-    def __init__(self, *, name: str, clock: Clock) -> None:
+    def __init__(self, *, name: str, clock: Clock, order: Callable[[str], Any] | None = None) -> None:
+        """``order``: a key's rank when it is added (comparable with every other key's rank)."""
         self.name = name
         self._clock = clock
         RECONCILE_ERRORS.labels(name)  # served as 0 from the start, so rate() has a series to read
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._order = order
+        self._seq = count()
+        self._queue: asyncio.Queue[tuple[Any, int, str]] = asyncio.PriorityQueue() if order else asyncio.Queue()
         self._pending: set[str] = set()
         self._active: set[str] = set()
         self._dirty: set[str] = set()
@@ -39,7 +45,7 @@ class WorkQueue:
         if key in self._pending:
             return
         self._pending.add(key)
-        self._queue.put_nowait(key)
+        self._queue.put_nowait((self._order(key) if self._order else 0, next(self._seq), key))
 
     def add_after(self, key: str, seconds: float) -> None:
         """Queue `key` again after `seconds`; of several requests for one key the earliest wins."""
@@ -68,7 +74,7 @@ class WorkQueue:
 
         async def worker() -> None:
             while True:
-                key = await self._queue.get()
+                _rank, _seq, key = await self._queue.get()
                 self._pending.discard(key)
                 self._active.add(key)
                 try:

@@ -78,9 +78,9 @@ def _apiserver_requests(cluster: Any) -> Counter[str]:
     return out
 
 
-def _scheduler_queues(cluster_dir: Path) -> str:
-    """kube-scheduler's queue lengths and attempts so far, from its /metrics (hack/cluster.sh serves them
-    on loopback); "" when it does not."""
+def scheduler_sample(cluster_dir: Path) -> tuple[dict[str, int], Counter[str]] | None:
+    """kube-scheduler's queue lengths (by queue) and scheduling attempts so far (by result), from its
+    /metrics (hack/cluster.sh serves them on loopback); None when it does not answer."""
     try:
         port = int((cluster_dir / "scheduler-port").read_text())
         context = ssl.create_default_context()
@@ -89,7 +89,7 @@ def _scheduler_queues(cluster_dir: Path) -> str:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=2, context=context) as resp:
             text = resp.read().decode()
     except (OSError, ValueError):
-        return ""
+        return None
     queues: dict[str, int] = {}
     attempts: Counter[str] = Counter()
     for line in text.splitlines():
@@ -99,6 +99,14 @@ def _scheduler_queues(cluster_dir: Path) -> str:
         elif line.startswith("scheduler_schedule_attempts_total{"):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
             attempts[labels.get("result", "?")] += int(float(line.rsplit(" ", 1)[1]))
+    return queues, attempts
+
+
+def _scheduler_queues(cluster_dir: Path) -> str:
+    sample = scheduler_sample(cluster_dir)
+    if sample is None:
+        return ""
+    queues, attempts = sample
     q = " ".join(f"{k}={v}" for k, v in sorted(queues.items()) if v)
     a = " ".join(f"{k}={v}" for k, v in sorted(attempts.items()))
     return f"kube-scheduler queues: {q or 'empty'}; attempts: {a}"

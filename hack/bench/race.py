@@ -49,7 +49,13 @@ from typing import Any
 
 import structlog
 
-from hack.bench.e2e_provisioning import _apiserver_requests, _cpu_seconds
+from hack.bench.e2e_provisioning import (
+    _apiserver_requests,
+    _cluster_pids,
+    _cpu_by_process,
+    _cpu_seconds,
+    scheduler_sample,
+)
 from hack.bench.karpenter_side_by_side import _go_env, _gomodcache, _local_go
 from hack.ports import free_port
 
@@ -495,6 +501,9 @@ def run_once(
         group, capacity_label = "karpenter.sh", "karpenter.sh/capacity-type"
         time.sleep(5)  # its caches sync; its first solve must not meet half-synced state
     result = Run(side=side, pods=pods)
+    # --dump: kube-scheduler's queues and attempts so far and each process's CPU seconds so far, twice a
+    # second (at: seconds since the apply)
+    scheduler: list[dict[str, Any]] = []
     watch = _Watch(cluster.kubeconfig, group)
     try:
         cpu0 = _cpu_seconds(pid)
@@ -503,6 +512,17 @@ def run_once(
         cluster.apply(workloads(ns, pods, mix))
         while time.time() - start < timeout and len(watch.running) < pods:
             time.sleep(0.5)
+            if dump is not None:
+                sample = scheduler_sample(_cluster_dir())
+                cpu = _cpu_by_process({**_cluster_pids(_cluster_dir()), side: pid})
+                scheduler.append(
+                    {
+                        "at": round(time.time() - start, 2),
+                        "queues": sample[0] if sample else {},
+                        "attempts": sample[1] if sample else {},
+                        "cpu": {k: round(v, 2) for k, v in cpu.items()},
+                    }
+                )
         if len(watch.running) >= pods:
             result.all_running = max(watch.running.values()) - start
         time.sleep(3)  # anything bought late shows up
@@ -544,6 +564,7 @@ def run_once(
         objects["events"] = cluster.items("events", namespace=ns)
         objects["nodeclaims"] = cluster.items(f"nodeclaims.{group}")
         (where / "objects.json").write_text(json.dumps(objects))
+        (where / "scheduler.json").write_text(json.dumps(scheduler))
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run(["bash", str(ROOT / "hack" / "cluster.sh"), "down"], check=False, capture_output=True)
     return result

@@ -427,3 +427,24 @@ async def test_a_nodeclaim_a_daemonset_would_be_kept_off_is_not_reserved_and_its
     await h.eventually(lambda: nominated(h, "a") == name and nominated(h, "b") == name, "both nominated")
     assert tolerations(h, "a") == []
     assert tolerations(h, "b") == []
+
+
+async def test_tolerations_are_written_in_the_order_kube_scheduler_tries_the_pods(h: Harness) -> None:
+    """kube-scheduler tries pending pods by priority, then the ones it has had longest; a try of a
+    pod not tolerating its planned Node's reservation yet fails (and costs a status write before
+    its next try). So the tolerations go in that order, not in the plan's."""
+    for name in ("e", "d", "c", "b", "a"):  # created in this order; the plan lists them otherwise
+        await pending(h, name, "100m")
+    await h.kube.patch(PODS, "c", {"spec": {"priority": 1000}}, namespace="default")
+    await h.cached("Pod", "default/c")
+    h.kube.calls.clear()
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    want = reservation(claim["metadata"]["name"])
+    await h.eventually(
+        lambda: all(want in tolerations(h, p) for p in "abcde"), "the planned pods tolerate the reservation"
+    )
+    writes = [c[2] for c in h.kube.calls if c[1] == "pods" and c[0].startswith("patch")]
+    assert writes == ["c", "e", "d", "b", "a"]

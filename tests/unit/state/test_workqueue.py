@@ -101,3 +101,21 @@ async def test_the_earliest_requeue_wins() -> None:
     await _settle()
     assert len(calls) == 1  # the later timer was replaced, not kept as well
     runner.cancel()
+
+
+async def test_an_ordered_queue_takes_the_lowest_rank_first_and_ties_as_they_came() -> None:
+    clock = FakeClock()
+    rank = {"late": 3, "b": 1, "a": 1, "first": 0}
+    queue = WorkQueue(name="test", clock=clock, order=rank.__getitem__)
+    calls: list[str] = []
+
+    async def handler(key: str) -> float | None:
+        calls.append(key)
+        return None
+
+    for key in ("late", "b", "a", "first", "b"):
+        queue.add(key)
+    runner = asyncio.ensure_future(queue.run(handler, workers=1))
+    await _settle()
+    assert calls == ["first", "b", "a", "late"]
+    runner.cancel()
