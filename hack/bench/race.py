@@ -19,11 +19,14 @@
   (``INSTANCE_TYPES_FILE_PATH``) and converted back for joiner as above; the pods are four
   Deployments: 30 % 1 GPU 3/12Gi, 15 % 1 GPU 12/48Gi, 15 % 2 GPUs 16/64Gi, 40 % CPU 1/2Gi.
 
-Per run: apply -> first NodeClaim, -> last NodeClaim, -> all Running (seen by a watch in this
-process); NodeClaims bought and the first solve's plan (joiner: ``provisioner.solved``; Karpenter:
-``computed new nodeclaim(s)``); nodes left without a pod of the burst; $/h of the Nodes at the
-catalog's prices; nodes per zone; the controller's CPU-seconds; apiserver requests (all clients);
-joiner's ``provisioner.nomination_released`` count and follow-up solves that bought.
+Per run: apply -> first NodeClaim, -> last NodeClaim, -> half the pods Running (the median pod,
+``½ Run``), -> all Running (seen by a watch in this process); NodeClaims bought and the first
+solve's plan (joiner: ``provisioner.solved``; Karpenter: ``computed new nodeclaim(s)``); nodes
+left without a pod of the burst; $/h of the Nodes at the catalog's prices; nodes per zone; the
+controller's CPU-seconds; apiserver requests (all clients); joiner's
+``provisioner.nomination_released`` count and follow-up solves that bought. ``--dump`` keeps each
+run's objects and controller log, and ``scheduler.json``: kube-scheduler's queue lengths and
+scheduling attempts and every cluster process's CPU-seconds, twice a second.
 """
 
 from __future__ import annotations
@@ -245,6 +248,7 @@ class _Watch:
         self.running: dict[str, float] = {}
         self._kubeconfig = kubeconfig
         self._group = claim_group
+        self._main: asyncio.Task[None] | None = None
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -259,6 +263,7 @@ class _Watch:
         from controller.kube.resources import PODS, Resource
         from controller.state.informer import Informer
 
+        self._main = asyncio.current_task()
         client = await KubeClient.connect(str(self._kubeconfig))
         claims = Resource(self._group, "v1", "nodeclaims", "NodeClaim", namespaced=False)
 
@@ -286,11 +291,13 @@ class _Watch:
 
     def stop(self) -> None:
         async def shutdown() -> None:
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            # only the main task: it stops its informers and closes its client (cancelled again while
+            # closing, the client's session was left open)
+            main = self._main
+            if main is not None:
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await main
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
@@ -305,6 +312,7 @@ class Run:
     first_claim: float = float("nan")
     last_claim: float = float("nan")
     all_running: float = float("nan")
+    half_running: float = float("nan")  # apply -> half the pods Running (the median pod)
     claims: int = 0
     first_plan: int = 0
     first_pods: int = 0  # pods the first solve that bought was given
@@ -322,7 +330,8 @@ class Run:
     def row(self) -> str:
         zones = " ".join(f"{z[-1]}{n}" for z, n in sorted(self.zones.items()))
         return (
-            f"{self.side:<9} {self.pods:>6} {self.first_claim:7.1f} {self.last_claim:7.1f} {self.all_running:7.1f} "
+            f"{self.side:<9} {self.pods:>6} {self.first_claim:7.1f} {self.last_claim:7.1f} {self.half_running:7.1f} "
+            f"{self.all_running:7.1f} "
             f"{self.claims:>5} ({self.first_plan:>3}/{self.first_pods:>5}) {self.empty_nodes:>5} "
             f"{self.price:8.2f} {self.cpu:6.1f} "
             f"{self.requests:>7} {self.released:>5} {self.follow_ups:>3}  {zones}"
@@ -330,7 +339,7 @@ class Run:
 
 
 HEADER = (
-    f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'Running':>7} {'NCs':>5} {'(plan/pods)':>11} "
+    f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'½ Run':>7} {'Running':>7} {'NCs':>5} {'(plan/pods)':>11} "
     f"{'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3}  zones"
 )
 
@@ -525,6 +534,10 @@ def run_once(
                 )
         if len(watch.running) >= pods:
             result.all_running = max(watch.running.values()) - start
+        if watch.running:
+            times = sorted(watch.running.values())
+            if len(times) * 2 >= pods:
+                result.half_running = times[(pods + 1) // 2 - 1] - start
         time.sleep(3)  # anything bought late shows up
         result.cpu = _cpu_seconds(pid) - cpu0
         result.requests = sum((_apiserver_requests(cluster) - requests0).values())
@@ -737,6 +750,7 @@ def main() -> int:
                 "first_pods",
                 "first_claim",
                 "last_claim",
+                "half_running",
                 "all_running",
                 "claims",
                 "first_plan",
