@@ -120,7 +120,8 @@ class Nominator:
         cluster.subscribe_views("Pod", self._on_pod)
         await cluster.wait_synced()
         for pod in cluster.pod_views():  # those cached before this subscribed, in the order they came
-            self._arrival.setdefault(pod.key, next(self._arrivals))
+            if not pod.node_name:
+                self._arrival.setdefault(pod.key, next(self._arrivals))
         await self.queue.run(self.reconcile, workers=WORKERS)
 
     def sync(self) -> None:
@@ -170,8 +171,8 @@ class Nominator:
         priority = spec.get("priority") if isinstance(spec, dict) else None
         created = pod.created
         arrival = self._arrival.get(key)
-        if arrival is None:
-            arrival = self._arrival[key] = next(self._arrivals)
+        if arrival is None:  # bound, or not seen arriving: after the others of its second
+            arrival = next(self._arrivals)
         return (
             -priority if isinstance(priority, int) else 0,
             created.timestamp() if created is not None else 0.0,
@@ -179,11 +180,13 @@ class Nominator:
         )
 
     def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
-        if etype == "ADDED":
-            self._arrival.setdefault(obj.key, next(self._arrivals))
-            return
-        if etype == "DELETED":
+        # arrivals are kept for pods waiting for a node only
+        if etype == "DELETED" or obj.node_name:
             self._arrival.pop(obj.key, None)
+            if etype == "DELETED":
+                return
+        elif etype == "ADDED":
+            self._arrival.setdefault(obj.key, next(self._arrivals))
             return
         # kube-scheduler cleared (or someone changed) the field of a pod the plan places
         if old is None:

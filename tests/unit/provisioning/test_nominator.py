@@ -429,17 +429,21 @@ async def test_a_nodeclaim_a_daemonset_would_be_kept_off_is_not_reserved_and_its
     assert tolerations(h, "b") == []
 
 
-async def test_tolerations_are_written_in_the_order_kube_scheduler_tries_the_pods(h: Harness) -> None:
+@pytest.mark.parametrize("started", ["before the pods came", "after the pods came"])
+async def test_tolerations_are_written_in_the_order_kube_scheduler_tries_the_pods(h: Harness, started: str) -> None:
     """kube-scheduler tries pending pods by priority, then the ones it has had longest; a try of a
     pod not tolerating its planned Node's reservation yet fails (and costs a status write before
     its next try). So the tolerations go in that order, not in the plan's."""
+    provisioner = Provisioner(h.ctx)
+    if started == "before the pods came":
+        h.start(provisioner.nominator)
     for name in ("e", "d", "c", "b", "a"):  # created in this order; the plan lists them otherwise
         await pending(h, name, "100m")
     await h.kube.patch(PODS, "c", {"spec": {"priority": 1000}}, namespace="default")
     await h.cached("Pod", "default/c")
     h.kube.calls.clear()
-    provisioner = Provisioner(h.ctx)
-    h.start(provisioner.nominator)
+    if started == "after the pods came":
+        h.start(provisioner.nominator)
     await provisioner.reconcile()
     [claim] = claims(h)
     want = reservation(claim["metadata"]["name"])
