@@ -39,6 +39,9 @@ the race"). A toleration is never taken back (a pod's tolerations may only grow)
 NodeClaim's taint, which goes once that NodeClaim's planned pods are bound. A pod whose toleration
 the cluster refuses (an admission policy) is nominated instead; RBAC without `patch` on pods turns
 reservations off with one warning, and the plan is told by nominations alone.
+
+Pods are taken in the order kube-scheduler's queue takes them (priority, then oldest first: `_rank`),
+so the pod it tries next is the one most likely tolerated already.
 """
 
 from __future__ import annotations
