@@ -40,7 +40,7 @@ NodeClaim's taint, which goes once that NodeClaim's planned pods are bound. A po
 the cluster refuses (an admission policy) is nominated instead; RBAC without `patch` on pods turns
 reservations off with one warning, and the plan is told by nominations alone.
 
-Pods are taken in the order kube-scheduler's queue takes them (priority, then oldest first: `_rank`),
+Pods are taken in the order kube-scheduler's queue takes them (priority, then oldest first: `rank`),
 so the pod it tries next is the one most likely tolerated already.
 """
 
@@ -104,8 +104,8 @@ class Nominator:
         self.ctx = ctx
         self._nominations = nominations
         self._claim = claim
-        # pods in the order kube-scheduler will try them (see `_rank`)
-        self.queue = WorkQueue(name="nominator", clock=ctx.clock, order=self._rank)
+        # pods in the order kube-scheduler will try them (see `rank`)
+        self.queue = WorkQueue(name="nominator", clock=ctx.clock, order=self.rank)
         self._arrival: dict[str, int] = {}  # pod key -> when this process first saw it (a sequence number)
         self._arrivals = count()
         self._written: dict[str, str] = {}  # pod key -> the node name this controller wrote
@@ -158,7 +158,7 @@ class Nominator:
             for key in self.ctx.planned.on(claim.name):
                 self.queue.add(key)
 
-    def _rank(self, key: str) -> tuple[int, float, int]:
+    def rank(self, key: str) -> tuple[int, float, int]:
         """Where kube-scheduler's queue has the pod: higher priority first, then the pods it has had
         longest (created first; in one second, the order the watch delivered them). Tolerations and
         nominations are written in this order. kube-scheduler tries the pods in its queue one after

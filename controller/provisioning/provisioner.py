@@ -25,6 +25,7 @@ from controller.context import Context
 from controller.provisioning.batcher import Batcher
 from controller.provisioning.nominator import Nominator
 from controller.provisioning.places import Places
+from controller.scheduling.binding_order import deal_in_order, interleave_zones
 from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
@@ -362,7 +363,11 @@ class Provisioner:
         mixes = {name: mix for name, (pool, _) in pools.items() if (mix := tier_mix(pool.raw)) is not None}
         plan, bends = apply_tier_mix(plan, mixes=mixes, existing=existing, instance_types=all_types)
         bounded = apply_bounds(plan, self._bounds(pools, plan, all_types))
-        plan = bounded.plan
+        # written zone by zone in turn, and a spread kind's pods dealt in the order kube-scheduler binds them
+        plan = replace(bounded.plan, new_nodes=tuple(interleave_zones(bounded.plan.new_nodes)))
+        plan = deal_in_order(
+            plan, {p.key: p for p in pods}, self.nominator.rank, existing={n.name: n.labels for n in existing}
+        )
         self._report_buffers(plan, buffer_pods)
         elapsed = time.perf_counter() - started
         SOLVE_SECONDS.observe(elapsed)

@@ -1,7 +1,7 @@
 """The race: joiner and the real Karpenter (its KWOK provider) on one local KWOK cluster, same pods.
 
     .venv/bin/python -m hack.bench.race [--pods 1000] [--runs 3] [--sides joiner,karpenter]
-                                        [--workload cpu|gpu] [--joiner-flag plan-untried-after=0]
+                                        [--workload cpu|spread|gpu] [--joiner-flag plan-untried-after=0]
                                         [--dump DIR]
 
 * **Karpenter**: ``sigs.k8s.io/karpenter@v1.15.0`` from the Go module proxy, copied out of the module
@@ -18,6 +18,9 @@
   machines, g6), written as a Karpenter kwok instance-types file that Karpenter's provider reads
   (``INSTANCE_TYPES_FILE_PATH``) and converted back for joiner as above; the pods are four
   Deployments: 30 % 1 GPU 3/12Gi, 15 % 1 GPU 12/48Gi, 15 % 2 GPUs 16/64Gi, 40 % CPU 1/2Gi.
+* ``--workload spread``: the CPU workload's catalog and pods, kept apart as users keep replicas apart:
+  ``web`` spread evenly over the zones (``maxSkew: 1``), ``batch`` over the Nodes (``maxSkew: 2``),
+  both ``DoNotSchedule``, and ``big`` one a Node (required pod anti-affinity on the hostname).
 
 Per run: apply -> first NodeClaim, -> last NodeClaim, -> half the pods Running (the median pod,
 ``½ Run``), -> all Running (seen by a watch in this process); NodeClaims bought and the first
@@ -80,7 +83,45 @@ GPU_MIX: Mix = (
     ("l4-pair", 0.15, "16", "64Gi", 2),
     ("cpu", 0.4, "1", "2Gi", 0),
 )
-MIXES = {"cpu": MIX, "gpu": GPU_MIX}
+MIXES = {"cpu": MIX, "gpu": GPU_MIX, "spread": MIX}
+# what each Deployment of a workload adds to its pods' spec: ``spread`` is the CPU mix kept apart the
+# ways users keep replicas apart, each counted by kube-scheduler over every Node, in flight or not
+CONSTRAINTS: dict[str, dict[str, Obj]] = {
+    "spread": {
+        # even over the zones
+        "web": {
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "web"}},
+                }
+            ]
+        },
+        # even over the Nodes, within 2 of each other
+        "batch": {
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 2,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "batch"}},
+                }
+            ]
+        },
+        # one a Node
+        "big": {
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "big"}}}
+                    ]
+                }
+            }
+        },
+    }
+}
 # the GPU workload's machines: joiner's built-in catalog's L4 family (its other GPU families aside)
 GPU_FAMILIES = ("g6",)
 GPU = "nvidia.com/gpu"
@@ -224,7 +265,7 @@ def prices(catalog: Obj) -> dict[tuple[str, str, str], float]:
     }
 
 
-def workloads(namespace: str, pods: int, mix: Mix = MIX) -> list[Obj]:
+def workloads(namespace: str, pods: int, mix: Mix = MIX, constraints: dict[str, Obj] | None = None) -> list[Obj]:
     from tests.e2e.manifests import deployment
 
     out = []
@@ -232,7 +273,9 @@ def workloads(namespace: str, pods: int, mix: Mix = MIX) -> list[Obj]:
     for i, (name, share, cpu, memory, gpus) in enumerate(mix):
         replicas = left if i == len(mix) - 1 else round(pods * share)
         left -= replicas
-        out.append(deployment(name, namespace, replicas=replicas, cpu=cpu, memory=memory, gpus=gpus))
+        dep = deployment(name, namespace, replicas=replicas, cpu=cpu, memory=memory, gpus=gpus)
+        dep["spec"]["template"]["spec"].update((constraints or {}).get(name) or {})
+        out.append(dep)
     return out
 
 
@@ -436,6 +479,7 @@ def run_once(
     catalog: Path,
     flags: dict[str, str],
     mix: Mix = MIX,
+    constraints: dict[str, Obj] | None = None,
     instance_types: Path | None = None,
     timeout: float,
     dump: Path | None,
@@ -518,7 +562,7 @@ def run_once(
         cpu0 = _cpu_seconds(pid)
         requests0 = _apiserver_requests(cluster)
         start = time.time()
-        cluster.apply(workloads(ns, pods, mix))
+        cluster.apply(workloads(ns, pods, mix, constraints))
         while time.time() - start < timeout and len(watch.running) < pods:
             time.sleep(0.5)
             if dump is not None:
@@ -685,7 +729,8 @@ def main() -> int:
         "--workload",
         choices=sorted(MIXES),
         default="cpu",
-        help="cpu: Karpenter's kwok catalog, CPU pods; gpu: joiner's catalog (CPU and L4), GPU and CPU pods",
+        help="cpu: Karpenter's kwok catalog, CPU pods; spread: the same, kept apart over zones and Nodes; "
+        "gpu: joiner's catalog (CPU and L4), GPU and CPU pods",
     )
     parser.add_argument("--joiner-flag", action="append", default=[], help="KEY=VALUE or KEY for `joiner run`")
     parser.add_argument("--timeout", type=float, default=300)
@@ -734,6 +779,7 @@ def main() -> int:
                     catalog=catalog,
                     flags=flags,
                     mix=MIXES[args.workload],
+                    constraints=CONSTRAINTS.get(args.workload),
                     instance_types=instance_types,
                     timeout=args.timeout,
                     dump=args.dump,

@@ -665,3 +665,48 @@ async def test_offerings_the_cloud_refused_are_named_in_the_pods_event(h: Harnes
         'nodepool "default": every instance type that could host it is unavailable: the cloud refused its '
         "offerings for insufficient capacity (cpu-4, gpu-1, gpu-8); they are tried again when the refusal expires"
     )
+
+
+async def test_a_zone_spread_is_written_and_dealt_in_the_order_kube_scheduler_binds_it(h: Harness) -> None:
+    """kube-scheduler binds a spread's pods one at a time, oldest first, and refuses a bind that puts
+    a zone more than maxSkew ahead. So the NodeClaims are written zone by zone in turn, and the
+    pods, in the order they were created, are planned round the zones (the first ones of a zone on
+    its first NodeClaim written), not zone after zone as the solver opened them."""
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)  # it keeps the order the pods came in
+    names = [f"web-{i}" for i in range(8)]
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": LABEL_ZONE,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    for name in reversed(names):  # created web-7 first: the plan's names say nothing of the order
+        await h.kube.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+                "spec": {"containers": [_container("1500m")], "topologySpreadConstraints": [spread]},
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                },
+            },
+        )
+        await h.cached("Pod", f"default/{name}")
+    h.kube.calls.clear()
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    zone_of = {c["metadata"]["name"]: c["metadata"]["annotations"]["joiner.sh/planned-zone"] for c in claims(h)}
+    order = [name for verb, plural, name in h.kube.calls if verb == "create" and plural == "nodeclaims"]
+    assert len(order) == 3
+    assert {zone_of[c] for c in order[:2]} == {"zone-a", "zone-b"}
+    created_first = list(reversed(names))
+    planned = [provisioner.places.nominations[f"default/{name}"] for name in created_first]
+    zones = [zone_of[claim] for claim in planned]
+    assert zones in (["zone-a", "zone-b"] * 4, ["zone-b", "zone-a"] * 4)
+    # in the zone of two NodeClaims, the two pods created first on the one written first
+    first, second = [c for c in order if zone_of[c] == zone_of[order[0]]]
+    assert [c for c in planned if c in (first, second)] == [first, first, second, second]
