@@ -225,6 +225,7 @@ class LifecycleController:
     def _forget(self, name: str, uid: str | None = None) -> None:
         self._latest.pop(name, None)
         self._launch_failures.pop(name, None)
+        self.ctx.planned.kept_off.forget(name)
         if uid:
             self._deleted.discard(uid)
 
@@ -287,7 +288,8 @@ class LifecycleController:
         return self._closed(claim.name).blocked.get(claim.name, 0)
 
     def _reservable(self, claim: NodeClaimView) -> bool:
-        return self.ctx.planned.reservable(claim, self.ctx.cluster.daemonsets)
+        cluster = self.ctx.cluster
+        return self.ctx.planned.reservable(claim, cluster.daemonsets, cluster.node_view_for_claim(claim))
 
     def _reserved(self, claim: NodeClaimView, node: NodeView | None) -> int | None:
         """With reservations on: the pending pods planned on this NodeClaim that its `joiner.sh/planned`

@@ -9,11 +9,9 @@ The patch builders themselves are shared by every controller: `controller.state.
 
 from __future__ import annotations
 
-from typing import Any
-
 from api.v1.labels import TAINT_PLANNED, TAINT_PLANNED_EFFECT, TAINT_UNREGISTERED, TAINT_UNREGISTERED_EFFECT
-from controller.scheduling.quantity import QuantityError, parse_quantity
 from controller.state.patches import Patch, finalizer_patch, label_patch, owner_patch, taint_patch
+from controller.state.reservations import unregistered_resources
 from controller.state.views import NodeClaimView, NodeView, TaintRef
 
 
@@ -67,13 +65,6 @@ def reservation_end_patch(node: NodeView) -> Patch:
     return taint_patch(node, remove=[(TAINT_PLANNED, TAINT_PLANNED_EFFECT)])
 
 
-def _quantity(value: Any) -> int:
-    try:
-        return parse_quantity(value)
-    except (QuantityError, ValueError, TypeError):
-        return 0
-
-
 def initialization_blockers(claim: NodeClaimView, node: NodeView) -> list[tuple[str, str]]:
     """Why the Node is not initialized yet, as (reason, message) pairs; [] when it is.
 
@@ -88,11 +79,8 @@ def initialization_blockers(claim: NodeClaimView, node: NodeView) -> list[tuple[
     left = sorted(f"{t.key}:{t.effect}" for t in node.taints if t.ident in startup)
     if left:
         out.append(("StartupTaintsPresent", f"startup taints still on Node {name}: {', '.join(left)}"))
-    requests, allocatable = claim.requests, node.allocatable
-    missing = sorted(
-        res for res, quantity in requests.items() if _quantity(quantity) > 0 and _quantity(allocatable.get(res, 0)) <= 0
-    )
+    missing = unregistered_resources(claim, node)
     if missing:
-        detail = ", ".join(f"{res} (requested {requests[res]})" for res in missing)
+        detail = ", ".join(f"{res} (requested {claim.requests[res]})" for res in missing)
         out.append(("ResourceNotRegistered", f"Node {name} has none of {detail} in its allocatable"))
     return out

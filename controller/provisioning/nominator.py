@@ -238,9 +238,11 @@ class Nominator:
             return None
         claim_name = self._nominations().get(key)
         claim = self._claim(claim_name) if claim_name is not None else None
-        if claim is None or claim.deleting or not planned.reservable(claim, self.ctx.cluster.daemonsets):
+        if claim is None or claim.deleting:
             return None
         node = self.ctx.cluster.node_view_for_claim(claim)
+        if not planned.reservable(claim, self.ctx.cluster.daemonsets, node):
+            return None
         if node is None or node.has_taint(TAINT_UNREGISTERED) or node.has_taint(TAINT_PLANNED):
             return claim.name
         return None

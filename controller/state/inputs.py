@@ -27,17 +27,21 @@ exactly as the controller does.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
 import structlog
 
+from api.v1.labels import TAINT_PLANNED, TAINT_UNREGISTERED
 from controller.cloudprovider.types import CloudProviderError
 from controller.scheduling import kubeconv
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.model import ExistingNode, NodePoolTemplate, OfferingKey, Pod
+from controller.scheduling.requirements import Requirements
+from controller.scheduling.taints import Taint, first_untolerated
 from controller.state.cluster import ClusterState
 from controller.state.existing import cluster_machines
+from controller.state.reservations import excludes
 from controller.state.views import NodeClaimView, NodePoolView, Obj
 
 log = structlog.get_logger()
@@ -118,8 +122,55 @@ def machines(
 ) -> list[ExistingNode]:
     """Every machine of the cluster as the solver sees it: registered Nodes with their pods, and
     NodeClaims without a Node yet (``in_flight``: the ones just created that the cache does not show
-    yet) as the capacity they will bring."""
-    return cluster_machines(cluster, list(all_types(pools).values()), extra_claims=in_flight)
+    yet) as the capacity they will bring; each also holding the pods of the DaemonSets that will run
+    there and have none there yet (`with_daemon_pods`)."""
+    found = cluster_machines(cluster, list(all_types(pools).values()), extra_claims=in_flight)
+    return with_daemon_pods(found, cluster.daemonsets())
+
+
+def with_daemon_pods(machines: Sequence[ExistingNode], daemonsets: Iterable[Obj]) -> list[ExistingNode]:
+    """``machines``, each with the pod of every DaemonSet that will run there and has no pod bound there
+    yet: a Node still coming up or a NodeClaim in flight (the DaemonSet controller makes its pods once
+    the Node is there), or a Node reserved to its planned pods, which keeps off the DaemonSets that do
+    not tolerate the reservation until it ends. The room is theirs: the plan that bought the machine
+    left it for them, and another plan must not fill it first (the daemon pod would then stay
+    Pending). Judged on the machine's taints other than joiner's own (`joiner.sh/unregistered`,
+    `joiner.sh/planned`: they come off), and its labels: all of them on a registered Node, on a
+    NodeClaim those it knows (a selector on a label it does not know yet counts as matching)."""
+    daemons: list[tuple[str, Pod]] = []
+    for obj in daemonsets:
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        try:
+            daemons.append((str(meta.get("uid") or ""), kubeconv.daemonset_from_dict(obj)))
+        except ValueError:
+            continue  # the provisioner says so (`daemon_templates`)
+    if not daemons:
+        return list(machines)
+    out: list[ExistingNode] = []
+    for machine in machines:
+        present = {p.owner for p in machine.pods}
+        taints = [t for t in machine.taints if t.key not in (TAINT_UNREGISTERED, TAINT_PLANNED)]
+        missing = [
+            replace(daemon, name=f"{daemon.name}-{machine.name}")
+            for uid, daemon in daemons
+            if uid not in present and _runs_on(daemon, machine, taints)
+        ]
+        out.append(replace(machine, pods=(*machine.pods, *missing)) if missing else machine)
+    return out
+
+
+def _runs_on(daemon: Pod, machine: ExistingNode, taints: Sequence[Taint]) -> bool:
+    if first_untolerated(daemon.tolerations, taints) is not None:
+        return False
+    terms = daemon.node_requirements
+    if not terms:
+        return True
+    if not machine.in_flight:
+        return any(term.matches(machine.labels) for term in terms)
+    known = Requirements.from_labels(machine.labels)
+    return not all(excludes(term, known) for term in terms)
 
 
 def pool_templates(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from controller.state.reservations import DaemonSetsKeptOff
-from controller.state.views import NodeClaimView, Obj
+from controller.state.views import NodeClaimView, NodeView, Obj
 
 MAX_TAINT_VALUE = 63  # a taint's value is a label value
 
@@ -82,12 +82,16 @@ class PlannedPods:
         """Every NodeClaim the plan puts pending pods on."""
         return tuple(self._by_claim)
 
-    def reservable(self, claim: NodeClaimView, daemonsets: Callable[[], Iterable[Obj]]) -> bool:
-        """Whether ``claim``'s Node opens reserved to its pods: reservations are on, its name fits in a
-        taint's value (63 characters: a NodePool named with 58 or more makes longer NodeClaim names),
-        and no DaemonSet that would run there is kept off by the reservation
+    def reservable(self, claim: NodeClaimView, daemonsets: Callable[[], Iterable[Obj]], node: NodeView | None) -> bool:
+        """Whether ``claim``'s Node (``node``, None before it registers) opens reserved to its pods:
+        reservations are on, its name fits in a taint's value (63 characters: a NodePool named with 58
+        or more makes longer NodeClaim names), and no DaemonSet that would run there is kept off by the
+        reservation, or its Node registered with every resource the NodeClaim asked for
         (`controller.state.reservations`)."""
-        return self.reserve and len(claim.name) <= MAX_TAINT_VALUE and not self.kept_off.of(claim, daemonsets)
+        if not self.reserve or len(claim.name) > MAX_TAINT_VALUE:
+            return False
+        kept = self.kept_off.of(claim, daemonsets)
+        return not kept or self.kept_off.despite(claim, node, kept)
 
     def claim_of(self, key: str) -> str | None:
         """The NodeClaim the plan puts pod ``key`` on, if any."""

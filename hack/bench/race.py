@@ -1,7 +1,8 @@
 """The race: joiner and the real Karpenter (its KWOK provider) on one local KWOK cluster, same pods.
 
     .venv/bin/python -m hack.bench.race [--pods 1000] [--runs 3] [--sides joiner,karpenter]
-                                        [--workload cpu|spread|gpu] [--joiner-flag plan-untried-after=0]
+                                        [--workload cpu|spread|gpu] [--daemonset]
+                                        [--joiner-flag plan-untried-after=0]
                                         [--dump DIR]
 
 * **Karpenter**: ``sigs.k8s.io/karpenter@v1.15.0`` from the Go module proxy, copied out of the module
@@ -279,6 +280,21 @@ def workloads(namespace: str, pods: int, mix: Mix = MIX, constraints: dict[str, 
     return out
 
 
+def log_agent(namespace: str) -> Obj:
+    """A node agent as most clusters run one (logs, metrics): on every Node, tolerating no taint."""
+    labels = {"app": "log-agent"}
+    container = {"name": "agent", "image": "agent", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "log-agent", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+
+
 # --- watching the run --------------------------------------------------------------------------
 
 
@@ -286,11 +302,12 @@ class _Watch:
     """Informers (in a thread with its own loop) on pods and on one group's NodeClaims: when this
     process first saw each NodeClaim and each pod Running."""
 
-    def __init__(self, kubeconfig: Path, claim_group: str) -> None:
+    def __init__(self, kubeconfig: Path, claim_group: str, namespace: str) -> None:
         self.claims: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self._kubeconfig = kubeconfig
         self._group = claim_group
+        self._namespace = namespace
         self._main: asyncio.Task[None] | None = None
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -311,7 +328,10 @@ class _Watch:
         claims = Resource(self._group, "v1", "nodeclaims", "NodeClaim", namespaced=False)
 
         def on_pod(_t: str, pod: Obj, _old: Obj | None) -> None:
-            if (pod.get("status") or {}).get("phase") == "Running":
+            if (
+                pod["metadata"].get("namespace") == self._namespace
+                and (pod.get("status") or {}).get("phase") == "Running"
+            ):
                 self.running.setdefault(pod["metadata"]["name"], time.time())
 
         def on_claim(_t: str, claim: Obj, _old: Obj | None) -> None:
@@ -483,12 +503,15 @@ def run_once(
     instance_types: Path | None = None,
     timeout: float,
     dump: Path | None,
+    daemonset: bool = False,
 ) -> Run:
     from tests.e2e.joiner import Joiner
     from tests.e2e.manifests import nodeclass, nodepool, req
 
     cluster = _fresh_cluster()
     ns = cluster.create_namespace("race")
+    if daemonset:
+        cluster.apply([log_agent(cluster.create_namespace("agents"))])
     capacity = ["spot", "on-demand"]
     tmp = Path(tempfile.mkdtemp(prefix=f"race-{side}-"))
     log_path = tmp / f"{side}.log"
@@ -557,7 +580,7 @@ def run_once(
     # --dump: kube-scheduler's queues and attempts so far and each process's CPU seconds so far, twice a
     # second (at: seconds since the apply)
     scheduler: list[dict[str, Any]] = []
-    watch = _Watch(cluster.kubeconfig, group)
+    watch = _Watch(cluster.kubeconfig, group, ns)
     try:
         cpu0 = _cpu_seconds(pid)
         requests0 = _apiserver_requests(cluster)
@@ -732,6 +755,11 @@ def main() -> int:
         help="cpu: Karpenter's kwok catalog, CPU pods; spread: the same, kept apart over zones and Nodes; "
         "gpu: joiner's catalog (CPU and L4), GPU and CPU pods",
     )
+    parser.add_argument(
+        "--daemonset",
+        action="store_true",
+        help="run a log agent DaemonSet (100m/128Mi, no tolerations) on every Node, as most clusters do",
+    )
     parser.add_argument("--joiner-flag", action="append", default=[], help="KEY=VALUE or KEY for `joiner run`")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--dump", type=Path, help="keep each run's controller log and objects here")
@@ -781,6 +809,7 @@ def main() -> int:
                     mix=MIXES[args.workload],
                     constraints=CONSTRAINTS.get(args.workload),
                     instance_types=instance_types,
+                    daemonset=args.daemonset,
                     timeout=args.timeout,
                     dump=args.dump,
                 )

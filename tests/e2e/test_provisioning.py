@@ -213,12 +213,14 @@ def test_a_mixed_gpu_burst_buys_the_plan_and_kube_scheduler_follows_it(cluster: 
     eventually(lambda: not reserved_nodes(cluster), timeout=30, what=f"reservations ended on {reserved_nodes(cluster)}")
 
 
-def test_a_daemonset_the_reservation_would_keep_off_runs_on_every_new_node_and_the_plan_is_nominated(
+def test_a_daemonset_the_reservation_keeps_off_runs_on_every_new_node_once_the_planned_pods_are_bound(
     cluster: Cluster, start_joiner: Any
 ) -> None:
-    """A log agent DaemonSet without a toleration of `joiner.sh/planned`: the DaemonSet controller would
-    not create its pod on a reserved Node, so the Nodes are not reserved. The pods are nominated
-    instead, every new Node runs the agent, and the log says which DaemonSet kept the reservation off."""
+    """A log agent DaemonSet without a toleration of `joiner.sh/planned`: the DaemonSet controller does
+    not create its pod on a reserved Node. The Nodes register with everything their NodeClaims asked
+    for, so nothing the agent brings is needed to take the planned pods: they stay reserved, the pods
+    tolerate their Node's reservation and bind there, and the agent starts on every new Node once the
+    reservation ends, in the room the plan left for it. The log says which DaemonSet waited."""
     ns = _ns(cluster)
     agents = cluster.create_namespace(f"agents-{uuid.uuid4().hex[:6]}")
     agent = {
@@ -248,20 +250,21 @@ def test_a_daemonset_the_reservation_would_keep_off_runs_on_every_new_node_and_t
     try:
         eventually(agents_on_new_nodes, timeout=60, what=f"the log agent Running on {sorted(nodes)}")
     finally:
-        # gone before the next test's controller starts: its namespace takes a while to go, and the
-        # DaemonSet would keep that test's Nodes from being reserved (CI: the next test's pods were
-        # nominated, never given a toleration)
+        # gone before the next test's controller starts: its namespace takes a while to go, and its
+        # pods would take room on that test's Nodes
         cluster.kubectl("delete", "daemonset", "log-agent", "-n", agents, "--wait=true", "--timeout=60s", check=False)
+    by_node = {c["status"]["nodeName"]: c["metadata"]["name"] for c in nodeclaims(cluster)}
     for p in pods:
-        assert not [t for t in p["spec"].get("tolerations") or [] if t.get("key") == PLANNED], p["metadata"]["name"]
-    assert joiner.metric("joiner_provisioner_nominations_total", action="set") >= 1
-    skipped = [
+        reservations = [t.get("value") for t in p["spec"].get("tolerations") or [] if t.get("key") == PLANNED]
+        assert reservations == [by_node[p["spec"]["nodeName"]]], p["metadata"]["name"]
+    assert joiner.metric("joiner_provisioner_nominations_total", action="set") == 0
+    waited = [
         e
         for e in (json.loads(line) for line in joiner.logs().splitlines() if line.startswith("{"))
-        if e.get("event") == "nodeclaim.not_reserved"
+        if e.get("event") == "nodeclaim.reserved_daemonsets_wait"
     ]
-    assert skipped
-    assert all(e["daemonsets"] == ["DaemonSet/log-agent"] for e in skipped), skipped
+    assert {by_node[n] for n in nodes} <= {e["nodeclaim"] for e in waited}
+    assert all(e["daemonsets"] == ["DaemonSet/log-agent"] for e in waited), waited
 
 
 def test_an_admission_policy_that_refuses_the_toleration_leaves_the_plan_to_nominations(

@@ -408,25 +408,85 @@ async def test_each_nodeclaims_pods_are_published_and_given_its_toleration_befor
     assert reservation(first) in tolerations(h, pod.split("/")[1]), "tolerated before the next NodeClaim was written"
 
 
-async def test_a_nodeclaim_a_daemonset_would_be_kept_off_is_not_reserved_and_its_pods_are_nominated(h: Harness) -> None:
-    """A DaemonSet that would run on the Node without tolerating `joiner.sh/planned` (a log agent,
-    a device plugin) is not even created on a reserved Node: its NodeClaim's pods are nominated."""
+LOG_AGENT: Obj = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "log-agent", "namespace": "kube-system"},
+    "spec": {"template": {"metadata": {"labels": {"app": "log-agent"}}, "spec": {"containers": [{"name": "c"}]}}},
+}
+
+
+async def test_a_node_that_registers_with_what_it_was_bought_for_stays_reserved_though_a_daemonset_waits(
+    h: Harness,
+) -> None:
+    """A log agent without a toleration of `joiner.sh/planned` is kept off the Node while it is
+    reserved; its Node registered with everything its NodeClaim asked for, so nothing the agent would
+    bring is needed to take the planned pods: the pods keep their toleration, and are not nominated."""
     from controller.kube.resources import DAEMONSETS
 
-    agent = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "log-agent", "namespace": "kube-system"},
-        "spec": {"template": {"metadata": {"labels": {"app": "log-agent"}}, "spec": {"containers": [{"name": "c"}]}}},
-    }
-    await h.kube.create(DAEMONSETS, agent)
+    await h.kube.create(DAEMONSETS, LOG_AGENT)
     await h.cached("DaemonSet", "kube-system/log-agent")
     _provisioner, claim = await two_pods_planned(h)
-    await register(h, claim)
     name = claim["metadata"]["name"]
-    await h.eventually(lambda: nominated(h, "a") == name and nominated(h, "b") == name, "both nominated")
-    assert tolerations(h, "a") == []
-    assert tolerations(h, "b") == []
+    await h.eventually(
+        lambda: reservation(name) in tolerations(h, "a") and reservation(name) in tolerations(h, "b"), "tolerated"
+    )
+    await reserved_node(h, claim)
+    await h.advance(1.0)
+    assert h.ctx.planned.reservable(
+        h.ctx.cluster.claim_views()[name], h.ctx.cluster.daemonsets, h.ctx.cluster.node_views()[name]
+    )
+    assert reservation(name) in tolerations(h, "a")
+    assert nominated(h, "a") is None
+    assert nominated(h, "b") is None
+
+
+async def test_a_node_that_registers_without_its_gpus_while_a_daemonset_is_kept_off_is_not_reserved(
+    h: Harness,
+) -> None:
+    """The Node came up without the GPU its NodeClaim asked for (a device plugin registers it), and a
+    DaemonSet that would run there does not tolerate `joiner.sh/planned`: it may be that plugin, which
+    a reservation would keep off for good. The Node is not reserved; its pod is nominated."""
+    from controller.kube.resources import DAEMONSETS
+
+    await h.kube.create(DAEMONSETS, LOG_AGENT)
+    await h.cached("DaemonSet", "kube-system/log-agent")
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    gpu_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "g", "namespace": "default"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+    await h.kube.create(PODS, gpu_pod)
+    await h.cached("Pod", "default/g")
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    name = claim["metadata"]["name"]
+    assert claim["spec"]["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    await register(h, claim)  # a Node with CPUs and memory, no nvidia.com/gpu in its allocatable yet
+    await h.settle()
+    assert not h.ctx.planned.reservable(
+        h.ctx.cluster.claim_views()[name], h.ctx.cluster.daemonsets, h.ctx.cluster.node_views()[name]
+    )
+    # the device plugin registers the GPU: the pod fits, and is nominated (the Node stays unreserved)
+    allocatable = {"cpu": "7900m", "memory": "31Gi", "pods": "58", "nvidia.com/gpu": "1"}
+    await h.kube.patch(NODES, name, {"status": {"allocatable": allocatable}}, subresource="status")
+    await h.cached("Node", name)
+    await initialize(h, claim)  # what the lifecycle records then
+    await h.eventually(lambda: nominated(h, "g") == name, "nominated once the GPU is registered")
+    assert not h.ctx.planned.reservable(
+        h.ctx.cluster.claim_views()[name], h.ctx.cluster.daemonsets, h.ctx.cluster.node_views()[name]
+    )
 
 
 @pytest.mark.parametrize("started", ["before the pods came", "after the pods came"])

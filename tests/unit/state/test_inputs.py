@@ -67,3 +67,65 @@ async def test_offered_pools_leave_out_the_deleting_the_invalid_and_those_withou
 
 def test_the_unavailable_offerings_are_the_solver_keys() -> None:
     assert unavailable_offerings([OfferingId("g", "z", "on-demand")]) == frozenset({("g", "z", "on-demand")})
+
+
+def _agent(name: str, *, tolerations: list[Obj] | None = None, selector: dict[str, str] | None = None) -> Obj:
+    spec: Obj = {
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}],
+        "tolerations": tolerations or [],
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    return {
+        "metadata": {"name": name, "namespace": "kube-system", "uid": f"uid-{name}"},
+        "spec": {"template": {"metadata": {"labels": {"app": name}}, "spec": spec}},
+    }
+
+
+def test_a_machine_holds_the_room_of_each_daemonset_that_will_run_there_and_has_no_pod_there_yet() -> None:
+    """A Node reserved to its planned pods keeps off the DaemonSets that do not tolerate the
+    reservation until its pods are bound; a Node or a NodeClaim still coming up has no daemon pod yet.
+    Their room is the DaemonSets': another plan must not fill it first."""
+    from controller.scheduling.model import Pod
+    from controller.scheduling.taints import Taint
+    from controller.state.inputs import with_daemon_pods
+    from tests.unit.scheduling.builders import node, res
+
+    agents = [
+        _agent("log-agent"),  # tolerates nothing
+        _agent(
+            "gpu-plugin",
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            selector={"node.kubernetes.io/instance-type": "g6.xlarge"},
+        ),
+        _agent("arm-only", selector={"kubernetes.io/arch": "arm64"}),
+        _agent("nfd-gpus", selector={"nvidia.com/gpu.present": "true"}),  # a label a NodeClaim does not know yet
+    ]
+    room = res(cpu=4, memory="16Gi", pods=110)
+    reserved = node(
+        "reserved", allocatable=room, taints=[Taint(key="joiner.sh/planned", value="x", effect="NoSchedule")]
+    )
+    running = node(
+        "running", allocatable=room, bound=[Pod(name="log-agent-abc", namespace="kube-system", owner="uid-log-agent")]
+    )
+    gpu = node(
+        "gpu",
+        allocatable=room,
+        taints=[Taint(key="nvidia.com/gpu", effect="NoSchedule")],
+        labels={"node.kubernetes.io/instance-type": "g6.xlarge"},
+    )
+    flying = node("flying", allocatable=room, in_flight=True, labels={"node.kubernetes.io/instance-type": "m7i.large"})
+    found = {
+        n.name: sorted(p.name.rsplit("-", 1)[0] for p in n.pods)
+        for n in with_daemon_pods([reserved, running, gpu, flying], agents)
+    }
+    assert found == {
+        "reserved": ["log-agent"],
+        "running": ["log-agent"],  # its own pod, bound: nothing more
+        "gpu": ["gpu-plugin"],
+        "flying": ["log-agent", "nfd-gpus"],
+    }
+    [held] = with_daemon_pods([reserved], agents)
+    assert held.requested() - reserved.requested() == res(cpu="500m", memory="256Mi", pods=1)
+    going = {**agents[0], "metadata": {**agents[0]["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert with_daemon_pods([reserved], [going]) == [reserved]

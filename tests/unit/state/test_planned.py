@@ -53,7 +53,7 @@ def test_a_nodeclaim_whose_name_does_not_fit_a_taint_value_is_not_reserved() -> 
     book = PlannedPods(reserve=True)
     short = NodeClaimView.of({"metadata": {"name": "gpu-abcde"}, "spec": {}})
     long = NodeClaimView.of({"metadata": {"name": f"{'p' * 58}-abcde"}, "spec": {}})
-    assert book.reservable(short, list)
-    assert not book.reservable(long, list)
+    assert book.reservable(short, list, None)
+    assert not book.reservable(long, list, None)
     book.reserve = False
-    assert not book.reservable(short, list)
+    assert not book.reservable(short, list, None)
