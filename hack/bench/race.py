@@ -22,6 +22,8 @@
 * ``--workload spread``: the CPU workload's catalog and pods, kept apart as users keep replicas apart:
   ``web`` spread evenly over the zones (``maxSkew: 1``), ``batch`` over the Nodes (``maxSkew: 2``),
   both ``DoNotSchedule``, and ``big`` one a Node (required pod anti-affinity on the hostname).
+* ``--daemonset``: a log agent DaemonSet (100m/128Mi, no tolerations) on every Node, on both sides,
+  as most clusters run one; its pods are not counted in the burst.
 
 Per run: apply -> first NodeClaim, -> last NodeClaim, -> half the pods Running (the median pod,
 ``½ Run``), -> all Running (seen by a watch in this process); NodeClaims bought and the first
