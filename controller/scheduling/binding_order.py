@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from controller.scheduling.labels import LABEL_HOSTNAME, LABEL_ZONE
+from controller.scheduling.labels import LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_ZONE
 from controller.scheduling.model import NewNodeClaim, Plan, Pod
 
 
@@ -66,7 +66,7 @@ def deal_in_order(
     target_labels: list[Mapping[str, str]] = [labels.get(name) or {} for name in plan.existing_placements]
     for node in plan.new_nodes:
         targets.append(list(node.pods))
-        target_labels.append({**node.labels, LABEL_ZONE: node.choice.zone})
+        target_labels.append(_labels(node))
     places: dict[Hashable, tuple[Pod, list[tuple[int, int]]]] = {}  # kind -> a pod, (target, position)
     for t, keys in enumerate(targets):
         for i, key in enumerate(keys):
@@ -86,6 +86,20 @@ def deal_in_order(
         for n, node in enumerate(plan.new_nodes)
     )
     return replace(plan, existing_placements=placements, new_nodes=new_nodes)
+
+
+def _labels(node: NewNodeClaim) -> dict[str, str]:
+    """The labels the NodeClaim's Node will have that the plan already knows: those its requirements
+    pin to one value, its NodePool's, and the offering chosen (zone, capacity type, instance type)."""
+    pinned = {r.key: value for r in node.requirements if (value := r.single_value()) is not None}
+    choice = node.choice
+    return {
+        **pinned,
+        **node.labels,
+        LABEL_ZONE: choice.zone,
+        LABEL_CAPACITY_TYPE: choice.capacity_type,
+        LABEL_INSTANCE_TYPE: choice.instance_type,
+    }
 
 
 def _domain_key(pod: Pod) -> str:

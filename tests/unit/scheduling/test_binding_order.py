@@ -13,13 +13,14 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.scheduling import Plan, Pod, solve
 from controller.scheduling.binding_order import deal_in_order, interleave_zones
-from tests.unit.scheduling.builders import HOSTNAME, ZONE, ZONES, itype, node, pod, pool, res, spread
+from tests.unit.scheduling.builders import CAPACITY_TYPE, HOSTNAME, ZONE, ZONES, itype, node, pod, pool, res, spread
 
 
 def in_binding_order(plan: Plan, pods: Sequence[Pod], existing: Mapping[str, Mapping[str, str]] | None = None) -> Plan:
@@ -36,29 +37,27 @@ def in_binding_order(plan: Plan, pods: Sequence[Pod], existing: Mapping[str, Map
 
 def refused_tries(plan: Plan, pods: Sequence[Pod], existing: Mapping[str, Mapping[str, str]] | None = None) -> int:
     """kube-scheduler's tries, in the pods' order, that a spread refuses with every planned Node open."""
-    where: dict[str, tuple[str, str]] = {}  # pod -> (node, zone)
+    where: dict[str, dict[str, str]] = {}  # pod -> its node's labels (the hostname: the node)
     for name, keys in plan.existing_placements.items():
         for k in keys:
-            where[k] = (name, (existing or {})[name][ZONE])
+            where[k] = {**(existing or {})[name], HOSTNAME: name}
     for n in plan.new_nodes:
         for k in n.pods:
-            where[k] = (n.name, n.choice.zone)
-    domains = {ZONE: {z for _, z in where.values()}, HOSTNAME: {n for n, _ in where.values()}}
+            where[k] = {ZONE: n.choice.zone, CAPACITY_TYPE: n.choice.capacity_type, HOSTNAME: n.name}
     bound: dict[tuple[str, str], Counter[str]] = {}  # (key, app) -> count per domain
     refused = 0
     for p in pods:
-        node_name, zone = where[p.key]
+        labels = where[p.key]
         ok = True
         for sp in p.spread:
             counts = bound.setdefault((sp.topology_key, p.labels["app"]), Counter())
-            domain = zone if sp.topology_key == ZONE else node_name
-            low = min(counts[d] for d in domains[sp.topology_key])
-            ok = ok and counts[domain] + 1 - low <= sp.max_skew
+            low = min(counts[node[sp.topology_key]] for node in where.values())
+            ok = ok and counts[labels[sp.topology_key]] + 1 - low <= sp.max_skew
         if not ok:
             refused += 1
             continue
         for sp in p.spread:
-            bound[(sp.topology_key, p.labels["app"])][zone if sp.topology_key == ZONE else node_name] += 1
+            bound[(sp.topology_key, p.labels["app"])][labels[sp.topology_key]] += 1
     return refused
 
 
@@ -166,6 +165,25 @@ def test_room_on_existing_nodes_is_dealt_first_then_the_nodeclaims() -> None:
     assert refused_tries(dealt, pods, labels) == 0
     first = {k for keys in dealt.existing_placements.values() for k in keys}
     assert first == {p.key for p in pods[:12]}
+
+
+def test_a_spread_over_spot_and_on_demand_deals_the_capacity_types_in_turn() -> None:
+    """A spread on the capacity type: its domains are what the NodeClaims were bought as, which the
+    plan knows before any Node exists (here two spot and two on-demand machines, four pods each)."""
+    pods = web(16, key=CAPACITY_TYPE, cpu="900m")
+    solved = solve(pods=pods, node_pools=[pool("p", [itype("small", cpu=4, mem_gi=16, price=0.2, zones=["zone-a"])])])
+    assert [len(n.pods) for n in solved.new_nodes] == [4, 4, 4, 4]
+    bought = [
+        replace(n.choice, capacity_type=t)
+        for n, t in zip(solved.new_nodes, ["spot", "spot", "on-demand", "on-demand"], strict=True)
+    ]
+    plan = replace(solved, new_nodes=tuple(replace(n, choice=c) for n, c in zip(solved.new_nodes, bought, strict=True)))
+    assert refused_tries(plan, pods) > 0
+    dealt = in_binding_order(plan, pods)
+    assert refused_tries(dealt, pods) == 0
+    kinds = {k: n.choice.capacity_type for n in dealt.new_nodes for k in n.pods}
+    assert [kinds[p.key] for p in pods[:4]] == ["spot", "on-demand", "spot", "on-demand"]
+    assert per_node_kinds(dealt, pods) == per_node_kinds(plan, pods)
 
 
 def test_a_plan_without_spread_constraints_is_returned_as_it_is() -> None:
