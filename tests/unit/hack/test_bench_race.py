@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from controller.cloudprovider.catalog import builtin_catalog_text
-from hack.bench.race import GPU, GPU_MIX, MIX, joiner_catalog, karpenter_types, prices, workloads
+from hack.bench.race_setup import GPU, GPU_MIX, MIX, joiner_catalog, karpenter_types, prices, workloads
 
 
 def _catalog() -> dict[str, Any]:

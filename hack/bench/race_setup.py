@@ -1,0 +1,247 @@
+"""What both sides of the race (`hack.bench.race`) race on: Karpenter's KWOK provider, built once
+from its Go module; the one catalog both buy from (Karpenter's kwok instance types, or joiner's own
+GPU catalog written as a Karpenter instance-type file) and its prices; and the workloads applied
+(the Deployments of each mix, the constraints of the ``spread`` workload, the log agent of
+``--daemonset``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hack.bench.karpenter_side_by_side import _go_env, _gomodcache, _local_go
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "sigs.k8s.io/karpenter"
+VERSION = "v1.15.0"
+ZONE = "topology.kubernetes.io/zone"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+# the Deployments of each workload: name, share of the pods, cpu, memory, GPUs
+Mix = tuple[tuple[str, float, str, str, int], ...]
+MIX: Mix = (
+    ("web", 0.5, "500m", "1Gi", 0),
+    ("batch", 0.4, "2", "4Gi", 0),
+    ("big", 0.1, "4", "16Gi", 0),
+)
+GPU_MIX: Mix = (
+    ("l4-small", 0.3, "3", "12Gi", 1),
+    ("l4-large", 0.15, "12", "48Gi", 1),
+    ("l4-pair", 0.15, "16", "64Gi", 2),
+    ("cpu", 0.4, "1", "2Gi", 0),
+)
+MIXES = {"cpu": MIX, "gpu": GPU_MIX, "spread": MIX}
+# what each Deployment of a workload adds to its pods' spec: ``spread`` is the CPU mix kept apart the
+# ways users keep replicas apart, each counted by kube-scheduler over every Node, in flight or not
+CONSTRAINTS: dict[str, dict[str, Obj]] = {
+    "spread": {
+        # even over the zones
+        "web": {
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "web"}},
+                }
+            ]
+        },
+        # even over the Nodes, within 2 of each other
+        "batch": {
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 2,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "batch"}},
+                }
+            ]
+        },
+        # one a Node
+        "big": {
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "big"}}}
+                    ]
+                }
+            }
+        },
+    }
+}
+# the GPU workload's machines: joiner's built-in catalog's L4 family (its other GPU families aside)
+GPU_FAMILIES = ("g6",)
+GPU = "nvidia.com/gpu"
+# what Karpenter's kwok provider keeps on every instance type (its kube-reserved)
+KWOK_RESERVED = {"cpu": "100m", "memory": "10Mi"}
+Obj = dict[str, Any]
+
+
+def karpenter_cache() -> Path:
+    root = os.environ.get("JOINER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "joiner"
+    )
+    return Path(root) / "karpenter-kwok" / VERSION
+
+
+def karpenter_source() -> Path:
+    """Karpenter's module, copied to a writable folder with its ``go`` line lowered (done once)."""
+    src = karpenter_cache() / "src"
+    if (src / "kwok" / "main.go").is_file():
+        return src
+    info = subprocess.run(
+        ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+        capture_output=True,
+        text=True,
+        env=_go_env(),
+        cwd=tempfile.gettempdir(),
+    )
+    module_dir = json.loads(info.stdout or "{}").get("Dir") or f"{_gomodcache()}/{MODULE}@{VERSION}"
+    if not Path(module_dir).is_dir():
+        raise SystemExit(f"could not download {MODULE}@{VERSION}: {info.stdout}{info.stderr}")
+    partial = src.with_name("src.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(module_dir, partial)
+    for path in partial.rglob("*"):
+        path.chmod(path.stat().st_mode | 0o200)
+    go_mod = partial / "go.mod"
+    go_mod.write_text(re.sub(r"(?m)^go \d+\.\d+(\.\d+)?$", f"go {_local_go()}", go_mod.read_text()))
+    partial.rename(src)
+    return src
+
+
+def build_karpenter_kwok() -> tuple[Path, Path]:
+    """(Karpenter's kwok controller binary, its source folder), built once and cached."""
+    src = karpenter_source()
+    binary = karpenter_cache() / f"kwok-go{_local_go()}"
+    if binary.is_file():
+        return binary, src
+    print(f"building Karpenter {VERSION}'s kwok provider in {src} (a few minutes) ...", flush=True)
+    started = time.monotonic()
+    subprocess.run(
+        ["nice", "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", f"{binary}.partial", "./kwok"],
+        check=True,
+        env={**_go_env(), "CGO_ENABLED": "0"},
+        cwd=src,
+    )
+    Path(f"{binary}.partial").rename(binary)
+    print(f"built {binary} in {time.monotonic() - started:.0f}s", flush=True)
+    return binary, src
+
+
+# --- the catalog ------------------------------------------------------------------------------
+
+
+def joiner_catalog(karpenter_types: list[Obj]) -> Obj:
+    """Karpenter's kwok instance types as a joiner catalog: same names, resources, zones, capacity
+    types and prices; its kube-reserved as the overhead (so allocatable is the same on both sides)."""
+    out: list[Obj] = []
+    for it in karpenter_types:
+        offerings = []
+        for offering in it["offerings"]:
+            reqs = {r["key"]: r["values"] for r in offering["Requirements"]}
+            for zone in reqs[ZONE]:
+                for capacity_type in reqs["karpenter.sh/capacity-type"]:
+                    offerings.append(
+                        {
+                            "zone": zone,
+                            "capacityType": capacity_type,
+                            "price": offering["Price"],
+                            "available": bool(offering.get("Available", True)),
+                        }
+                    )
+        oses = it.get("operatingSystems") or ["linux"]
+        labels = {INSTANCE_TYPE: it["name"], "kubernetes.io/arch": it["architecture"]}
+        if len(oses) == 1:
+            labels["kubernetes.io/os"] = oses[0]
+        out.append(
+            {
+                "name": it["name"],
+                "capacity": dict(it["resources"]),
+                "overhead": dict(KWOK_RESERVED),
+                "labels": labels,
+                "offerings": offerings,
+            }
+        )
+    return {"instanceTypes": out}
+
+
+def karpenter_types(catalog: Obj, *, gpu_families: tuple[str, ...] = GPU_FAMILIES) -> list[Obj]:
+    """A joiner catalog as a Karpenter kwok instance-types file (``INSTANCE_TYPES_FILE_PATH``): same
+    names, capacity (GPUs included), architecture, zones, capacity types and prices. GPU machines
+    only of ``gpu_families``; offerings marked unavailable are left out (Karpenter's kwok provider
+    makes every offering it reads available)."""
+    out: list[Obj] = []
+    for it in catalog["instanceTypes"]:
+        labels = it.get("labels") or {}
+        family = labels.get("joiner.sh/instance-family") or it["name"].split(".", 1)[0]
+        if GPU in it["capacity"] and family not in gpu_families:
+            continue
+        offerings = [
+            {
+                "Price": float(o["price"]),
+                "Available": True,
+                "Requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [o["capacityType"]]},
+                    {"key": ZONE, "operator": "In", "values": [o["zone"]]},
+                ],
+            }
+            for o in it["offerings"]
+            if o.get("available", True) and o["capacityType"] in ("spot", "on-demand")
+        ]
+        if not offerings:
+            continue
+        out.append(
+            {
+                "name": it["name"],
+                "offerings": offerings,
+                "architecture": labels.get("kubernetes.io/arch", "amd64"),
+                "operatingSystems": [labels.get("kubernetes.io/os", "linux")],
+                "resources": dict(it["capacity"]),
+            }
+        )
+    return out
+
+
+def prices(catalog: Obj) -> dict[tuple[str, str, str], float]:
+    """(instance type, zone, capacity type) -> $/h."""
+    return {
+        (it["name"], o["zone"], o["capacityType"]): float(o["price"])
+        for it in catalog["instanceTypes"]
+        for o in it["offerings"]
+    }
+
+
+def workloads(namespace: str, pods: int, mix: Mix = MIX, constraints: dict[str, Obj] | None = None) -> list[Obj]:
+    from tests.e2e.manifests import deployment
+
+    out = []
+    left = pods
+    for i, (name, share, cpu, memory, gpus) in enumerate(mix):
+        replicas = left if i == len(mix) - 1 else round(pods * share)
+        left -= replicas
+        dep = deployment(name, namespace, replicas=replicas, cpu=cpu, memory=memory, gpus=gpus)
+        dep["spec"]["template"]["spec"].update((constraints or {}).get(name) or {})
+        out.append(dep)
+    return out
+
+
+def log_agent(namespace: str) -> Obj:
+    """A node agent as most clusters run one (logs, metrics): on every Node, tolerating no taint."""
+    labels = {"app": "log-agent"}
+    container = {"name": "agent", "image": "agent", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "log-agent", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
