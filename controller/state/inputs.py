@@ -41,7 +41,7 @@ from controller.scheduling.requirements import Requirements
 from controller.scheduling.taints import Taint, first_untolerated
 from controller.state.cluster import ClusterState
 from controller.state.existing import cluster_machines
-from controller.state.reservations import excludes
+from controller.state.reservations import daemon_pods, excludes
 from controller.state.views import NodeClaimView, NodePoolView, Obj
 
 log = structlog.get_logger()
@@ -137,15 +137,7 @@ def with_daemon_pods(machines: Sequence[ExistingNode], daemonsets: Iterable[Obj]
     Pending). Judged on the machine's taints other than joiner's own (`joiner.sh/unregistered`,
     `joiner.sh/planned`: they come off), and its labels: all of them on a registered Node, on a
     NodeClaim those it knows (a selector on a label it does not know yet counts as matching)."""
-    daemons: list[tuple[str, Pod]] = []
-    for obj in daemonsets:
-        meta = obj.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            continue
-        try:
-            daemons.append((str(meta.get("uid") or ""), kubeconv.daemonset_from_dict(obj)))
-        except ValueError:
-            continue  # the provisioner says so (`daemon_templates`)
+    daemons = daemon_pods(daemonsets)
     if not daemons:
         return list(machines)
     out: list[ExistingNode] = []

@@ -23,6 +23,7 @@ so it counts. DaemonSets that tolerate every taint (the usual CNI and kube-proxy
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import structlog
 
@@ -73,6 +74,22 @@ def kept_off(claim: NodeClaimView, daemons: Iterable[Pod]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def daemon_pods(daemonsets: Iterable[Obj]) -> list[tuple[str, Pod]]:
+    """(uid, the pod it would run on a Node) of each DaemonSet not being deleted (its namespace going:
+    it makes no new pod); one that does not convert is left out (the provisioner says so,
+    `controller.state.inputs.daemon_templates`)."""
+    out: list[tuple[str, Pod]] = []
+    for obj in daemonsets:
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        try:
+            out.append((str(meta.get("uid") or ""), kubeconv.daemonset_from_dict(obj)))
+        except ValueError:
+            continue
+    return out
+
+
 def unregistered_resources(claim: NodeClaimView, node: NodeView) -> list[str]:
     """The resources the NodeClaim asked for (a GPU, say) that its Node has none of in its allocatable."""
     allocatable = node.allocatable
@@ -83,9 +100,9 @@ def unregistered_resources(claim: NodeClaimView, node: NodeView) -> list[str]:
     )
 
 
-def _quantity(value: object) -> int:
+def _quantity(value: Any) -> int:
     try:
-        return parse_quantity(value)  # type: ignore[arg-type]
+        return parse_quantity(value)
     except (QuantityError, ValueError, TypeError):
         return 0
 
@@ -108,13 +125,8 @@ class DaemonSetsKeptOff:
             (str((o.get("metadata") or {}).get("uid")), str((o.get("metadata") or {}).get("generation"))) for o in objs
         )
         if seen != self._seen:
-            daemons = []
-            for obj in objs:
-                try:
-                    daemons.append(kubeconv.daemonset_from_dict(obj))
-                except ValueError:
-                    continue  # the provisioner says so already (`daemon_templates`)
-            self._seen, self._daemons, self._by_claim = seen, tuple(daemons), {}
+            daemons = tuple(pod for _uid, pod in daemon_pods(objs))
+            self._seen, self._daemons, self._by_claim = seen, daemons, {}
         found = self._by_claim.get(claim.name)
         if found is None:
             found = self._by_claim[claim.name] = kept_off(claim, self._daemons)
