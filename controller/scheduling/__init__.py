@@ -17,6 +17,7 @@ from controller.scheduling.instancetypes import (
 from controller.scheduling.model import (
     ExistingNode,
     Gang,
+    HostPort,
     InstanceCandidate,
     InstanceChoice,
     NewNodeClaim,
@@ -39,6 +40,7 @@ __all__ = [
     "ExistingNode",
     "FrozenLabels",
     "Gang",
+    "HostPort",
     "InstanceCandidate",
     "InstanceChoice",
     "InstanceType",

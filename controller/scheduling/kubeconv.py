@@ -20,6 +20,8 @@ from controller.scheduling.labels import (
     LABEL_GANG,
 )
 from controller.scheduling.model import (
+    BIND_ALL_HOST_IP,
+    HostPort,
     Pod,
     PodAffinityTerm,
     PreferredTerm,
@@ -249,6 +251,44 @@ def pod_requests(spec: Obj, where: str = "spec") -> Resources:
     for name, amount in peak.items():
         merged[name] = max(merged.get(name, 0), amount)
     return Resources(merged) + _resources(spec.get("overhead"), f"{where}.overhead")
+
+
+PROTOCOLS: Final = ("TCP", "UDP", "SCTP")
+
+
+def host_ports(spec: Obj, where: str = "spec") -> tuple[HostPort, ...]:
+    """The ports a pod takes on its node, as kube-scheduler's NodePorts filter reads them: the
+    ``hostPort`` of its containers and of its sidecars (init containers with ``restartPolicy:
+    Always``; other init containers have ended before the pod runs). In a ``hostNetwork`` pod a port
+    without a ``hostPort`` takes its ``containerPort`` (the apiserver defaults a Pod so; done here for
+    Pod documents and templates that did not pass it). Sorted, each once."""
+    host_network = spec.get("hostNetwork") is True
+    found: list[HostPort] = []
+    for field in ("initContainers", "containers"):
+        containers = spec.get(field)
+        if not containers:
+            continue
+        for i, container in enumerate(_objects(containers, f"{where}.{field}")):
+            ports = container.get("ports")
+            if not ports or (field == "initContainers" and container.get("restartPolicy") != "Always"):
+                continue
+            for j, item in enumerate(_objects(ports, f"{where}.{field}[{i}].ports")):
+                at = f"{where}.{field}[{i}].ports[{j}]"
+                port = _int(item.get("hostPort"), f"{at}.hostPort", default=0, minimum=0, maximum=65535)
+                if port == 0 and host_network:
+                    port = _int(item.get("containerPort"), f"{at}.containerPort", default=0, minimum=0, maximum=65535)
+                if port == 0:
+                    continue
+                protocol = item.get("protocol") or "TCP"
+                if protocol not in PROTOCOLS:
+                    raise ConversionError(f"{at}.protocol: must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+                ip = item.get("hostIP") or BIND_ALL_HOST_IP
+                if not isinstance(ip, str):
+                    raise ConversionError(f"{at}.hostIP: must be a string, got {_kind_of(ip)}")
+                found.append(HostPort(port=port, protocol=protocol, ip=ip))
+    if not found:
+        return ()
+    return tuple(sorted(set(found), key=lambda p: (p.port, p.protocol, p.ip)))
 
 
 def _node_selector_term(term: Any, where: str) -> Requirements | None:
@@ -514,6 +554,7 @@ def _pod(obj: Obj, meta: Mapping[str, Any], name: str, *, gang: str | None) -> P
         owner=_owner(meta),
         gang=gang,
         uid=str(meta.get("uid") or ""),
+        host_ports=host_ports(spec),
     )
 
 
@@ -548,4 +589,5 @@ def daemonset_from_dict(obj: Obj) -> Pod:
         node_requirements=pod.node_requirements,
         tolerations=pod.tolerations + DAEMONSET_TOLERATIONS,
         owner=f"DaemonSet/{name}",
+        host_ports=pod.host_ports,
     )

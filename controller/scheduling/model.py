@@ -63,6 +63,42 @@ class TopologySpread:
         return self.selector is not None and self.selector.matches(labels)
 
 
+BIND_ALL_HOST_IP = "0.0.0.0"
+"""A host port on this address is taken on every address of the node (kube-scheduler's
+``DefaultBindAllHostIP``; ``::`` is an address like any other to it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A port a pod takes on its node (a container port with ``hostPort``, or any container port of a
+    ``hostNetwork`` pod). kube-scheduler's NodePorts filter lets no two pods take one port and
+    protocol on one node, unless both name different addresses other than ``0.0.0.0``."""
+
+    port: int
+    protocol: str = "TCP"
+    ip: str = BIND_ALL_HOST_IP
+
+    def conflicts(self, other: HostPort) -> bool:
+        return (
+            self.port == other.port
+            and self.protocol == other.protocol
+            and (self.ip == other.ip or self.ip == BIND_ALL_HOST_IP or other.ip == BIND_ALL_HOST_IP)
+        )
+
+    def __str__(self) -> str:
+        where = "" if self.ip == BIND_ALL_HOST_IP else f" on {self.ip}"
+        return f"{self.protocol}/{self.port}{where}"
+
+
+def ports_conflict(a: tuple[HostPort, ...], b: tuple[HostPort, ...]) -> HostPort | None:
+    """The first port of ``a`` that one of ``b`` takes on the same node, or None."""
+    for mine in a:
+        for theirs in b:
+            if mine.conflicts(theirs):
+                return mine
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class PreferredTerm:
     weight: int
@@ -76,7 +112,7 @@ class Pod:
     ``requests`` are the effective requests (max of init containers vs sum of containers, plus
     overhead) *without* the pod slot; the solver adds ``pods: 1``.
     ``node_requirements`` are the OR-ed required terms, each already intersected with the
-    nodeSelector; empty means unconstrained.
+    nodeSelector; empty means unconstrained. ``host_ports`` are the ports it takes on its node.
     """
 
     name: str
@@ -92,6 +128,7 @@ class Pod:
     owner: str | None = None
     gang: str | None = None
     uid: str = ""
+    host_ports: tuple[HostPort, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", freeze(self.labels))
@@ -114,6 +151,7 @@ class Pod:
             self.affinity,
             self.anti_affinity,
             self.gang,
+            self.host_ports,
         )
 
 

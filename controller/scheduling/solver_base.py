@@ -17,6 +17,7 @@ from controller.scheduling.labels import (
 from controller.scheduling.model import (
     ExistingNode,
     Gang,
+    HostPort,
     InstanceCandidate,
     InstanceChoice,
     NodePoolTemplate,
@@ -73,6 +74,9 @@ class SolverBase:
         self.templates = sorted(node_pools, key=lambda p: (-p.weight, p.name))
         self.existing_nodes = sorted(existing_nodes, key=lambda n: (n.in_flight, n.name))
         self.daemon_pods = tuple(daemon_pods)
+        # the DaemonSets that take host ports, and the ports they take per slot (`_daemon_ports`)
+        self._port_daemons = tuple(d for d in self.daemon_pods if d.host_ports)
+        self._slot_ports: dict[int, tuple[tuple[HostPort, str], ...]] = {}
         self.unavailable = unavailable
         self.gang_opts = {g.id: g for g in gangs}
         names: set[str] = set()
@@ -231,6 +235,32 @@ class SolverBase:
             if any(t.compatible_with_node(node_side) is None for t in terms):
                 total.append(daemon.requests + ONE_POD)
         return sum_resources(total)
+
+    def _daemon_ports(self, slot: Slot) -> tuple[tuple[HostPort, str], ...]:
+        """The host ports the DaemonSets' pods take on a new node of the slot, each with its
+        DaemonSet (kube-scheduler binds a daemon pod to its node like any other: whichever comes
+        first keeps the port). Empty when no DaemonSet takes one."""
+        if not self._port_daemons:
+            return ()
+        got = self._slot_ports.get(slot.idx)
+        if got is None:
+            taken: list[tuple[HostPort, str]] = []
+            for daemon in self._port_daemons:
+                if first_untolerated(daemon.tolerations, slot.pool.template.taints) is not None:
+                    continue
+                terms = daemon.node_requirements or (Requirements(),)
+                if any(t.compatible_with_node(slot.node_side) is None for t in terms):
+                    taken.extend((port, daemon.owner or daemon.name) for port in daemon.host_ports)
+            got = self._slot_ports[slot.idx] = tuple(taken)
+        return got
+
+    def _daemon_port_conflict(self, ports: tuple[HostPort, ...], slot: Slot) -> tuple[HostPort, str] | None:
+        """A port of ``ports`` a DaemonSet's pod takes on the slot's new nodes, with that DaemonSet."""
+        for port in ports:
+            for theirs, daemon in self._daemon_ports(slot):
+                if port.conflicts(theirs):
+                    return port, daemon
+        return None
 
     def _build_groups(self) -> None:
         by_key: dict[tuple[object, ...], list[Pod]] = {}

@@ -14,6 +14,7 @@ from controller.scheduling.labels import (
     LABEL_ZONE,
 )
 from controller.scheduling.model import (
+    HostPort,
     InstanceCandidate,
     InstanceChoice,
 )
@@ -48,18 +49,22 @@ class CandidateTypes(TopologyRules):
 
         Groups with the same variants and tolerations share the compatible slots (and, in
         `_bounds`, their ranking); the fit counts are made a resource column at a time."""
-        by_pattern: dict[tuple[tuple[Requirements, ...], tuple[Toleration, ...]], _Pattern] = {}
+        by_pattern: dict[tuple[tuple[Requirements, ...], tuple[Toleration, ...], tuple[HostPort, ...]], _Pattern] = {}
         self._pattern_of: dict[int, _Pattern] = {}
         by_shape: dict[tuple[int, Vec, int], tuple[dict[int, int], list[int], float, frozenset[int]]] = {}
         # (id of a pattern, resource, request) -> how many such requests each of its slots holds
         columns: dict[tuple[int, int, int], list[int]] = {}
         for g in groups:
-            key = (tuple(g.variants), g.tol_key)
+            # a DaemonSet's pod that takes one of the group's host ports keeps it off that node
+            ports = g.rep.host_ports if self._port_daemons else ()
+            key = (tuple(g.variants), g.tol_key, ports)
             pattern = by_pattern.get(key)
             if pattern is None:
                 compat: list[tuple[Slot, int, float]] = []
                 for slot in self.slots:
                     if self._untolerated(g.tol_key, slot.pool.blocking_taints) is not None:
+                        continue
+                    if ports and self._daemon_port_conflict(ports, slot) is not None:
                         continue
                     for vi, variant in enumerate(g.variants):
                         if self._compat(variant, slot):
@@ -124,10 +129,10 @@ class CandidateTypes(TopologyRules):
         """Put slots that a simulation cannot tell apart except by their room and prices into
         one twin class (``Slot.twin``): the same pool (without ``minValues``), the same node-side
         requirements on every label key any pod's requirements or the pool's mention, and the same
-        offerings (zone, capacity type) in the same price order. Every compatibility, offering and
-        zone-pinning answer a simulation asks of a slot is then the same for the whole class, so
-        a simulation on a roomier twin that room never limited can be replayed (see
-        `NodeChoice._replay`)."""
+        offerings (zone, capacity type) in the same price order, and the same host ports taken by
+        DaemonSets. Every compatibility, offering and zone-pinning answer a simulation asks of a
+        slot is then the same for the whole class, so a simulation on a roomier twin that room
+        never limited can be replayed (see `NodeChoice._replay`)."""
         keys = {LABEL_ZONE, LABEL_CAPACITY_TYPE}
         for g in self.groups:
             for variant in (*g.variants, *g.required):
@@ -142,6 +147,7 @@ class CandidateTypes(TopologyRules):
                 slot.pool.idx,
                 slot.node_side.only(keys),
                 tuple((o.zone, o.capacity_type) for o in slot.offerings),
+                self._daemon_ports(slot),  # which groups a DaemonSet's host port keeps off
             )
             slot.twin = classes.setdefault(key, len(classes))
 

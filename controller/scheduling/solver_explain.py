@@ -98,6 +98,14 @@ class Explanations(CandidateTypes):
         fitting = [s for s in offered if fits(g.req, s.alloc)]
         if not fitting:
             return f"{name}: {self._hidden_reason(pool, g, required) or self._resource_shortfall(g, offered)}"
+        ports = g.rep.host_ports
+        if ports and self._port_daemons:
+            free = [s for s in fitting if self._daemon_port_conflict(ports, s) is None]
+            if not free:
+                taken = self._daemon_port_conflict(ports, fitting[0])
+                assert taken is not None
+                return f"{name}: host port {taken[0]} is taken on its nodes by the pods of {taken[1]}"
+            fitting = free
         if all(self._limit_room(s) <= 0 for s in fitting):
             return f"{name}: {self._limit_message(pool, fitting)}"
         short = self._min_values_shortfall(pool, fitting)

@@ -11,9 +11,11 @@ from controller.scheduling.labels import (
     LABEL_ZONE,
 )
 from controller.scheduling.model import (
+    HostPort,
     Pod,
     PodAffinityTerm,
     TopologySpread,
+    ports_conflict,
 )
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.solver_base import SolverBase
@@ -105,6 +107,7 @@ class TopologyRules(SolverBase):
                 for h in term.matched:
                     g.conflict_zone.add(h)
                     self.groups[h].conflict_zone.add(g.idx)
+        self._build_host_ports(existing_pods)
         for node_idx, zone, pod in existing_pods:
             for at in pod.anti_affinity:
                 for g in self.groups:
@@ -129,6 +132,29 @@ class TopologyRules(SolverBase):
             if any(not t.self_match for t in (*g.host_aff, *g.zone_aff)):
                 g.deferred = True
         self._build_sim_counts()
+
+    def _build_host_ports(self, existing_pods: Sequence[tuple[int, str | None, Pod]]) -> None:
+        """Host ports, as kube-scheduler's NodePorts filter counts them: groups whose ports conflict
+        never share a node (so a group that takes a port has one pod a node), and a group stays
+        off the existing and in-flight nodes where a pod already takes one of its ports. (A
+        DaemonSet's port keeps a group off new nodes: `_prepare_candidates`.)"""
+        users = [g for g in self.groups if g.rep.host_ports]
+        if not users:
+            return
+        for i, g in enumerate(users):
+            for h in users[i:]:
+                if ports_conflict(g.rep.host_ports, h.rep.host_ports) is not None:
+                    g.conflict_host.add(h.idx)
+                    h.conflict_host.add(g.idx)
+        taken: dict[int, list[HostPort]] = {}
+        for node_idx, _zone, pod in existing_pods:
+            if pod.host_ports:
+                taken.setdefault(node_idx, []).extend(pod.host_ports)
+        for node_idx, ports in taken.items():
+            on_node = tuple(ports)
+            for g in users:
+                if ports_conflict(g.rep.host_ports, on_node) is not None:
+                    g.blocked_nodes.add(node_idx)
 
     def _build_sim_counts(self) -> None:
         """Which running counts a simulation of a new node must keep up to date (`_sim_count`).

@@ -12,6 +12,8 @@ kube-scheduler would if that pod were the last one to be bound:
   (cpu, memory, ``nvidia.com/gpu``, ... and the ``pods`` count);
 * **node affinity**: the nodeSelector / required node affinity terms against the node's labels;
 * **taints**: every ``NoSchedule``/``NoExecute`` taint must be tolerated (a cordoned node too);
+* **host ports**: no two pods on a node (daemonset, bound and planned) take one port and protocol
+  on the same address, ``0.0.0.0`` being every address (the NodePorts filter);
 * **pod affinity / anti-affinity** (required, any topologyKey), counted over every pod the
   selector matches in the term's namespaces, on existing, in-flight and new nodes; anti-affinity
   both ways (the pod's own terms, and terms of pods already in the domain). Self-affine pods with
@@ -64,7 +66,16 @@ MACHINE_KEYS = frozenset(
 )
 """Label keys a node gets from its machine; a NodePool requirement on them filters machines."""
 
-RULES = ("plan", "fit", "node-affinity", "taint", "pod-affinity", "pod-anti-affinity", "topology-spread")
+RULES = (
+    "plan",
+    "fit",
+    "node-affinity",
+    "taint",
+    "host-ports",
+    "pod-affinity",
+    "pod-anti-affinity",
+    "topology-spread",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +152,18 @@ def _untolerated(tolerations: Sequence[Toleration], taints: Iterable[Taint]) -> 
             continue
         if not any(_toleration_matches(t, taint) for t in tolerations):
             return taint
+    return None
+
+
+def _shared_port(pod: Pod, other: Pod) -> str | None:
+    """A host port both pods take on one node (same port and protocol, and the same address or
+    ``0.0.0.0`` on either side), as ``protocol/port``; None when they can share a node."""
+    for mine in pod.host_ports:
+        for theirs in other.host_ports:
+            if mine.port != theirs.port or mine.protocol != theirs.protocol:
+                continue
+            if mine.ip == theirs.ip or "0.0.0.0" in (mine.ip, theirs.ip):
+                return f"{mine.protocol}/{mine.port}"
     return None
 
 
@@ -425,6 +448,18 @@ def _check_node(node: _Node, placed: Sequence[Pod], out: list[Violation]) -> Non
         taint = _untolerated(pod.tolerations, taints)
         if taint is not None:
             out.append(Violation("taint", pod.key, node.name, f"taint {taint} is not tolerated"))
+    on_node = [p for p in (*node.daemons, *node.bound, *placed) if p.host_ports]
+    if len(on_node) > 1:
+        planned = {p.key for p in placed}
+        for i, pod in enumerate(on_node):
+            if pod.key not in planned:
+                continue
+            for j, other in enumerate(on_node):
+                clash = _shared_port(pod, other) if i != j else None
+                if clash is not None:
+                    reason = f"host port {clash} is taken by {other.key} too"
+                    out.append(Violation("host-ports", pod.key, node.name, reason))
+                    break
 
 
 def _check_affinity(world: _World, pod: Pod, node: _Node, out: list[Violation]) -> None:

@@ -383,6 +383,29 @@ def test_a_burst_on_large_nodes_buys_the_plan_as_the_nodes_open_one_by_one(clust
         )
 
 
+def test_pods_that_take_one_host_port_get_a_node_each_and_all_run(cluster: Cluster, start_joiner: Any) -> None:
+    """kube-scheduler puts no two pods that take one host port on a Node (its NodePorts filter): four
+    small relays on hostPort 8080 would fit one Node, but get a NodeClaim each, and the web pods
+    beside them fill the room left; every pod runs on what the first plan bought."""
+    ns = _ns(cluster)
+    cluster.apply([nodeclass(), nodepool("default")])
+    joiner = start_joiner()
+    relay = deployment("relay", ns, replicas=4, cpu="250m", memory="256Mi")
+    relay["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
+    cluster.apply([relay, deployment("web", ns, replicas=4, cpu="250m", memory="256Mi")])
+    pods = expect_pods_running(cluster, ns, 8)
+    relays = [p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"]["app"] == "relay"]
+    assert len(set(relays)) == 4, relays
+    claims = nodeclaims(cluster)
+    assert len(claims) == 4, [c["metadata"]["name"] for c in claims]
+    by_node = {c["status"]["nodeName"]: c["metadata"]["name"] for c in claims}
+    assert set(by_node) == set(relays)
+    for p in pods:  # each bound on the Node planned for it
+        reservations = [t.get("value") for t in p["spec"].get("tolerations") or [] if t.get("key") == PLANNED]
+        assert reservations == [by_node[p["spec"]["nodeName"]]], p["metadata"]["name"]
+    assert '"provisioner.nomination_released"' not in joiner.logs()
+
+
 def test_node_selector_on_gpu_name_is_honoured(cluster: Cluster, start_joiner: Any) -> None:
     ns = _ns(cluster)
     cluster.apply([nodeclass(), nodepool("general")])

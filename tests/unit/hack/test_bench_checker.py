@@ -9,6 +9,7 @@ from typing import Any
 
 from controller.scheduling import (
     ExistingNode,
+    HostPort,
     InstanceChoice,
     InstanceType,
     NewNodeClaim,
@@ -166,6 +167,26 @@ def test_daemonset_pods_and_bound_pods_take_room() -> None:
     assert _check(g, [_claim("n1", g, it=GPU, pool="gpu")], daemons=[daemon]) == []
     node = _existing("e1", "a", pods=[_pod("old", "2")])
     assert _rules(_check(pods, existing=[node], placements={"e1": ("default/p0",)})) == ["fit"]
+
+
+def test_two_pods_taking_one_host_port_on_a_node_is_a_host_ports_violation() -> None:
+    web = [_pod(f"w{i}", host_ports=(HostPort(8080),)) for i in range(2)]
+    assert _rules(_check(web, [_claim("n1", web)])) == ["host-ports", "host-ports"]
+    assert _check(web, [_claim("n1", web[:1]), _claim("n2", web[1:])]) == []
+    # another protocol, or two different addresses, share the port; 0.0.0.0 is every address
+    udp = [_pod("u", host_ports=(HostPort(8080, "UDP"),))]
+    assert _check(web[:1] + udp, [_claim("n1", web[:1] + udp)]) == []
+    on_a, on_b = (_pod(n, host_ports=(HostPort(8080, ip=ip),)) for n, ip in (("a", "10.0.0.1"), ("b", "10.0.0.2")))
+    assert _check([on_a, on_b], [_claim("n1", [on_a, on_b])]) == []
+    assert _rules(_check([on_a, web[0]], [_claim("n1", [on_a, web[0]])])) == ["host-ports", "host-ports"]
+    # a DaemonSet's pod on the new node, and a pod bound to an existing one, take theirs first
+    daemon = _pod("exporter", "100m", host_ports=(HostPort(8080),))
+    found = _check(web[:1], [_claim("n1", web[:1])], daemons=[daemon])
+    assert _rules(found) == ["host-ports"]
+    assert "TCP/8080 is taken by default/exporter" in found[0].reason
+    node = _existing("e1", "a", pods=[_pod("old", "1", host_ports=(HostPort(8080, ip="10.0.0.9"),))])
+    assert _rules(_check(web[:1], existing=[node], placements={"e1": ("default/w0",)})) == ["host-ports"]
+    assert _check([on_a], existing=[node], placements={"e1": ("default/a",)}) == []
 
 
 # --- node affinity and taints -------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 
 from controller.scheduling import (
     ExistingNode,
+    HostPort,
     InstanceType,
     NodePoolTemplate,
     Offering,
@@ -91,6 +92,7 @@ def pod(
     gang: str | None = None,
     owner: str | None = None,
     preferred: Sequence[tuple[int, Requirements]] = (),
+    host_ports: Sequence[HostPort] = (),
 ) -> Pod:
     from controller.scheduling import PreferredTerm
 
@@ -113,6 +115,7 @@ def pod(
         anti_affinity=tuple(anti_affinity),
         gang=gang,
         owner=owner,
+        host_ports=tuple(host_ports),
     )
 
 
@@ -257,6 +260,15 @@ def check_plan(
         node_pods[n.name] = hosted
         node_zone[n.name] = choice.zone
     assert abs(total - plan.total_price) < 1e-6
+    # host ports: the daemon pods a new node runs take theirs too
+    for n in plan.new_nodes:
+        p = pools_by_name[n.node_pool]
+        it = next(t for t in p.instance_types if t.name == n.choice.instance_type)
+        labels = _node_labels(p, it, n.choice.zone, n.choice.capacity_type)
+        running = [
+            d for d in daemons if first_untolerated(d.tolerations, p.taints) is None and _pod_fits_labels(d, labels)
+        ]
+        _assert_ports_free(n.name, running + node_pods[n.name], by_key)
     # existing nodes: free capacity, labels, taints, cordon
     for e in existing:
         hosted = [by_key[k] for k in plan.existing_placements.get(e.name, ())]
@@ -271,6 +283,7 @@ def check_plan(
             labels = {**e.labels, "metadata.name": e.name}
             assert not pd.node_requirements or any(t.matches(labels) for t in pd.node_requirements)
             assert first_untolerated(pd.tolerations, e.taints) is None
+        _assert_ports_free(e.name, node_pods[e.name], by_key)
     # pod anti-affinity (both directions) and hostname spread
     for name, hosted in node_pods.items():
         for pd in hosted:
@@ -292,6 +305,23 @@ def check_plan(
                     count = sum(1 for o in node_pods[name] if o.namespace == pd.namespace and sc.selects(o.labels))
                     assert count <= sc.max_skew, f"{name}: {count} pods over hostname maxSkew {sc.max_skew}"
     return placed
+
+
+def _assert_ports_free(node_name: str, on_node: Sequence[Pod], pending: Mapping[str, Pod]) -> None:
+    """No pending pod on the node takes a host port another pod there takes (kube-scheduler's
+    NodePorts filter: the same port and protocol, on the same address or on 0.0.0.0)."""
+    for i, pd in enumerate(on_node):
+        if pd.key not in pending:
+            continue
+        for j, other in enumerate(on_node):
+            if i == j:
+                continue
+            for a in pd.host_ports:
+                for b in other.host_ports:
+                    same_address = a.ip == b.ip or "0.0.0.0" in (a.ip, b.ip)
+                    assert not (a.port == b.port and a.protocol == b.protocol and same_address), (
+                        f"{node_name}: {pd.key} and {other.key} both take host port {a.protocol}/{a.port}"
+                    )
 
 
 # --- an independent count of matching pods per topology domain ----------------------------------

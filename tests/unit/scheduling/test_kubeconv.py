@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from api.v1 import NodePool
-from controller.scheduling import Requirement, Resources, Taint, solve
+from controller.scheduling import HostPort, Requirement, Resources, Taint, solve
 from controller.scheduling.kubeconv import ConversionError, daemonset_from_dict, gang_of, pod_from_dict
 from controller.scheduling.kubeconv_nodes import (
     existing_nodes_from_dicts,
@@ -127,6 +127,56 @@ def test_gang_markers_and_owner() -> None:
 def test_bad_pod_names_the_field() -> None:
     bad = a_pod({"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]})
     with pytest.raises(ConversionError, match=r"Pod default/p: spec.containers\[0\].resources.requests"):
+        pod_from_dict(bad)
+
+
+def test_host_ports_as_kube_schedulers_node_ports_filter_reads_them() -> None:
+    spec = {
+        "initContainers": [
+            {"name": "init", "ports": [{"containerPort": 1, "hostPort": 7000}]},  # ended before the pod runs
+            {"name": "proxy", "restartPolicy": "Always", "ports": [{"containerPort": 15001, "hostPort": 15001}]},
+        ],
+        "containers": [
+            {
+                "name": "app",
+                "ports": [
+                    {"containerPort": 8080},  # no hostPort: takes nothing on the node
+                    {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"},
+                    {"containerPort": 9090, "hostPort": 9090},
+                ],
+            }
+        ],
+    }
+    assert pod_from_dict(a_pod(spec)).host_ports == (
+        HostPort(53, "UDP", "10.0.0.1"),
+        HostPort(9090),
+        HostPort(15001),
+    )
+    # a hostNetwork pod takes every container port it declares (the apiserver defaults hostPort so)
+    spec["hostNetwork"] = True
+    assert [str(p) for p in pod_from_dict(a_pod(spec)).host_ports] == [
+        "UDP/53 on 10.0.0.1",
+        "TCP/8080",
+        "TCP/9090",
+        "TCP/15001",
+    ]
+    assert pod_from_dict(a_pod({"containers": [{"name": "c"}]})).host_ports == ()
+    exporter = {
+        "metadata": {"name": "node-exporter", "namespace": "monitoring"},
+        "spec": {
+            "template": {
+                "spec": {"hostNetwork": True, "containers": [{"name": "e", "ports": [{"containerPort": 9100}]}]}
+            }
+        },
+    }
+    assert daemonset_from_dict(exporter).host_ports == (HostPort(9100),)
+    bad = a_pod({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 80, "protocol": "HTTP"}]}]})
+    with pytest.raises(
+        ConversionError, match=r"Pod default/p: spec.containers\[0\].ports\[0\].protocol: must be one of"
+    ):
+        pod_from_dict(bad)
+    bad = a_pod({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": "80"}]}]})
+    with pytest.raises(ConversionError, match=r"spec.containers\[0\].ports\[0\].hostPort: must be an integer"):
         pod_from_dict(bad)
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from controller.scheduling import (
     ExistingNode,
     Gang,
+    HostPort,
     InstanceType,
     NodePoolTemplate,
     Plan,
@@ -99,7 +100,8 @@ def worlds(draw: st.DrawFn, *, with_limits: bool = False, with_topology: bool = 
         )
     existing = []
     for i in range(rng.randint(0, 2)):
-        bound = [pod(f"old-{i}", labels={"app": "old"}, requests=res(cpu="1", memory="1Gi"))]
+        ports = [HostPort(9100)] if with_topology and rng.random() < 0.3 else []
+        bound = [pod(f"old-{i}", labels={"app": "old"}, requests=res(cpu="1", memory="1Gi"), host_ports=ports)]
         existing.append(
             node(
                 f"n{i}",
@@ -111,6 +113,8 @@ def worlds(draw: st.DrawFn, *, with_limits: bool = False, with_topology: bool = 
             )
         )
     daemons = [pod("ds", requests=res(cpu="100m", memory="128Mi"))] if rng.random() < 0.5 else []
+    if with_topology and rng.random() < 0.2:  # a node agent on the host network
+        daemons.append(pod("agent", requests=res(cpu="50m", memory="64Mi"), host_ports=[HostPort(9100)]))
     pods: list[Pod] = []
     gangs: list[Gang] = []
     for g in range(rng.randint(1, 5)):
@@ -140,6 +144,8 @@ def worlds(draw: st.DrawFn, *, with_limits: bool = False, with_topology: bool = 
                 kwargs["anti_affinity"] = [anti(HOSTNAME, app)]
             elif kind < 0.4:
                 kwargs["anti_affinity"] = [anti(ZONE, app)]
+        if with_topology and rng.random() < 0.2:  # kube-scheduler's NodePorts filter
+            kwargs["host_ports"] = [HostPort(rng.choice([8080, 9100]), rng.choice(["TCP", "UDP"]))]
         if rng.random() < 0.15:
             gang = f"gang{g}"
             kwargs["gang"] = gang

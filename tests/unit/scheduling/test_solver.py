@@ -6,7 +6,19 @@ import random
 from collections import Counter
 from dataclasses import replace
 
-from controller.scheduling import Gang, Offering, Plan, Pod, Requirement, Requirements, Taint, Toleration, solve
+from controller.scheduling import (
+    Gang,
+    HostPort,
+    Offering,
+    Plan,
+    Pod,
+    Requirement,
+    Requirements,
+    Taint,
+    Toleration,
+    solve,
+)
+from controller.scheduling.kubeconv import daemonset_from_dict
 from tests.unit.scheduling.builders import (
     GPU_TAINT,
     HOSTNAME,
@@ -434,6 +446,82 @@ def test_existing_pods_anti_affinity_is_respected_too() -> None:
     plan = solve(pods=[pod("web-0", labels={"app": "web"})], node_pools=[p], existing_nodes=existing)
     assert not plan.existing_placements
     assert len(plan.new_nodes) == 1
+
+
+def test_pods_that_take_one_host_port_get_a_node_each() -> None:
+    # four small replicas would share one node; kube-scheduler's NodePorts filter lets one a node
+    # take TCP/8080, and a pod that takes UDP/8080 or none at all may join them
+    p = pool("default", CPU_TYPES)
+    web = pods("web", 4, labels={"app": "web"}, host_ports=[HostPort(8080)])
+    dns = pods("dns", 4, labels={"app": "dns"}, host_ports=[HostPort(8080, "UDP")])
+    batch = pods("batch", 4, labels={"app": "batch"})
+    pending = web + dns + batch
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert len(plan.new_nodes) == 4
+    for n in plan.new_nodes:
+        assert sum(k.startswith("default/web") for k in n.pods) == 1
+        assert sum(k.startswith("default/dns") for k in n.pods) == 1
+    assert all(len(n.pods) == 1 for n in solve(pods=web, node_pools=[p]).new_nodes)
+
+
+def test_host_ports_on_two_addresses_share_a_node_and_zero_address_takes_every_address() -> None:
+    p = pool("default", CPU_TYPES)
+    on_a = pod("on-a", host_ports=[HostPort(53, "UDP", "10.0.0.1")])
+    on_b = pod("on-b", host_ports=[HostPort(53, "UDP", "10.0.0.2")])
+    plan = solve(pods=[on_a, on_b], node_pools=[p])
+    assert len(plan.new_nodes) == 1
+    anywhere = pod("any", host_ports=[HostPort(53, "UDP")])
+    plan = solve(pods=[on_a, on_b, anywhere], node_pools=[p])
+    check_plan(plan, pending=[on_a, on_b, anywhere], pools=[p])
+    assert len(plan.new_nodes) == 2
+
+
+def test_a_host_port_taken_on_an_existing_node_keeps_the_pod_off_it() -> None:
+    p = pool("default", CPU_TYPES)
+    agent = pod("agent", namespace="kube-system", host_ports=[HostPort(9100)])
+    existing = [
+        node("n1", allocatable=res(cpu="8", memory="16Gi", pods=110), bound=[agent]),
+        node("n2", allocatable=res(cpu="8", memory="16Gi", pods=110), in_flight=True, bound=[agent]),
+    ]
+    clash = pods("exporter", 2, host_ports=[HostPort(9100)])
+    plan = solve(pods=clash, node_pools=[p], existing_nodes=existing)
+    check_plan(plan, pending=clash, pools=[p], existing=existing)
+    assert not plan.existing_placements
+    assert len(plan.new_nodes) == 2
+    other = pods("web", 2, host_ports=[HostPort(8080)])
+    plan = solve(pods=other, node_pools=[p], existing_nodes=existing)
+    assert not plan.new_nodes  # one on each existing node
+
+
+def test_a_daemonset_that_takes_the_port_keeps_the_pods_off_its_nodes_and_says_so() -> None:
+    exporter = daemonset_from_dict(
+        {
+            "metadata": {"name": "node-exporter", "namespace": "monitoring"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "hostNetwork": True,
+                        "nodeSelector": {"joiner.sh/nodepool": "default"},
+                        "containers": [{"name": "e", "ports": [{"containerPort": 9100}]}],
+                    }
+                }
+            },
+        }
+    )
+    default, other = pool("default", CPU_TYPES), pool("other", CPU_TYPES[:1])
+    clash = pods("metrics", 2, host_ports=[HostPort(9100)])
+    plan = solve(pods=clash, node_pools=[default], daemon_pods=[exporter])
+    assert not plan.new_nodes
+    reason = plan.unschedulable["default/metrics-0"]
+    assert (
+        reason == 'nodepool "default": host port TCP/9100 is taken on its nodes by the pods of DaemonSet/node-exporter'
+    )
+    # a pool whose nodes the DaemonSet does not run on takes them, a node each
+    plan = solve(pods=clash, node_pools=[default, other], daemon_pods=[exporter])
+    check_plan(plan, pending=clash, pools=[default, other], daemons=[exporter])
+    assert [n.node_pool for n in plan.new_nodes] == ["other", "other"]
+    assert not plan.unschedulable
 
 
 def test_zonal_anti_affinity_allows_one_per_zone() -> None:
