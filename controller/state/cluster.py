@@ -12,7 +12,7 @@ from typing import Any
 from controller.clock import Clock
 from controller.kube import resources as r
 from controller.kube.resources import Resource
-from controller.scheduling import kubeconv, kubeconv_nodes
+from controller.scheduling import kubeconv, kubeconv_nodes, kubeconv_volumes
 from controller.scheduling.labels import EPHEMERAL_TAINT_KEYS
 from controller.scheduling.model import ExistingNode, Pod
 from controller.state.informer import EventType, Informer, Source
@@ -41,11 +41,18 @@ WATCHED: tuple[Resource, ...] = (
     r.KWOKNODECLASSES,
     r.DAEMONSETS,
     r.PDBS,
+    r.PVCS,
+    r.PVS,
+    r.STORAGECLASSES,
     *WORKLOADS,
 )
 # kinds read only as hints (how many pods a burst still lacks): nothing waits for their informers to
 # sync, and one that cannot list (RBAC without them, from an older install) only loses the hint
 HINT_KINDS: frozenset[str] = WORKLOAD_KINDS
+# where pods' volumes let them run: nothing else waits for them either; until they are read (an
+# older install's role without them: never) a pending pod with a claim is not provisioned for
+VOLUME_KINDS: frozenset[str] = frozenset({r.PVCS.kind, r.PVS.kind, r.STORAGECLASSES.kind})
+UNSYNCED_KINDS: frozenset[str] = HINT_KINDS | VOLUME_KINDS
 _VIEWS: dict[str, Callable[[Obj], View]] = {
     "Pod": PodView.of,
     "Node": NodeView.of,
@@ -215,12 +222,12 @@ class ClusterState:
 
     async def wait_synced(self) -> None:
         for kind, inf in self.informers.items():
-            if kind not in HINT_KINDS:
+            if kind not in UNSYNCED_KINDS:
                 await inf.synced.wait()
 
     @property
     def synced(self) -> bool:
-        return all(inf.synced.is_set() for kind, inf in self.informers.items() if kind not in HINT_KINDS)
+        return all(inf.synced.is_set() for kind, inf in self.informers.items() if kind not in UNSYNCED_KINDS)
 
     # --- views -----------------------------------------------------------------------------
     def pod_views(self) -> Iterable[PodView]:
@@ -231,16 +238,48 @@ class ClusterState:
 
     def scheduling_pod(self, pod: PodView) -> Pod:
         """`pod` as the solver's :class:`Pod` (gang markers not read), converted once per
-        resourceVersion. Raises :class:`kubeconv.ConversionError` (a ValueError) like
-        :func:`kubeconv.pod_from_dict`; a pod that does not convert is not remembered."""
+        resourceVersion, with the nodes its volumes allow (`volumes_of`). Raises
+        :class:`kubeconv.ConversionError` (a ValueError) like :func:`kubeconv.pod_from_dict`, and
+        :class:`~controller.scheduling.kubeconv_volumes.VolumeNotReady` for a pending pod
+        kube-scheduler cannot place until a volume changes; a pod that does not convert is not
+        remembered."""
         version = str((pod.raw.get("metadata") or {}).get("resourceVersion") or "")
         hit = self._pod_models.get(pod.key)
         if hit is not None and version and hit[0] == version:
-            return hit[1]
-        model = kubeconv.pod_from_dict(pod.raw, detect_gang=False)
-        if version and pod.key in self._pods:
-            self._pod_models[pod.key] = (version, model)
+            model = hit[1]
+        else:
+            model = kubeconv.pod_from_dict(pod.raw, detect_gang=False)
+            if version and pod.key in self._pods:
+                self._pod_models[pod.key] = (version, model)
+        spec = pod.raw.get("spec")
+        if type(spec) is dict and kubeconv_volumes.has_claims(spec):
+            try:
+                return self.volumes_of(model, pod.raw)
+            except ValueError:
+                if pod.node_name:
+                    return model  # bound: it holds its room wherever its volumes are
+                raise
         return model
+
+    def volumes_of(self, model: Pod, raw: Obj) -> Pod:
+        """``model`` (converted from ``raw``) narrowed to the nodes its volumes allow, from the cached
+        claims, volumes and StorageClasses (:func:`kubeconv_volumes.with_volumes`)."""
+        if not all(self.informers[kind].synced.is_set() for kind in VOLUME_KINDS if kind in self.informers):
+            raise kubeconv_volumes.VolumeNotReady(
+                "joiner has not read the cluster's PersistentVolumeClaims, PersistentVolumes and StorageClasses "
+                "(yet: its ClusterRole must let it list and watch them)"
+            )
+        return kubeconv_volumes.with_volumes(model, raw, self.volume_lookup())
+
+    def volume_lookup(self) -> kubeconv_volumes.VolumeLookup:
+        """The cached claims, volumes and StorageClasses."""
+        return kubeconv_volumes.Volumes(
+            self._store_of(r.PVCS.kind), self._store_of(r.PVS.kind), self._store_of(r.STORAGECLASSES.kind)
+        )
+
+    def _store_of(self, kind: str) -> dict[str, Obj]:
+        informer = self.informers.get(kind)
+        return informer.store if informer is not None else {}
 
     def scheduling_node(
         self,

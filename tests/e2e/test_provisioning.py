@@ -406,6 +406,86 @@ def test_pods_that_take_one_host_port_get_a_node_each_and_all_run(cluster: Clust
     assert '"provisioner.nomination_released"' not in joiner.logs()
 
 
+def test_a_pod_runs_in_its_volumes_zone_and_one_whose_claim_is_not_bound_waits_with_an_event(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    """A trainer reads its dataset from a zonal disk: a PersistentVolume pinned to one zone, bound to
+    its claim. kube-scheduler runs it only on a Node in that zone, so joiner buys there, though the
+    pod alone would be planned in another. A pod whose claim binds at once (Immediate) but is not
+    bound is placed by kube-scheduler nowhere until it is: joiner buys nothing for it and says why."""
+    ns = _ns(cluster)
+    setup = [nodeclass(), nodepool("default")]
+    trainer = pod("trainer", ns, cpu="1", memory="2Gi")
+    alone = plan_of(setup, [trainer])["nodeClaims"][0]["zone"]
+    zone = next(z for z in ("us-east-1a", "us-east-1b", "us-east-1c") if z != alone)
+    volume, immediate = f"dataset-{ns}", f"immediate-{ns}"
+    objects = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789"},
+                "claimRef": {"namespace": ns, "name": "dataset"},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}
+                                ]
+                            }
+                        ]
+                    }
+                },
+            },
+        },
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": immediate},
+            "provisioner": "example.com/none",
+        },
+    ]
+    claims = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}, **spec},
+        }
+        for name, spec, annotations in (
+            ("dataset", {"storageClassName": "", "volumeName": volume}, {"pv.kubernetes.io/bind-completed": "yes"}),
+            ("scratch", {"storageClassName": immediate}, {}),
+        )
+    ]
+    writer = pod("writer", ns, cpu="1", memory="2Gi")
+    for p, claim_name in ((trainer, "dataset"), (writer, "scratch")):
+        p["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]
+    cluster.apply([*setup, *objects, *claims])
+    try:
+        start_joiner()
+        cluster.apply([trainer, writer])
+        eventually(
+            lambda: cluster.get("pod", "trainer", namespace=ns)["status"].get("phase") == "Running",
+            timeout=90,
+            what="the trainer Running",
+        )
+        node = node_of(cluster, ns, "trainer")
+        assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == zone
+        event = expect_event(cluster, namespace=ns, name="writer", reason="FailedProvisioning")
+        assert 'PersistentVolumeClaim "scratch" is not bound' in event["message"], event["message"]
+        assert len(nodeclaims(cluster)) == 1
+        assert cluster.get("pod", "writer", namespace=ns)["status"]["phase"] == "Pending"
+    finally:
+        cluster.kubectl("delete", "pod", "--all", "-n", ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", volume, "--wait=false", check=False)
+        cluster.kubectl("delete", "storageclass", immediate, "--wait=false", check=False)
+
+
 def test_node_selector_on_gpu_name_is_honoured(cluster: Cluster, start_joiner: Any) -> None:
     ns = _ns(cluster)
     cluster.apply([nodeclass(), nodepool("general")])

@@ -19,7 +19,7 @@ from api.v1.labels import (
 )
 from controller.clock import format_time
 from controller.cloudprovider.types import OfferingId
-from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS, REPLICASETS
+from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS, PVCS, PVS, REPLICASETS, STORAGECLASSES
 from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
 from controller.settings import Settings
@@ -115,6 +115,59 @@ async def test_pending_pods_get_one_nodeclaim_and_are_not_bought_for_twice(h: Ha
     # the pods are still pending while the machine comes up: they keep their place on it
     assert await provisioner.reconcile() is None
     assert len(claims(h)) == 1
+
+
+async def test_a_pod_gets_its_node_in_its_volumes_zone_and_one_whose_claim_is_not_bound_gets_none(h: Harness) -> None:
+    """kube-scheduler runs a pod only where its bound volume is (zone-b here, though zone-a is cheaper),
+    and a pod whose claim binds at once only once it is bound: joiner buys accordingly."""
+    await h.kube.create(
+        PVS,
+        {
+            "metadata": {"name": "pv-data"},
+            "spec": {
+                "capacity": {"storage": "100Gi"},
+                "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": LABEL_ZONE, "operator": "In", "values": ["zone-b"]}]}
+                        ]
+                    }
+                },
+            },
+        },
+    )
+    await h.kube.create(STORAGECLASSES, {"metadata": {"name": "gp2"}, "provisioner": "ebs.csi.aws.com"})
+    for name, spec, notes in (
+        ("data", {"volumeName": "pv-data"}, {"pv.kubernetes.io/bind-completed": "yes"}),
+        ("scratch", {"storageClassName": "gp2"}, {}),
+    ):
+        await h.kube.create(
+            PVCS, {"metadata": {"name": name, "namespace": "default", "annotations": notes}, "spec": spec}
+        )
+        await h.cached("PersistentVolumeClaim", f"default/{name}")
+    await h.cached("PersistentVolume", "pv-data")
+    await h.cached("StorageClass", "gp2")
+    for name, claim_name in (("reader", "data"), ("writer", "scratch")):
+        await h.kube.create(
+            PODS,
+            {
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {
+                    "containers": [_container("1")],
+                    "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim_name}}],
+                },
+                "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            },
+        )
+        await h.cached("Pod", f"default/{name}")
+    plan = await Provisioner(h.ctx).reconcile()
+    assert plan is not None
+    assert [(n.pods, n.choice.zone) for n in plan.new_nodes] == [(("default/reader",), "zone-b")]
+    assert plan.unschedulable["default/writer"] == (
+        'joiner cannot provision this pod: PersistentVolumeClaim "scratch" is not bound, and StorageClass "gp2" '
+        "binds at once (volumeBindingMode Immediate): the pod is placed once the claim is bound"
+    )
 
 
 async def test_a_nominated_pod_whose_room_was_taken_is_provisioned_again_at_once(h: Harness) -> None:
