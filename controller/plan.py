@@ -9,6 +9,8 @@ A scenario is multi-document YAML (or JSON) holding, in any order:
 * ``NodePool`` and ``KWOKNodeClass`` (``joiner.sh/v1``, validated like the apiserver would);
 * ``NodeClaim`` (``joiner.sh/v1``) -- in-flight capacity not registered as a Node yet;
 * ``Node``, ``DaemonSet``, and ``ConfigMap`` (a KWOKNodeClass's ``spec.catalog``);
+* ``PersistentVolumeClaim``, ``PersistentVolume``, ``StorageClass`` -- where pods' volumes let them
+  run (without any, pods are planned without their volumes' zones, and a warning says so);
 * ``List`` -- any of the above under ``items`` (what ``kubectl get -o yaml`` prints).
 
 Exit status: 0 when a plan was printed (even with unschedulable pods), 1 for bad input (one line
@@ -57,6 +59,7 @@ from controller.scheduling import (
 from controller.scheduling.bounds import apply_bounds, bounds_wanted
 from controller.scheduling.kubeconv import ConversionError, daemonset_from_dict, gang_of, is_terminal, pod_from_dict
 from controller.scheduling.kubeconv_nodes import node_from_dict, nodeclaim_from_dict
+from controller.scheduling.kubeconv_volumes import VolumeNotReady, Volumes, has_claims, with_volumes
 from controller.serialization import (
     dump_yaml,
     dumps_json_pretty,
@@ -100,6 +103,8 @@ class Inputs:
     gangs: tuple[Gang, ...]
     # every gang's unfinished members, bound or not, in scenario order (for its size)
     members: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
+    # pods kube-scheduler would place nowhere until one of their volumes changes, with why
+    waiting: Mapping[str, str] = field(default_factory=dict)
 
 
 def _pod(obj: Obj, sc: Scenario, *, detect_gang: bool = True) -> Pod:
@@ -157,6 +162,9 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
     # unfinished pods (bound ones too), for its size
     members: dict[str, list[Obj]] = {}
     unfinished: dict[str, list[Obj]] = {}
+    # with no claim, volume or StorageClass in the scenario, pods are planned without their volumes
+    volumes = Volumes(sc.claims, sc.volumes, sc.storage_classes)
+    waiting: dict[str, str] = {}
     for obj in sc.pods:
         node_name = (obj.get("spec") or {}).get("nodeName")
         terminal = is_terminal(obj)
@@ -171,6 +179,14 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
             bound.setdefault(str(node_name), []).append(_pod(obj, sc, detect_gang=False))
         else:
             pod = _pod(obj, sc)
+            if (sc.claims or sc.volumes or sc.storage_classes) and has_claims(obj.get("spec") or {}):
+                try:
+                    pod = with_volumes(pod, obj, volumes)
+                except VolumeNotReady as err:
+                    waiting[pod.key] = f"joiner cannot provision this pod: {err}"
+                    continue
+                except ConversionError as err:
+                    raise ScenarioError(f"{sc.pod_where.get(_pod_key(obj), 'scenario')}: {err}") from err
             pending.append(pod)
             if pod.gang is not None:
                 members.setdefault(pod.gang, []).append(obj)
@@ -209,6 +225,7 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
         tuple(daemons),
         gangs,
         {gid: tuple(objs) for gid, objs in unfinished.items()},
+        waiting,
     )
 
 
@@ -246,6 +263,14 @@ def plan_scenario(
     inputs = build_inputs(sc, catalog)
     if warnings is not None:
         warnings.extend(_missing_nodeclasses(sc))
+        if not (sc.claims or sc.volumes or sc.storage_classes) and any(
+            has_claims(o.get("spec") or {}) for o in sc.pods
+        ):
+            warnings.append(
+                "pods use PersistentVolumeClaims, but the scenario has no PersistentVolumeClaim, PersistentVolume "
+                "or StorageClass: they are planned without the zones their volumes allow (add them: kubectl get "
+                "pvc,pv,storageclass -A -o yaml)"
+            )
     waiting = _short_gangs(sc, inputs.members)
     pods = tuple(p for p in inputs.pods if p.gang not in waiting)
     plan = solve(
@@ -256,10 +281,10 @@ def plan_scenario(
         gangs=tuple(g for g in inputs.gangs if g.id not in waiting),
     )
     plan = _bounded(plan, sc, inputs.pools)
-    if not waiting:
+    if not waiting and not inputs.waiting:
         return plan
     held = {f"{p.namespace}/{p.name}": waiting[p.gang] for p in inputs.pods if p.gang in waiting}
-    return replace(plan, unschedulable={**plan.unschedulable, **held})
+    return replace(plan, unschedulable={**plan.unschedulable, **held, **inputs.waiting})
 
 
 # --- output ----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from controller.strict import path_parts, path_text, unknown_field
 
 Obj = dict[str, Any]
 WORKLOAD_KINDS: Final = ("Deployment", "StatefulSet", "ReplicaSet", "Job")
+VOLUME_KINDS: Final = ("PersistentVolumeClaim", "PersistentVolume", "StorageClass")
 KNOWN_KINDS: Final = (
     "Pod",
     *WORKLOAD_KINDS,
@@ -33,6 +34,7 @@ KNOWN_KINDS: Final = (
     "Node",
     "DaemonSet",
     "ConfigMap",
+    *VOLUME_KINDS,
     "List",
 )
 CATALOG_KEY: Final = "catalog.json"
@@ -59,6 +61,10 @@ class Scenario:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     daemonsets: list[dict[str, Any]] = field(default_factory=list)
     configmaps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # claims by namespace/name, volumes and StorageClasses by name (where pods' volumes let them run)
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    storage_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -327,7 +333,7 @@ def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]], *, located
         namespace = (meta or {}).get("namespace")
         if namespace is not None and not isinstance(namespace, str):
             raise ScenarioError(f"{where}: metadata.namespace: must be a string, got {namespace!r}")
-        if kind in ("Pod", "Node", "DaemonSet", "ConfigMap", *WORKLOAD_KINDS) and not _name(obj):
+        if kind in ("Pod", "Node", "DaemonSet", "ConfigMap", *WORKLOAD_KINDS, *VOLUME_KINDS) and not _name(obj):
             raise ScenarioError(f"{where}: metadata.name: required")
         if kind in ("Pod", "Node", "DaemonSet", "ConfigMap", *WORKLOAD_KINDS):
             for part in ("spec", "status", "data"):
@@ -359,4 +365,11 @@ def load_scenario(documents: Sequence[tuple[str, Mapping[str, Any]]], *, located
         elif kind == "ConfigMap":
             meta = obj.get("metadata") or {}
             sc.configmaps[f"{meta.get('namespace') or 'default'}/{_name(obj)}"] = dict(obj)
+        elif kind == "PersistentVolumeClaim":
+            meta = obj.get("metadata") or {}
+            sc.claims[f"{meta.get('namespace') or 'default'}/{_name(obj)}"] = dict(obj)
+        elif kind == "PersistentVolume":
+            sc.volumes[_name(obj)] = dict(obj)
+        elif kind == "StorageClass":
+            sc.storage_classes[_name(obj)] = dict(obj)
     return sc

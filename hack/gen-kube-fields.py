@@ -1,5 +1,6 @@
 """Writes controller/kube_fields.json: the field names of the Kubernetes kinds ``joiner plan`` reads
-(Pod, Deployment, StatefulSet, ReplicaSet, Job, DaemonSet, Node, ConfigMap), taken from the
+(Pod, Deployment, StatefulSet, ReplicaSet, Job, DaemonSet, Node, ConfigMap, PersistentVolumeClaim,
+PersistentVolume, StorageClass), taken from the
 kubernetes_asyncio client's models, so that strict decoding (controller/strict.py) refuses an
 unknown field as ``kubectl apply`` does without importing the client at run time.
 
@@ -29,6 +30,9 @@ KINDS = {
     "DaemonSet": "V1DaemonSet",
     "Node": "V1Node",
     "ConfigMap": "V1ConfigMap",
+    "PersistentVolumeClaim": "V1PersistentVolumeClaim",
+    "PersistentVolume": "V1PersistentVolume",
+    "StorageClass": "V1StorageClass",
 }
 _LIST = re.compile(r"^list\[(.+)\]$")
 _DICT = re.compile(r"^dict\(str, (.+)\)$")

@@ -41,6 +41,7 @@ from controller.gang.markers import ANNOTATION_GANG_OFFERING, POLICY_RESTART_GAN
 from controller.gang.patches import attempt_id, claim_name, gang_claim_manifest
 from controller.gang.planner import (
     GangPlan,
+    Narrow,
     NoFit,
     PlanRequest,
     convert_pods,
@@ -81,6 +82,7 @@ class GangInputs:
     unavailable: frozenset[OfferingKey] = frozenset()  # offerings every decider skips now
     bounds: Mapping[str, PoolBounds] = field(default_factory=dict)  # budgets and limits.nodes
     claim_of_node: Mapping[str, str] = field(default_factory=dict)  # a machine's name -> its NodeClaim
+    volumes: Narrow | None = None  # a member narrowed to the nodes its volumes allow
 
 
 # --- the steps ----------------------------------------------------------------------------------
@@ -298,9 +300,12 @@ def plan_attempt(v: GangView, capacity: GangInputs, *, top_up: bool, now: dateti
     ``capacity.existing``: every machine of the cluster (only the running gang's may host members)."""
     options = gang_options([*v.gated, *v.released])
     zone = running_zone(v) if top_up and options.same_zone is not False else None
-    pods, problems = convert_pods(v.gated, v.gid, zone=zone)
+    waits: list[str] = []
+    pods, problems = convert_pods(v.gated, v.gid, zone=zone, volumes=capacity.volumes, waiting=waits)
     if problems:
         return NoFit(permanent=True, reason=f"gang {v.key}: " + "; ".join(problems[:3]))
+    if waits:  # kube-scheduler would place those members nowhere yet: nothing to buy for the gang
+        return NoFit(permanent=False, reason=f"gang {v.key} waits for its members' volumes: " + "; ".join(waits[:3]))
     pending = v.pending
     avoiding = (
         refreshed(pending.avoid, now=now, last_attempt=pending.attempt, ttl_seconds=knobs.unavailable_ttl_seconds)
@@ -427,7 +432,7 @@ def rebuy(
     result: GangPlan | NoFit | None = None
     if why is None:
         try:
-            pods, problems = convert_pods(v.gated, v.gid, zone=zone)
+            pods, problems = convert_pods(v.gated, v.gid, zone=zone, volumes=capacity.volumes)
             if problems:
                 why = "; ".join(problems[:3])
             else:

@@ -19,14 +19,14 @@ can never fit as the NodePools stand (``NoFit(permanent=True)``) and the reason 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from api.v1.labels import LABEL_GANG, LABEL_ZONE
 from api.v1.types import parse_duration
 from controller.gang.markers import TAINT_GANG
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv, kubeconv_volumes
 from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.model import ExistingNode, Gang, NodePoolTemplate, OfferingKey, Plan, Pod
 from controller.scheduling.quantity import format_human
@@ -36,6 +36,8 @@ from controller.scheduling.taints import Taint
 from controller.state.views import PodView
 
 Obj = Mapping[str, Any]
+Narrow = Callable[[Pod, Obj], Pod]
+"""A member narrowed to the nodes its volumes allow (``ClusterState.volumes_of``)."""
 GANG_TAINT_EFFECT: Final = "NoSchedule"
 
 
@@ -268,13 +270,28 @@ def _limits_message(req: PlanRequest, plan: Plan) -> str:
     )
 
 
-def convert_pods(pods: Sequence[PodView], gid: str, *, zone: str | None = None) -> tuple[list[Pod], list[str]]:
-    """The gated members as the solver sees them once pinned; unreadable pods are reported."""
+def convert_pods(
+    pods: Sequence[PodView],
+    gid: str,
+    *,
+    zone: str | None = None,
+    volumes: Narrow | None = None,
+    waiting: list[str] | None = None,
+) -> tuple[list[Pod], list[str]]:
+    """The gated members as the solver sees them once pinned, each on the nodes its volumes allow
+    (``volumes``: the cluster's `volumes_of`); unreadable pods are reported, and so are members
+    whose volumes let kube-scheduler place them nowhere yet (in ``waiting`` when given)."""
     out: list[Pod] = []
     problems: list[str] = []
     for pod in pods:
         try:
-            out.append(kubeconv.pod_from_dict(pinned_pod(pod.raw, gid, zone=zone), gang=gid))
+            pinned = pinned_pod(pod.raw, gid, zone=zone)
+            member = kubeconv.pod_from_dict(pinned, gang=gid)
+            if volumes is not None and kubeconv_volumes.has_claims(pinned.get("spec") or {}):
+                member = volumes(member, pinned)
+            out.append(member)
+        except kubeconv_volumes.VolumeNotReady as err:
+            (waiting if waiting is not None else problems).append(f"pod {pod.name}: {err}")
         except ValueError as err:
             problems.append(str(err))
     return out, problems
@@ -329,6 +346,7 @@ def describe_plan(plan: Plan) -> str:
 
 __all__ = [
     "GangPlan",
+    "Narrow",
     "NoFit",
     "PlanRequest",
     "PoolGangDefaults",

@@ -229,6 +229,7 @@ class GangReader:
             unavailable=inputs.unavailable,
             bounds=pool_bounds(raw, claims, dict(inputs.instance_types)),
             claim_of_node=claim_of_node,
+            volumes=ctx.cluster.volumes_of,
         )
 
     async def inputs(self, gid: str) -> GangInputs:

@@ -261,7 +261,7 @@ class ClusterState:
                 raise
         return model
 
-    def volumes_of(self, model: Pod, raw: Obj) -> Pod:
+    def volumes_of(self, model: Pod, raw: Mapping[str, Any]) -> Pod:
         """``model`` (converted from ``raw``) narrowed to the nodes its volumes allow, from the cached
         claims, volumes and StorageClasses (:func:`kubeconv_volumes.with_volumes`)."""
         if not all(self.informers[kind].synced.is_set() for kind in VOLUME_KINDS if kind in self.informers):

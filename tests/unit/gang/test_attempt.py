@@ -40,6 +40,7 @@ from controller.gang.record import (
 )
 from controller.scheduling import kubeconv_nodes
 from controller.scheduling.bounds import PoolBounds
+from controller.scheduling.kubeconv_volumes import BIND_COMPLETED, Volumes, with_volumes
 from controller.scheduling.model import ExistingNode
 from controller.scheduling.resources import Resources
 from controller.state.existing import existing_node
@@ -132,6 +133,38 @@ def test_an_attempt_buys_the_whole_plan_and_records_it_for_every_member() -> Non
         "attempt 1: buying 3x gpu-8 (on-demand, zone-b) for the 3 members of gang ml/train; the pods stay "
         "gated until every node is Initialized (deadline 15m)"
     )
+
+
+def test_members_on_a_zonal_volume_get_the_gang_in_its_zone_and_wait_while_their_claim_is_unbound() -> None:
+    """Workers that read one dataset volume, bound and pinned to zone-a: the gang is bought there
+    (it would go to zone-b alone). While the claim binds at once but is not bound, kube-scheduler
+    would place the members nowhere: the gang waits (not "never fits"), buying nothing."""
+    pods = members()
+    for pod in pods:
+        pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "dataset"}}]
+    in_a = [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]
+    bound = Volumes(
+        {"ml/dataset": {"metadata": {"annotations": {BIND_COMPLETED: "yes"}}, "spec": {"volumeName": "pv-1"}}},
+        {
+            "pv-1": {
+                "metadata": {"name": "pv-1"},
+                "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": in_a}]}}},
+            }
+        },
+        {},
+    )
+    step = start(view(pods), capacity(volumes=lambda pod, raw: with_volumes(pod, raw, bound)))
+    assert isinstance(step, Provision)
+    assert "(on-demand, zone-a)" in step.text()
+    unbound = Volumes(
+        {"ml/dataset": {"metadata": {}, "spec": {"storageClassName": "gp2"}}},
+        {},
+        {"gp2": {"metadata": {"name": "gp2"}}},
+    )
+    result = start(view(pods), capacity(volumes=lambda pod, raw: with_volumes(pod, raw, unbound)))
+    assert isinstance(result, NoFit)
+    assert not result.permanent
+    assert result.reason.startswith("gang ml/train waits for its members' volumes: pod w0: PersistentVolumeClaim")
 
 
 async def test_the_attempt_starts_and_its_deadline_runs_from_when_the_solve_is_done() -> None:

@@ -81,6 +81,66 @@ def test_pods_from_stdin_default_to_the_default_namespace(
     assert out["nodeClaims"][0]["pods"] == ["default/lone"]
 
 
+VOLUMES = """
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: dataset}
+spec:
+  capacity: {storage: 1Ti}
+  accessModes: [ReadWriteOnce]
+  csi: {driver: ebs.csi.aws.com, volumeHandle: vol-1}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions: [{key: topology.ebs.csi.aws.com/zone, operator: In, values: [us-east-1c]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: dataset, namespace: ml, annotations: {pv.kubernetes.io/bind-completed: "yes"}}
+spec: {volumeName: dataset, storageClassName: ""}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: gp2}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: Immediate
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: scratch, namespace: ml}
+spec: {storageClassName: gp2}
+"""
+
+
+def _reader(name: str, claim: str) -> str:
+    return (
+        f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: ml}}\nspec:\n"
+        "  containers: [{name: c, resources: {requests: {cpu: '1'}}}]\n"
+        f"  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]\n"
+    )
+
+
+def test_pods_are_planned_where_their_volumes_let_them_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = (SCENARIOS / "existing-capacity.yaml").read_text().split("---")[0]
+    pods = _reader("trainer", "dataset") + _reader("writer", "scratch")
+    monkeypatch.setattr("sys.stdin", io.StringIO(pool + "---\n" + VOLUMES + pods))
+    out = plan_json(capsys, "-f", "-")
+    assert [(c["pods"], c["zone"]) for c in out["nodeClaims"]] == [(["ml/trainer"], "us-east-1c")]
+    [waiting] = out["unschedulable"]
+    assert waiting["pod"] == "ml/writer"
+    assert waiting["reason"].startswith(
+        'joiner cannot provision this pod: PersistentVolumeClaim "scratch" is not bound'
+    )
+    # without the claims and volumes the pods are planned anyway, and the user is told so
+    monkeypatch.setattr("sys.stdin", io.StringIO(pool + pods))
+    assert main(["plan", "-f", "-", "-o", "json"]) == 0
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)["nodeClaims"]) == 1
+    assert "warning: pods use PersistentVolumeClaims, but the scenario has no PersistentVolumeClaim" in captured.err
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

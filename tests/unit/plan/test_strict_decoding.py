@@ -120,6 +120,9 @@ def test_the_field_table_covers_the_kinds_joiner_plan_reads() -> None:
         "DaemonSet",
         "Node",
         "ConfigMap",
+        "PersistentVolumeClaim",
+        "PersistentVolume",
+        "StorageClass",
     }
     assert unknown_field({"kind": "ConfigMap", "data": {"catalog.json": "{}"}, "metadata": {"name": "x"}}) is None
     assert unknown_field({"kind": "Node", "status": {"allocatable": {"cpu": "1"}, "capacityy": {}}}) == [
