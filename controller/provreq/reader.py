@@ -6,12 +6,14 @@ only; what to do is ``decide.py``'s, and the writes are ``effects.py``'s and ``b
 
 from __future__ import annotations
 
+import contextlib
+
 from controller.context import Context
 from controller.gang.planner import pinned_pod
 from controller.provreq.decide import Attempt, RequestView, attempt_of
 from controller.provreq.manifest import ANNOTATION_REQUEST, LABEL_REQUEST_UID
 from controller.provreq.request import ANNOTATION_CONSUME, ProvisioningRequest, placeholder_pods
-from controller.scheduling import kubeconv
+from controller.scheduling import kubeconv, kubeconv_volumes
 from controller.scheduling.model import Pod
 from controller.state import inputs as state_inputs
 from controller.state.inputs import SolverInputs
@@ -131,7 +133,14 @@ class RequestReader:
         for obj in placeholder_pods(view.request, view.templates):
             try:
                 pinned = pinned_pod(obj, gid) if gid is not None else obj
-                pods.append(kubeconv.pod_from_dict(pinned, gang=gid, detect_gang=False))
+                pod = kubeconv.pod_from_dict(pinned, gang=gid, detect_gang=False)
             except ValueError as err:
                 problems.append(str(err))
+                continue
+            if kubeconv_volumes.has_claims(pinned.get("spec") or {}):
+                # where the template's claims let its pods run; a claim not resolvable now (not bound
+                # yet, an ephemeral one of a pod to come) leaves the placeholder where it was
+                with contextlib.suppress(ValueError):
+                    pod = self.ctx.cluster.volumes_of(pod, pinned)
+            pods.append(pod)
         return pods, problems

@@ -18,6 +18,8 @@ from controller.kube.resources import (
     PODS,
     PODTEMPLATES,
     PROVISIONING_REQUESTS,
+    PVCS,
+    PVS,
 )
 from controller.nodeclaim.lifecycle import LifecycleController
 from controller.provisioning.provisioner import Provisioner
@@ -70,20 +72,20 @@ def start(h: Harness) -> None:
     h.tasks.append(asyncio.create_task(ProvisioningRequestController(h.ctx).run(), name="provreq"))
 
 
-async def template(h: Harness, name: str, *, gpus: int = 1, cpu: str = "1") -> None:
+async def template(h: Harness, name: str, *, gpus: int = 1, cpu: str = "1", claim: str | None = None) -> None:
     requests = {"cpu": cpu, "memory": "1Gi"}
     if gpus:
         requests["nvidia.com/gpu"] = str(gpus)
+    spec: Obj = {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]}
+    if claim:
+        spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
     await h.kube.create(
         PODTEMPLATES,
         {
             "apiVersion": "v1",
             "kind": "PodTemplate",
             "metadata": {"name": name, "namespace": NS},
-            "template": {
-                "metadata": {"labels": {"app": "train"}},
-                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]},
-            },
+            "template": {"metadata": {"labels": {"app": "train"}}, "spec": spec},
         },
         namespace=NS,
     )
@@ -219,6 +221,47 @@ async def test_an_atomic_request_is_provisioned_only_when_every_node_is_initiali
     assert booking is not None
     assert booking.nodes == frozenset(names)
     assert sum(len(p) for p in booking.held.values()) == 4, "room held for the four pods to come"
+
+
+async def test_a_request_whose_pods_read_a_zonal_volume_is_bought_in_its_zone(world: Harness) -> None:
+    h = world
+    zone = "zone-a"
+    await h.kube.create(
+        PVS,
+        {
+            "metadata": {"name": "dataset"},
+            "spec": {
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    )
+    await h.kube.create(
+        PVCS,
+        {
+            "metadata": {"name": "dataset", "namespace": NS, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+            "spec": {"volumeName": "dataset"},
+        },
+        namespace=NS,
+    )
+    await h.cached("PersistentVolume", "dataset")
+    await h.cached("PersistentVolumeClaim", f"{NS}/dataset")
+    await template(h, "ppt-job-main", gpus=1, claim="dataset")
+    await request(h, "job", sets=[("ppt-job-main", 2)])
+    start(h)
+    await h.eventually(lambda: len(claims_of(h, "job")) == 2, "2 NodeClaims")
+    for c in claims_of(h, "job").values():
+        zones = [r["values"] for r in c["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"]
+        assert zones == [[zone]]
 
 
 async def test_arriving_pods_are_nominated_onto_the_booked_nodes_and_not_planned_again(world: Harness) -> None:
