@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from controller.clock import FakeClock
+from controller.scheduling.kubeconv_volumes import VolumeNotReady
 from controller.state.cluster import ClusterState
 from tests.unit import builders
 
@@ -109,3 +112,45 @@ def test_a_node_is_converted_for_the_solver_once_per_resource_version_with_its_p
     assert cluster.scheduling_node(cluster.node_views()["n1"]).allocatable.get("cpu") == 8000
     nodes._apply("DELETED", _node("n1", version="3", cpu="8"))
     assert "n1" not in cluster._node_models
+
+
+def test_a_pod_with_a_claim_is_narrowed_by_its_volume_and_a_bound_one_keeps_its_room_whatever_its_volumes() -> None:
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    pending = _pod("trainer", version="1", cpu="1")
+    bound = _pod("reader", version="1", cpu="1", node="n1")
+    for pod in (pending, bound):
+        pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "dataset"}}]
+        cluster.informers["Pod"]._apply("ADDED", pod)
+    trainer, reader = cluster.pod_view("ns/trainer"), cluster.pod_view("ns/reader")
+    assert trainer is not None
+    assert reader is not None
+    # the claims, volumes and StorageClasses not read yet (or not readable): the pending pod waits
+    with pytest.raises(VolumeNotReady, match="has not read the cluster's PersistentVolumeClaims"):
+        cluster.scheduling_pod(trainer)
+    for kind in ("PersistentVolumeClaim", "PersistentVolume", "StorageClass"):
+        cluster.informers[kind].synced.set()
+    with pytest.raises(VolumeNotReady, match='PersistentVolumeClaim "dataset" not found'):
+        cluster.scheduling_pod(trainer)
+    assert cluster.scheduling_pod(reader).node_requirements == ()  # bound: its room counts as it is
+    in_b = [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]
+    cluster.informers["PersistentVolume"]._apply(
+        "ADDED",
+        {
+            "metadata": {"name": "pv-1"},
+            "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": in_b}]}}},
+        },
+    )
+    cluster.informers["PersistentVolumeClaim"]._apply(
+        "ADDED",
+        {
+            "metadata": {
+                "name": "dataset",
+                "namespace": "ns",
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+            },
+            "spec": {"volumeName": "pv-1"},
+        },
+    )
+    for view in (trainer, reader):
+        (term,) = cluster.scheduling_pod(view).node_requirements
+        assert str(term) == "topology.kubernetes.io/zone In [zone-b]"
