@@ -225,7 +225,8 @@ def pod_requests(spec: Obj, where: str = "spec") -> Resources:
     """Effective requests like kube-scheduler computes them.
 
     ``max(sum(containers) + sum(sidecars), max_i(init_i + sidecars started before i)) + overhead``,
-    per resource, where sidecars are init containers with ``restartPolicy: Always``.
+    per resource, where sidecars are init containers with ``restartPolicy: Always``; pod-level
+    ``resources`` (cpu, memory, hugepages) take the place of the containers' for what they set.
     """
     containers = [
         _container_requests(c, f"{where}.containers[{i}]")
@@ -233,7 +234,7 @@ def pod_requests(spec: Obj, where: str = "spec") -> Resources:
     ]
     total = containers[0] if len(containers) == 1 else sum_resources(containers)
     inits = spec.get("initContainers")
-    if (inits is None or inits == []) and spec.get("overhead") is None:
+    if (inits is None or inits == []) and spec.get("overhead") is None and spec.get("resources") is None:
         return total  # the usual pod: its containers' sum is all there is
     sidecars = EMPTY
     peak: dict[str, int] = {}
@@ -250,7 +251,29 @@ def pod_requests(spec: Obj, where: str = "spec") -> Resources:
     merged = running.to_dict()
     for name, amount in peak.items():
         merged[name] = max(merged.get(name, 0), amount)
+    merged.update(_pod_level_requests(spec, merged, where))
     return Resources(merged) + _resources(spec.get("overhead"), f"{where}.overhead")
+
+
+def _pod_level(name: str) -> bool:
+    """A resource pod-level ``resources`` may set (PodLevelResources: cpu, memory, hugepages)."""
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+def _pod_level_requests(spec: Obj, containers: Mapping[str, int], where: str) -> dict[str, int]:
+    """Pod-level requests (beta and on since Kubernetes 1.34), as the apiserver defaults them: a
+    resource with a pod-level limit but no pod-level request is requested as the containers request
+    it, or, when none does, as its limit."""
+    level = _obj(spec.get("resources"), f"{where}.resources")
+    if not level:
+        return {}
+    requests = {
+        n: a for n, a in _resources(level.get("requests"), f"{where}.resources.requests").items if _pod_level(n)
+    }
+    for name, amount in _resources(level.get("limits"), f"{where}.resources.limits").items:
+        if _pod_level(name) and name not in requests and name not in containers:
+            requests[name] = amount
+    return requests
 
 
 PROTOCOLS: Final = ("TCP", "UDP", "SCTP")

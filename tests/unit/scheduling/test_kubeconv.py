@@ -43,6 +43,26 @@ def test_requests_follow_kube_scheduler_rules() -> None:
     assert pod.key == "default/p"
 
 
+def test_pod_level_resources_take_the_place_of_the_containers_for_what_they_set() -> None:
+    # PodLevelResources (on by default since Kubernetes 1.34): cpu and memory set for the pod as a whole
+    containers = [
+        {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}},
+        {"name": "b", "resources": {"requests": {"cpu": "500m"}}},
+    ]
+    pod = pod_from_dict(a_pod({"containers": containers, "resources": {"requests": {"cpu": "4"}}}))
+    assert pod.requests == Resources.parse({"cpu": "4", "memory": "1Gi", "nvidia.com/gpu": "1"})
+    # a pod-level limit alone: requested as the containers request it, or as the limit where none does
+    limits_only = {"containers": [{"name": "a"}], "resources": {"limits": {"cpu": "2", "memory": "8Gi"}}}
+    assert pod_from_dict(a_pod(limits_only)).requests == Resources.parse({"cpu": "2", "memory": "8Gi"})
+    limits_only["containers"] = [{"name": "a", "resources": {"requests": {"cpu": "250m"}}}]
+    assert pod_from_dict(a_pod(limits_only)).requests == Resources.parse({"cpu": "250m", "memory": "8Gi"})
+    # not for other resources (a GPU is a container's), and the overhead still adds
+    spec = {"containers": containers, "resources": {"requests": {"nvidia.com/gpu": "4"}}, "overhead": {"cpu": "100m"}}
+    assert pod_from_dict(a_pod(spec)).requests == Resources.parse(
+        {"cpu": "1600m", "memory": "1Gi", "nvidia.com/gpu": "1"}
+    )
+
+
 def test_node_selection_terms_tolerations_and_preferences() -> None:
     spec = {
         "containers": [{"name": "c"}],
