@@ -57,7 +57,14 @@ from controller.scheduling import (
     solve,
 )
 from controller.scheduling.bounds import apply_bounds, bounds_wanted
-from controller.scheduling.kubeconv import ConversionError, daemonset_from_dict, gang_of, is_terminal, pod_from_dict
+from controller.scheduling.kubeconv import (
+    ConversionError,
+    daemonset_from_dict,
+    gang_of,
+    is_terminal,
+    pod_from_dict,
+    unplannable,
+)
 from controller.scheduling.kubeconv_nodes import node_from_dict, nodeclaim_from_dict
 from controller.scheduling.kubeconv_volumes import VolumeNotReady, Volumes, has_claims, with_volumes
 from controller.serialization import (
@@ -179,6 +186,10 @@ def build_inputs(sc: Scenario, catalog: tuple[InstanceType, ...]) -> Inputs:
             bound.setdefault(str(node_name), []).append(_pod(obj, sc, detect_gang=False))
         else:
             pod = _pod(obj, sc)
+            why = unplannable(obj.get("spec") or {})
+            if why is not None:
+                waiting[pod.key] = f"joiner cannot provision this pod: {why}"
+                continue
             if (sc.claims or sc.volumes or sc.storage_classes) and has_claims(obj.get("spec") or {}):
                 try:
                     pod = with_volumes(pod, obj, volumes)

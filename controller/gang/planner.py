@@ -286,6 +286,10 @@ def convert_pods(
     for pod in pods:
         try:
             pinned = pinned_pod(pod.raw, gid, zone=zone)
+            why = kubeconv.unplannable(pinned.get("spec") or {})
+            if why is not None:
+                problems.append(f"pod {pod.name}: {why}")
+                continue
             member = kubeconv.pod_from_dict(pinned, gang=gid)
             if volumes is not None and kubeconv_volumes.has_claims(pinned.get("spec") or {}):
                 member = volumes(member, pinned)

@@ -28,7 +28,7 @@ from controller.provisioning.places import Places
 from controller.scheduling.binding_order import deal_in_order, interleave_zones
 from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.instancetypes import InstanceType
-from controller.scheduling.kubeconv_volumes import VolumeNotReady
+from controller.scheduling.kubeconv import Unplannable
 from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
 from controller.scheduling.resources import sum_resources
 from controller.scheduling.solver import solve
@@ -325,9 +325,9 @@ class Provisioner:
         for key, obj in pending_objs.items():
             try:
                 pods.append(cluster.scheduling_pod(obj))
-            except VolumeNotReady as err:
-                # kube-scheduler places it nowhere until the claim is bound (or made, ...): no node helps
-                log.info("provisioner.pod_waits_for_volume", pod=key, reason=str(err))
+            except Unplannable as err:
+                # kube-scheduler would place it on no node joiner buys (a claim not bound, ...): no node helps
+                log.info("provisioner.pod_not_plannable", pod=key, reason=str(err))
                 unreadable[key] = f"joiner cannot provision this pod: {err}"
             except ValueError as err:
                 log.warning("provisioner.pod_unreadable", pod=key, error=str(err))

@@ -131,6 +131,10 @@ class RequestReader:
         pods: list[Pod] = []
         problems: list[str] = []
         for obj in placeholder_pods(view.request, view.templates):
+            why = kubeconv.unplannable(obj.get("spec") or {})
+            if why is not None:
+                problems.append(f"pod template {(obj.get('metadata') or {}).get('name')}: {why}")
+                continue
             try:
                 pinned = pinned_pod(obj, gid) if gid is not None else obj
                 pod = kubeconv.pod_from_dict(pinned, gang=gid, detect_gang=False)

@@ -61,6 +61,25 @@ class ConversionError(ValueError):
     """An object could not be converted; the message names the object and the field."""
 
 
+class Unplannable(ConversionError):
+    """A pending pod that kube-scheduler would place on no node joiner can buy now; the message says
+    why (what it waits for, or what joiner does not plan for)."""
+
+
+DRA_UNPLANNED: Final = (
+    "it claims devices through Dynamic Resource Allocation (spec.resourceClaims), which joiner does not "
+    "plan for: a new node's devices exist for kube-scheduler only once its DRA driver publishes them; "
+    "ask for them as an extended resource (nvidia.com/gpu) to have joiner buy nodes for it"
+)
+
+
+def unplannable(spec: Mapping[str, Any]) -> str | None:
+    """Why no node joiner buys would take this pending pod, whatever it is, or None."""
+    if spec.get("resourceClaims"):
+        return DRA_UNPLANNED
+    return None
+
+
 def _meta(obj: Obj) -> Mapping[str, Any]:
     meta = obj.get("metadata") or {}
     if type(meta) is not dict and not isinstance(meta, Mapping):  # (a dict without the ABC check)

@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol
 
 from controller.scheduling.kubeconv import (
     ConversionError,
+    Unplannable,
     _list,
     _meta,
     _node_selector_term,
@@ -60,7 +61,7 @@ MAX_TERMS: Final = 64
 terms allow. Real volumes have one term or a few."""
 
 
-class VolumeNotReady(ConversionError):
+class VolumeNotReady(Unplannable):
     """kube-scheduler cannot place the pod until one of its volumes' objects changes."""
 
 

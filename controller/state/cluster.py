@@ -240,9 +240,8 @@ class ClusterState:
         """`pod` as the solver's :class:`Pod` (gang markers not read), converted once per
         resourceVersion, with the nodes its volumes allow (`volumes_of`). Raises
         :class:`kubeconv.ConversionError` (a ValueError) like :func:`kubeconv.pod_from_dict`, and
-        :class:`~controller.scheduling.kubeconv_volumes.VolumeNotReady` for a pending pod
-        kube-scheduler cannot place until a volume changes; a pod that does not convert is not
-        remembered."""
+        :class:`kubeconv.Unplannable` for a pending pod no node joiner buys would take (its volumes
+        not ready, devices claimed through DRA); a pod that does not convert is not remembered."""
         version = str((pod.raw.get("metadata") or {}).get("resourceVersion") or "")
         hit = self._pod_models.get(pod.key)
         if hit is not None and version and hit[0] == version:
@@ -252,6 +251,8 @@ class ClusterState:
             if version and pod.key in self._pods:
                 self._pod_models[pod.key] = (version, model)
         spec = pod.raw.get("spec")
+        if type(spec) is dict and not pod.node_name and (why := kubeconv.unplannable(spec)) is not None:
+            raise kubeconv.Unplannable(why)
         if type(spec) is dict and kubeconv_volumes.has_claims(spec):
             try:
                 return self.volumes_of(model, pod.raw)

@@ -141,6 +141,22 @@ def test_pods_are_planned_where_their_volumes_let_them_run(
     assert "warning: pods use PersistentVolumeClaims, but the scenario has no PersistentVolumeClaim" in captured.err
 
 
+def test_a_pod_that_claims_devices_through_dra_is_reported_not_planned(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = (SCENARIOS / "existing-capacity.yaml").read_text().split("---")[0]
+    pod = (
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {name: dra}\nspec:\n  containers: [{name: c}]\n"
+        "  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]\n"
+    )
+    monkeypatch.setattr("sys.stdin", io.StringIO(pool + pod))
+    out = plan_json(capsys, "-f", "-")
+    assert out["nodeClaims"] == []
+    [refused] = out["unschedulable"]
+    assert refused["pod"] == "default/dra"
+    assert "Dynamic Resource Allocation" in refused["reason"]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -170,6 +170,32 @@ async def test_a_pod_gets_its_node_in_its_volumes_zone_and_one_whose_claim_is_no
     )
 
 
+async def test_a_pod_that_claims_devices_through_dra_gets_no_node_and_is_told_why(h: Harness) -> None:
+    """kube-scheduler places a pod with resourceClaims only where a DRA driver published the devices:
+    no node joiner buys has them yet, so it buys none rather than one the pod never runs on."""
+    await h.kube.create(
+        PODS,
+        {
+            "metadata": {"name": "dra", "namespace": "default"},
+            "spec": {
+                "containers": [
+                    {**_container("1"), "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}
+                ],
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+            },
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        },
+    )
+    await h.cached("Pod", "default/dra")
+    await pending(h, "plain", "1")
+    plan = await Provisioner(h.ctx).reconcile()
+    assert plan is not None
+    assert [n.pods for n in plan.new_nodes] == [("default/plain",)]
+    assert plan.unschedulable["default/dra"].startswith(
+        "joiner cannot provision this pod: it claims devices through Dynamic Resource Allocation"
+    )
+
+
 async def test_a_nominated_pod_whose_room_was_taken_is_provisioned_again_at_once(h: Harness) -> None:
     provisioner = Provisioner(h.ctx)
     await pending(h, "a", "1500m")

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from controller.clock import FakeClock
+from controller.scheduling.kubeconv import Unplannable
 from controller.scheduling.kubeconv_volumes import VolumeNotReady
 from controller.state.cluster import ClusterState
 from tests.unit import builders
@@ -154,3 +155,17 @@ def test_a_pod_with_a_claim_is_narrowed_by_its_volume_and_a_bound_one_keeps_its_
     for view in (trainer, reader):
         (term,) = cluster.scheduling_pod(view).node_requirements
         assert str(term) == "topology.kubernetes.io/zone In [zone-b]"
+
+
+def test_a_pending_pod_that_claims_devices_through_dra_is_not_planned_but_a_bound_one_holds_its_room() -> None:
+    cluster = ClusterState(source=None, clock=FakeClock())  # type: ignore[arg-type]
+    for name, node in (("waiting", None), ("running", "n1")):
+        pod = _pod(name, version="1", cpu="1", node=node)
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        cluster.informers["Pod"]._apply("ADDED", pod)
+    waiting, running = cluster.pod_view("ns/waiting"), cluster.pod_view("ns/running")
+    assert waiting is not None
+    assert running is not None
+    with pytest.raises(Unplannable, match="Dynamic Resource Allocation"):
+        cluster.scheduling_pod(waiting)
+    assert cluster.scheduling_pod(running).requests.get("cpu") == 1000
