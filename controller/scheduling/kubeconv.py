@@ -17,7 +17,15 @@ from typing import Any, Final
 from api.v1.types import MAX_QUANTITY
 from controller.scheduling.frozen import FrozenLabels
 from controller.scheduling.labels import (
+    LABEL_ARCH,
+    LABEL_CAPACITY_TYPE,
     LABEL_GANG,
+    LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_OS,
+    LABEL_REGION,
+    LABEL_ZONE,
 )
 from controller.scheduling.model import (
     BIND_ALL_HOST_IP,
@@ -43,6 +51,19 @@ METADATA_NAME: Final = "metadata.name"
 _NEVER: Final = Requirements((Requirement("joiner.sh/never", False, frozenset(), False),))
 """A term no node satisfies (an empty nodeSelectorTerm matches nothing)."""
 
+ALWAYS_LABELLED: Final = frozenset(
+    {
+        LABEL_HOSTNAME,
+        LABEL_ZONE,
+        LABEL_REGION,
+        LABEL_CAPACITY_TYPE,
+        LABEL_NODEPOOL,
+        LABEL_INSTANCE_TYPE,
+        LABEL_ARCH,
+        LABEL_OS,
+    }
+)
+"""Labels every node joiner buys carries (the region from its cloud, whatever its instance type)."""
 GANG_LABELS: Final = (LABEL_GANG, "scheduling.x-k8s.io/pod-group")
 GANG_ANNOTATIONS: Final = ("scheduling.k8s.io/group-name", "volcano.sh/group-name")
 
@@ -582,6 +603,13 @@ def _pod(obj: Obj, meta: Mapping[str, Any], name: str, *, gang: str | None) -> P
         labels=labels,
         where="spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
     )
+    # kube-scheduler puts a pod with a DoNotSchedule spread or a required pod affinity only on nodes
+    # that carry its topology keys (PodTopologySpread: "missing required label"; InterPodAffinity):
+    # a key a new node may lack becomes a requirement that it exists
+    keyed = sorted(({s.topology_key for s in spread} | {t.topology_key for t in aff}) - ALWAYS_LABELLED)
+    if keyed:
+        exists = [Requirement.new(k, "Exists") for k in keyed]
+        required_terms = [t.with_(*exists) for t in required_terms] if required_terms else [Requirements(exists)]
     return Pod(
         name=name,
         namespace=namespace,

@@ -60,6 +60,17 @@ class Explanations(CandidateTypes):
 
     def _pool_reason(self, pool: Pool, g: Group, zone: str | None) -> str | None:
         """Why the pool cannot host the group (None: it could, as far as static checks go)."""
+        reason = self._pool_reason_of(pool, g, zone)
+        if reason is None:
+            return None
+        # a requirement the pod's spread or pod affinity made (kubeconv: its key must exist on the node)
+        for kind, key in [*(("topology spread", s.topology_key) for s in g.rep.spread),
+                          *(("pod affinity", t.topology_key) for t in g.rep.affinity)]:  # fmt: skip
+            if f"{key} Exists" in reason:
+                return f"{reason} (its {kind} on {key} counts only nodes with that label)"
+        return reason
+
+    def _pool_reason_of(self, pool: Pool, g: Group, zone: str | None) -> str | None:
         name = f'nodepool "{pool.name}"'
         taint = self._untolerated(g.tol_key, pool.blocking_taints)
         if taint is not None:

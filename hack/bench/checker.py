@@ -467,13 +467,16 @@ def _check_affinity(world: _World, pod: Pod, node: _Node, out: list[Violation]) 
         counts, total = world.term_counts(term, pod.namespace)
         itself = _term_selects(term, pod.namespace, pod)
         value = node.labels.get(term.topology_key)
-        here = counts.get(value, 0) - (1 if itself and value is not None else 0) if value is not None else 0
+        if value is None:  # every topology label must exist, the first pod of a self-affine group's too
+            reason = f"the node has no {term.topology_key} label"
+            out.append(Violation("pod-affinity", pod.key, node.name, reason))
+            continue
+        here = counts.get(value, 0) - (1 if itself else 0)
         if here > 0:
             continue
         if total - (1 if itself else 0) == 0 and itself:
             continue  # the first pod of a self-affine group goes anywhere
-        where = f"{term.topology_key}={value}" if value is not None else f"a node without {term.topology_key}"
-        reason = f"no pod matching {term.selector} in {where} ({total - int(itself)} elsewhere)"
+        reason = f"no pod matching {term.selector} in {term.topology_key}={value} ({total - int(itself)} elsewhere)"
         out.append(Violation("pod-affinity", pod.key, node.name, reason))
 
 
@@ -535,11 +538,11 @@ def _check_anti_affinity(world: _World, pod: Pod, node: _Node, out: list[Violati
 
 def _check_spread(world: _World, pod: Pod, node: _Node, out: list[Violation]) -> None:
     for spread in pod.spread:
-        if spread.selector is None:
-            continue
         value = node.labels.get(spread.topology_key)
-        if value is None:
+        if value is None:  # even for a constraint that counts no pod
             out.append(Violation("topology-spread", pod.key, node.name, f"the node has no {spread.topology_key} label"))
+            continue
+        if spread.selector is None:
             continue
         domains = world.eligible(pod, spread)
         counts, lowest = world.spread_counts(pod, spread, domains)

@@ -404,6 +404,18 @@ def test_nodes_without_every_spread_key_are_not_domains() -> None:
     assert set(_rules(_check(pods, existing=[*racked, no_rack], placements=together))) == {"topology-spread"}
 
 
+def test_a_node_without_a_spread_or_affinity_key_takes_no_such_pod_not_even_the_first() -> None:
+    unlabelled = _existing("e1", "a")
+    alone = [_pod("s", spread=(TopologySpread(topology_key="rack", max_skew=1, selector=None),))]
+    assert _rules(_check(alone, existing=[unlabelled], placements={"e1": ("default/s",)})) == ["topology-spread"]
+    term = PodAffinityTerm(
+        topology_key="rack", selector=label_selector({"app": "x"}), namespaces=frozenset({"default"})
+    )
+    first = [_pod("a", labels={"app": "x"}, affinity=(term,))]  # self-affine, nothing to join yet
+    found = _check(first, existing=[unlabelled], placements={"e1": ("default/a",)})
+    assert [(v.rule, v.reason) for v in found] == [("pod-affinity", "the node has no rack label")]
+
+
 def test_spread_counts_only_the_same_namespace_and_match_label_keys() -> None:
     def pod(name: str, revision: str) -> Pod:
         return pod_from_dict(

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from api.v1 import NodePool
-from controller.scheduling import HostPort, Requirement, Resources, Taint, solve
+from controller.scheduling import HostPort, NodePoolTemplate, Requirement, Resources, Taint, solve
 from controller.scheduling.kubeconv import ConversionError, daemonset_from_dict, gang_of, pod_from_dict
 from controller.scheduling.kubeconv_nodes import (
     existing_nodes_from_dicts,
@@ -132,6 +132,58 @@ def test_topology_spread_and_pod_affinity_terms() -> None:
     assert pod.anti_affinity[0].selects("default", {"app": "web"})
     assert not pod.anti_affinity[0].selects("other", {"app": "web"})
     assert pod.affinity[0].all_namespaces
+    assert pod.node_requirements == ()  # every node joiner buys has a zone and a hostname
+
+
+def test_a_spread_or_pod_affinity_on_another_key_needs_nodes_with_that_label() -> None:
+    """kube-scheduler puts such a pod only on a node that carries the key (PodTopologySpread's
+    "missing required label", InterPodAffinity's "all topology labels must exist")."""
+    rack = "example.com/rack"
+    spread = {"maxSkew": 1, "topologyKey": rack, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}
+    pod = pod_from_dict(a_pod({"containers": [{"name": "c"}], "topologySpreadConstraints": [spread]}))
+    assert [str(t) for t in pod.node_requirements] == [f"{rack} Exists"]
+    affine = {"topologyKey": "joiner.sh/gpu-name", "labelSelector": {"matchLabels": {"app": "x"}}}
+    spec = {
+        "containers": [{"name": "c"}],
+        "nodeSelector": {"team": "ml"},
+        "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [affine]}},
+    }
+    [term] = pod_from_dict(a_pod(spec)).node_requirements
+    assert term.get("team") is not None
+    assert str(term.get("joiner.sh/gpu-name")) == "joiner.sh/gpu-name Exists"
+    # a preference, an anti-affinity (a node without the key has no such pod) or a key every node has: nothing
+    others: tuple[dict[str, Any], ...] = (
+        {"topologySpreadConstraints": [{**spread, "whenUnsatisfiable": "ScheduleAnyway"}]},
+        {
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{**affine, "topologyKey": rack}]}
+            }
+        },
+        {"topologySpreadConstraints": [{**spread, "topologyKey": "joiner.sh/capacity-type"}]},
+    )
+    for other in others:
+        assert pod_from_dict(a_pod({"containers": [{"name": "c"}], **other})).node_requirements == ()
+
+
+def test_pods_spread_over_a_label_only_a_pool_with_it_gives_get_that_pool_or_are_told_why() -> None:
+    rack = "example.com/rack"
+    spread = {"maxSkew": 1, "topologyKey": rack, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}
+    pods = [
+        pod_from_dict(a_pod({"containers": [{"name": "c"}], "topologySpreadConstraints": [spread]}, name=f"p{i}"))
+        for i in range(2)
+    ]
+    types = (itype("c.large", cpu=2, mem_gi=4, price=0.08),)
+    plain = NodePoolTemplate(name="plain", instance_types=types)
+    racked = NodePoolTemplate(name="racked", instance_types=types, labels={rack: "r1"}, weight=-1)
+    plan = solve(pods=pods, node_pools=[plain])
+    assert not plan.new_nodes
+    assert plan.unschedulable["default/p0"] == (
+        f'nodepool "plain": pod requires {rack} Exists but the nodepool\'s nodes have no label {rack} '
+        f"(its topology spread on {rack} counts only nodes with that label)"
+    )
+    plan = solve(pods=pods, node_pools=[plain, racked])
+    assert {n.node_pool for n in plan.new_nodes} == {"racked"}
+    assert not plan.unschedulable
 
 
 def test_gang_markers_and_owner() -> None:
