@@ -486,6 +486,32 @@ def test_a_pod_runs_in_its_volumes_zone_and_one_whose_claim_is_not_bound_waits_w
         cluster.kubectl("delete", "storageclass", immediate, "--wait=false", check=False)
 
 
+def test_pods_spread_over_a_label_only_one_nodepool_gives_run_on_that_pools_nodes(
+    cluster: Cluster, start_joiner: Any
+) -> None:
+    """A spread over a rack label: kube-scheduler places such a pod only on a Node that carries the
+    label. The heavier NodePool does not give its Nodes one, so joiner buys from the one that does,
+    and every pod runs."""
+    ns = _ns(cluster)
+    rack = "example.com/rack"
+    cluster.apply([nodeclass(), nodepool("plain", weight=50), nodepool("racked", labels={rack: "r1"})])
+    start_joiner()
+    web = deployment("web", ns, replicas=4, cpu="500m", memory="512Mi")
+    web["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": rack,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    cluster.apply(web)
+    pods = expect_pods_running(cluster, ns, 4)
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    assert {cluster.get("node", n)["metadata"]["labels"].get(rack) for n in nodes} == {"r1"}
+    assert {c["metadata"]["labels"]["joiner.sh/nodepool"] for c in nodeclaims(cluster)} == {"racked"}
+
+
 def test_node_selector_on_gpu_name_is_honoured(cluster: Cluster, start_joiner: Any) -> None:
     ns = _ns(cluster)
     cluster.apply([nodeclass(), nodepool("general")])
