@@ -62,3 +62,41 @@ def test_the_gpu_workload_asks_for_every_pod_and_the_gpus_of_each_shape() -> Non
     cpu_only = workloads("race", 1000, MIX)
     assert sum(d["spec"]["replicas"] for d in cpu_only) == 1000
     assert all(GPU not in d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] for d in cpu_only)
+
+
+def test_nodeclaims_are_timed_when_the_apiserver_stored_them(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from hack.bench.race import audit_creates
+
+    def event(
+        verb: str, resource: str, at: str, *, stage: str = "ResponseComplete", code: int = 201, **ref: str
+    ) -> str:
+        return json.dumps(
+            {
+                "stage": stage,
+                "verb": verb,
+                "objectRef": {"resource": resource, **ref},
+                "responseStatus": {"code": code},
+                "stageTimestamp": f"2026-11-27T21:00:{at}Z",
+            }
+        )
+
+    log = Path(tmp_path) / "audit.log"
+    log.write_text(
+        "\n".join(
+            [
+                event("create", "nodeclaims", "05.500000"),
+                event("create", "nodeclaims", "02.250000"),
+                event("create", "nodeclaims", "03.000000", stage="ResponseStarted"),
+                event("create", "nodeclaims", "04.000000", code=409),  # a name taken: not made
+                event("patch", "nodeclaims", "06.000000", subresource="status"),
+                event("create", "nodes", "07.000000"),
+                event("create", "nodeclaims", "59.000000"),  # after the run
+                "not json",
+            ]
+        )
+    )
+    start = audit_creates(log, 0, 2e9, "nodeclaims")[0] - 2.25
+    got = [round(t - start, 2) for t in audit_creates(log, start, start + 30, "nodeclaims")]
+    assert got == [2.25, 5.5]
