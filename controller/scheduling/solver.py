@@ -41,6 +41,7 @@ from controller.scheduling.solver_improve import IMPROVE_MAX_NODES, improve
 from controller.scheduling.solver_model import SolveCache
 from controller.scheduling.solver_run import Solver
 from controller.scheduling.solver_zones import spread_zones
+from controller.scheduling.spread_domains import deal_spread_domains
 
 __all__ = ["SolveCache", "solve"]
 
@@ -94,6 +95,7 @@ def _solve(
 ) -> Plan:
     avoid = frozenset(unavailable)
     cache = cache if cache is not None else SolveCache()
+    pods = deal_spread_domains(pods, node_pools, existing_nodes, avoid)
     plan = Solver(
         pods=pods,
         node_pools=node_pools,

@@ -512,6 +512,29 @@ def test_pods_spread_over_a_label_only_one_nodepool_gives_run_on_that_pools_node
     assert {c["metadata"]["labels"]["joiner.sh/nodepool"] for c in nodeclaims(cluster)} == {"racked"}
 
 
+def test_a_spread_over_spot_and_on_demand_runs_half_on_each(cluster: Cluster, start_joiner: Any) -> None:
+    """An inference fleet a spot reclaim must not take whole: a spread over the capacity type. Spot
+    is cheaper, but the pods are dealt over both capacity types the NodePool offers, and
+    kube-scheduler follows: half of them run on on-demand Nodes."""
+    ns = _ns(cluster)
+    capacity = "joiner.sh/capacity-type"
+    cluster.apply([nodeclass(), nodepool("default", requirements=[req(capacity, "In", "spot", "on-demand")])])
+    start_joiner()
+    web = deployment("llm", ns, replicas=6, cpu="1", memory="2Gi")
+    web["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": capacity,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "llm"}},
+        }
+    ]
+    cluster.apply(web)
+    pods = expect_pods_running(cluster, ns, 6)
+    kinds = [cluster.get("node", p["spec"]["nodeName"])["metadata"]["labels"][capacity] for p in pods]
+    assert sorted(kinds) == ["on-demand"] * 3 + ["spot"] * 3
+
+
 def test_node_selector_on_gpu_name_is_honoured(cluster: Cluster, start_joiner: Any) -> None:
     ns = _ns(cluster)
     cluster.apply([nodeclass(), nodepool("general")])

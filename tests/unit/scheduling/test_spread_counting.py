@@ -507,3 +507,103 @@ def test_zone_self_affinity_pods_the_spread_counts_are_placed_before_the_quotas(
     assert spread_violations(plan, pending=pending, zones=all_zones(pending)) == []
     assert no_replay_violations(plan, pending, [p]) == []
     assert len({n.choice.zone for n in plan.new_nodes if any(k.startswith("default/stay-") for k in n.pods)}) == 1
+
+
+# --- spread over a label the machine decides (capacity type, a NodePool's label) ----------------
+
+CAPACITY = "joiner.sh/capacity-type"
+SPOT_TYPES = [itype(f"s.{c}", cpu=c, mem_gi=2 * c, price=0.04 * c, spot=0.012 * c) for c in (2, 4, 8, 16)]
+
+
+def capacity_spread(value: str, max_skew: int = 1) -> TopologySpread:
+    return TopologySpread(topology_key=CAPACITY, max_skew=max_skew, selector=label_selector({"my-label": value}))
+
+
+def by_capacity(plan: Plan, pending: Sequence[Pod], existing: Sequence[ExistingNode] = ()) -> dict[str, int]:
+    """Pods labelled ``my-label: a`` per capacity type once the plan is carried out."""
+    by_key = {p.key: p for p in pending}
+    counts: dict[str, int] = {}
+    for e in existing:
+        hosted = [*e.pods, *(by_key[k] for k in plan.existing_placements.get(e.name, ()))]
+        n = sum(1 for q in hosted if q.labels.get("my-label") == "a")
+        counts[e.labels[CAPACITY]] = counts.get(e.labels[CAPACITY], 0) + n
+    for c in plan.new_nodes:
+        n = sum(1 for k in c.pods if by_key[k].labels.get("my-label") == "a")
+        counts[c.choice.capacity_type] = counts.get(c.choice.capacity_type, 0) + n
+    return {k: v for k, v in counts.items() if v}
+
+
+def test_a_spread_over_spot_and_on_demand_buys_both_not_only_the_cheaper() -> None:
+    p = pool("default", SPOT_TYPES)
+    pending = sized("a", [1, 2, 3, 1, 2, 3], spread=[capacity_spread("a")])
+    plan = solve(pods=pending, node_pools=[p])
+    check_plan(plan, pending=pending, pools=[p])
+    assert not plan.unschedulable
+    assert by_capacity(plan, pending) == {"on-demand": 3, "spot": 3}
+    assert no_replay_violations(plan, pending, [p]) == []
+
+
+def test_pods_already_running_on_one_capacity_type_count_and_a_pods_own_choice_leaves_one_domain() -> None:
+    p = pool("default", SPOT_TYPES)
+    running = [pod(f"old-{i}", labels={"my-label": "a"}, requests=res(cpu="1", memory="1Gi")) for i in range(3)]
+    existing = [
+        node("od-1", allocatable=res(cpu="4", memory="8Gi", pods=110), labels={CAPACITY: "on-demand"}, bound=running)
+    ]
+    pending = sized("a", [1, 1, 1, 1, 1], spread=[capacity_spread("a")])
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    counts = by_capacity(plan, pending, existing)
+    assert counts == {"on-demand": 4, "spot": 4}
+    assert no_replay_violations(plan, pending, [p], existing) == []
+    # pods that choose spot themselves have one domain: nothing to deal, all on spot
+    spot_only = sized("a", [1, 1, 1, 1], spread=[capacity_spread("a")], selector={CAPACITY: "spot"})
+    plan = solve(pods=spot_only, node_pools=[p])
+    assert {n.choice.capacity_type for n in plan.new_nodes} == {"spot"}
+
+
+def test_a_spread_over_a_nodepool_label_deals_the_pods_over_the_pools_that_give_it() -> None:
+    rack = "example.com/rack"
+    pools = [
+        NodePoolTemplate(name=f"rack-{r}", instance_types=tuple(CPU_TYPES), labels={rack: r}) for r in ("r1", "r2")
+    ]
+    spread = TopologySpread(topology_key=rack, max_skew=1, selector=label_selector({"my-label": "a"}))
+    pending = sized("a", [1, 1, 1, 1, 2, 2], spread=[spread])
+    plan = solve(pods=pending, node_pools=pools)
+    assert not plan.unschedulable
+    per_pool = {p.name: sum(len(n.pods) for n in plan.new_nodes if n.node_pool == p.name) for p in pools}
+    assert per_pool == {"rack-r1": 3, "rack-r2": 3}
+    assert no_replay_violations(plan, pending, pools) == []
+
+
+@st.composite
+def capacity_worlds(draw: st.DrawFn) -> tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode]]:
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    pools = [pool("default", rng.sample(SPOT_TYPES, rng.randint(2, 4)))]
+    existing = []
+    for i in range(rng.randint(0, 2)):
+        kind = rng.choice(["spot", "on-demand"])
+        bound = [pod(f"old-{i}-{j}", labels={"my-label": "a"}) for j in range(rng.randint(0, 3))]
+        existing.append(
+            node(f"n{i}", allocatable=res(cpu="2", memory="4Gi", pods=110), labels={CAPACITY: kind}, bound=bound)
+        )
+    pending: list[Pod] = []
+    skew = rng.randint(1, 2)
+    for g in range(rng.randint(1, 3)):  # kinds of different sizes share the label and the spread
+        cpus = [rng.choice([1, 2, 3]) for _ in range(rng.randint(1, 6))]
+        for i, c in enumerate(cpus):
+            kwargs: dict[str, object] = {"labels": {"my-label": "a"}, "requests": res(cpu=c, memory="1Gi")}
+            if g or rng.random() < 0.8:  # the first kind may be counted without a spread of its own
+                kwargs["spread"] = [capacity_spread("a", skew)]
+            pending.append(pod(f"a{g}-{i}", **kwargs))  # type: ignore[arg-type]
+    return pending, pools, existing
+
+
+@SETTINGS
+@given(capacity_worlds())
+def test_a_spread_over_the_capacity_type_never_breaks_max_skew(
+    world: tuple[list[Pod], list[NodePoolTemplate], list[ExistingNode]],
+) -> None:
+    pending, pools, existing = world
+    plan = solve(pods=pending, node_pools=pools, existing_nodes=existing)
+    check_plan(plan, pending=pending, pools=pools, existing=existing)
+    assert not plan.unschedulable
+    assert no_replay_violations(plan, pending, pools, existing) == []
