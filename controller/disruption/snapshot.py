@@ -33,6 +33,7 @@ from controller.disruption.budgets import BudgetError, parse_budgets
 from controller.disruption.model import WHEN_EMPTY_OR_UNDERUTILIZED, NodeState, PoolPolicy, Snapshot
 from controller.disruption.safety import idle_gpu_reclaimable, movable, safety_blockers, unowned_pods
 from controller.scheduling.instancetypes import InstanceType
+from controller.scheduling.kubeconv import Unplannable
 from controller.scheduling.model import ExistingNode, Pod
 from controller.scheduling.warm import place_buffer, virtual_pool, with_virtual_pods
 from controller.state import inputs
@@ -168,6 +169,8 @@ def _convert(cluster: ClusterState, pods: Iterable[PodView]) -> list[Pod]:
     for pod in pods:
         try:
             out.append(cluster.scheduling_pod(pod))
+        except Unplannable as err:  # pending, and no node would take it now (told by the provisioner)
+            log.debug("disruption.pod_not_plannable", pod=pod.name, reason=str(err))
         except ValueError as err:
             log.warning("disruption.pod_unreadable", pod=pod.name, error=str(err))
     return out
