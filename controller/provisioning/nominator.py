@@ -247,6 +247,10 @@ class Nominator:
             return claim.name
         return None
 
+    def wrote(self, key: str) -> str | None:
+        """The node this controller last wrote as the pod's ``status.nominatedNodeName``, if any."""
+        return self._written.get(key)
+
     # --- reconcile ---------------------------------------------------------------------------
     def desired(self, key: str) -> str | None:
         """The node the plan puts this pod on, once that Node exists."""

@@ -170,7 +170,7 @@ class Provisioner:
         """Marked unschedulable by kube-scheduler, or (see ``plan_untried_after_seconds``) waiting for
         it longer than that: in a large burst kube-scheduler takes minutes to try every pod, and the
         solver places the ones that fit on existing or in-flight capacity there, buying nothing."""
-        if pod.is_daemon:
+        if pod.is_daemon or self._preempting(pod):
             return False
         if pod.is_unschedulable:
             return True
@@ -182,6 +182,18 @@ class Provisioner:
             return True
         # the whole burst of its workload is in: no reason to wait for kube-scheduler to reach it
         return pod.controller is not None and self.ctx.cluster.workload_complete(pod.controller) is True
+
+    def _preempting(self, pod: PodView) -> bool:
+        """kube-scheduler nominated the pod to a Node where it preempts lower-priority pods: it binds
+        there once they are gone, and the pods it evicts are provisioned for as they come back
+        pending. A nomination of joiner's own (its plan's Node) is not one."""
+        name = pod.nominated_node_name
+        if not name or self.nominator.wrote(pod.key) == name or self.nominator.desired(pod.key) == name:
+            return False
+        planned = self.places.nominations.get(pod.key)
+        if planned is not None and name == planned:
+            return False
+        return name in self.ctx.cluster.node_views()
 
     def _rearm_untried(self) -> None:
         """After a batch: pods kube-scheduler has not tried that the batch could not plan yet (too

@@ -196,6 +196,46 @@ async def test_a_pod_that_claims_devices_through_dra_gets_no_node_and_is_told_wh
     )
 
 
+async def test_a_pod_preempting_on_an_existing_node_gets_no_node_until_its_nomination_is_gone(h: Harness) -> None:
+    """kube-scheduler nominated a high-priority pod to a Node where it evicts lower-priority pods: it
+    binds there once they are gone (as Karpenter, joiner buys nothing for it); the evicted pods come
+    back pending and are provisioned for. If the preemption is given up, the pod is planned."""
+    await h.kube.create(
+        NODES,
+        {
+            "metadata": {"name": "busy", "labels": {LABEL_ZONE: "zone-a"}},
+            "spec": {},
+            "status": {
+                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    await h.cached("Node", "busy")
+    await h.bind_pod("low", "busy", spec={"containers": [_container("1500m")]})
+    await pending(h, "urgent", "1500m")
+    await h.kube.patch(
+        PODS, "urgent", {"status": {"nominatedNodeName": "busy"}}, namespace="default", subresource="status"
+    )
+    await h.eventually(
+        lambda: (v := h.cluster.pod_view("default/urgent")) is not None and v.nominated_node_name == "busy",
+        "the nomination cached",
+    )
+    provisioner = Provisioner(h.ctx)
+    assert await provisioner.reconcile() is None
+    assert claims(h) == []
+    await h.kube.patch(
+        PODS, "urgent", {"status": {"nominatedNodeName": None}}, namespace="default", subresource="status"
+    )
+    await h.eventually(
+        lambda: (v := h.cluster.pod_view("default/urgent")) is not None and not v.nominated_node_name,
+        "the nomination gone",
+    )
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert [n.pods for n in plan.new_nodes] == [("default/urgent",)]
+
+
 async def test_a_nominated_pod_whose_room_was_taken_is_provisioned_again_at_once(h: Harness) -> None:
     provisioner = Provisioner(h.ctx)
     await pending(h, "a", "1500m")
