@@ -46,6 +46,19 @@ def _ns(cluster: Cluster) -> str:
     return cluster.create_namespace(f"prov-{uuid.uuid4().hex[:6]}")
 
 
+def spread_over(key: str, dep: dict[str, Any], max_skew: int = 1) -> dict[str, Any]:
+    """``dep`` with its pods spread over ``key`` (``DoNotSchedule``, counting the Deployment's pods)."""
+    dep["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": max_skew,
+            "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": dict(dep["spec"]["selector"]["matchLabels"])},
+        }
+    ]
+    return dep
+
+
 def _gpus(it: dict[str, Any]) -> int:
     return int(it["capacity"].get(GPU, 0))
 
@@ -496,16 +509,7 @@ def test_pods_spread_over_a_label_only_one_nodepool_gives_run_on_that_pools_node
     rack = "example.com/rack"
     cluster.apply([nodeclass(), nodepool("plain", weight=50), nodepool("racked", labels={rack: "r1"})])
     start_joiner()
-    web = deployment("web", ns, replicas=4, cpu="500m", memory="512Mi")
-    web["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": rack,
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": "web"}},
-        }
-    ]
-    cluster.apply(web)
+    cluster.apply(spread_over(rack, deployment("web", ns, replicas=4, cpu="500m", memory="512Mi")))
     pods = expect_pods_running(cluster, ns, 4)
     nodes = {p["spec"]["nodeName"] for p in pods}
     assert {cluster.get("node", n)["metadata"]["labels"].get(rack) for n in nodes} == {"r1"}
@@ -520,16 +524,7 @@ def test_a_spread_over_spot_and_on_demand_runs_half_on_each(cluster: Cluster, st
     capacity = "joiner.sh/capacity-type"
     cluster.apply([nodeclass(), nodepool("default", requirements=[req(capacity, "In", "spot", "on-demand")])])
     start_joiner()
-    web = deployment("llm", ns, replicas=6, cpu="1", memory="2Gi")
-    web["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": capacity,
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": "llm"}},
-        }
-    ]
-    cluster.apply(web)
+    cluster.apply(spread_over(capacity, deployment("llm", ns, replicas=6, cpu="1", memory="2Gi")))
     pods = expect_pods_running(cluster, ns, 6)
     kinds = [cluster.get("node", p["spec"]["nodeName"])["metadata"]["labels"][capacity] for p in pods]
     assert sorted(kinds) == ["on-demand"] * 3 + ["spot"] * 3
