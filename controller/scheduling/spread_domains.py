@@ -13,6 +13,10 @@ each other, within any ``maxSkew``. Each pod is then pinned (``<key> In [value]`
 the rest. kube-scheduler counts the values its eligible nodes have, and the plan gives a node to
 each value it deals pods to.
 
+A required pod affinity over such a label is kept the same way: its pods are pinned to the values
+whose nodes run a pod it selects, or, with none in the cluster, when they select themselves, to
+the cheapest value, so the group lands in one domain as kube-scheduler would have it.
+
 A pod's first such spread is dealt; gang members are left to the gang's own plan.
 """
 
@@ -38,10 +42,12 @@ def deal_spread_domains(
     existing: Sequence[ExistingNode],
     unavailable: Iterable[OfferingKey] = (),
 ) -> list[Pod]:
-    """``pods`` with those a spread over a machine label counts pinned to its values (see the module)."""
+    """``pods`` with those a spread over a machine label counts pinned to its values, and those with a
+    required pod affinity over one pinned to the values it allows (see the module)."""
     spreads = [(p, s) for p in pods if p.gang is None for s in p.spread[:1] if s.topology_key not in SOLVER_KEYS]
     spreads = [(p, s) for p, s in spreads if s.selector is not None]
-    if not spreads:
+    affine = [(p, t) for p in pods if p.gang is None for t in p.affinity if t.topology_key not in SOLVER_KEYS]
+    if not spreads and not affine:
         return list(pods)
     avoid = frozenset(unavailable)
     pinned: dict[str, Pod] = {}
@@ -76,6 +82,28 @@ def deal_spread_domains(
             value = min(order, key=lambda v: (counts[v], order.index(v)))
             counts[value] += 1
             pinned[p.key] = _pin(p, key, value)
+    for owner, term in affine:
+        key = term.topology_key
+        bound = [p for p in pods if p.gang is None and term in p.affinity and p.key not in pinned]
+        if not bound:
+            continue
+        # kube-scheduler: a node in a domain that runs a pod the term selects; with none in the
+        # cluster, a pod the term selects itself goes anywhere, and the rest follow it there
+        holding = sorted(
+            {
+                value
+                for node in existing
+                if (value := node.labels.get(key)) is not None
+                and not node.unschedulable
+                and any(term.selects(q.namespace, q.labels) for q in node.pods)
+            }
+        )
+        if not holding and term.selects(owner.namespace, owner.labels):
+            prices = _domains(owner, key, pools, avoid)
+            holding = [min(prices, key=lambda v: (prices[v], v))] if prices else []
+        if holding:
+            for p in bound:
+                pinned[p.key] = _pin(p, key, *holding)
     return [pinned.get(p.key, p) for p in pods]
 
 
@@ -113,8 +141,8 @@ def _matches(pod: Pod, labels: Mapping[str, str]) -> bool:
     return not pod.node_requirements or any(t.without(LABEL_HOSTNAME).matches(labels) for t in pod.node_requirements)
 
 
-def _pin(pod: Pod, key: str, value: str) -> Pod:
-    req = Requirement.in_(key, value)
+def _pin(pod: Pod, key: str, *values: str) -> Pod:
+    req = Requirement.in_(key, *values)
     terms = tuple(t.with_(req) for t in pod.node_requirements) if pod.node_requirements else (Requirements((req,)),)
     return replace(pod, node_requirements=terms)
 

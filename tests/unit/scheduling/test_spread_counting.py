@@ -607,3 +607,25 @@ def test_a_spread_over_the_capacity_type_never_breaks_max_skew(
     check_plan(plan, pending=pending, pools=pools, existing=existing)
     assert not plan.unschedulable
     assert no_replay_violations(plan, pending, pools, existing) == []
+
+
+def test_pods_affine_over_the_capacity_type_land_on_one_or_where_their_peers_run() -> None:
+    p = pool("default", SPOT_TYPES)
+    together = PodAffinityTerm(
+        topology_key=CAPACITY, selector=label_selector({"my-label": "a"}), namespaces=frozenset({"default"})
+    )
+    pending = sized("a", [5, 5, 5, 5, 5], affinity=[together])  # more than one node: every node on one value
+    plan = solve(pods=pending, node_pools=[p])
+    assert not plan.unschedulable
+    assert len(plan.new_nodes) > 1
+    assert {n.choice.capacity_type for n in plan.new_nodes} == {"spot"}  # the cheaper, for all of them
+    assert no_replay_violations(plan, pending, [p]) == []
+    # a peer already running on an on-demand node: they join it there
+    peer = pod("peer", labels={"my-label": "a"}, requests=res(cpu="1", memory="1Gi"))
+    existing = [
+        node("od", allocatable=res(cpu="2", memory="4Gi", pods=110), labels={CAPACITY: "on-demand"}, bound=[peer])
+    ]
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=existing)
+    assert not plan.unschedulable
+    assert {n.choice.capacity_type for n in plan.new_nodes} == {"on-demand"}
+    assert no_replay_violations(plan, pending, [p], existing) == []
