@@ -23,7 +23,7 @@ cluster's nodes are in one region, and its instance types do not carry it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Final, Protocol
 
@@ -93,7 +93,7 @@ class Volumes:
         return default_class(self._classes.values())
 
 
-def default_class(classes: Any) -> str | None:
+def default_class(classes: Iterable[Obj]) -> str | None:
     """The StorageClass marked default (the newest if several are, as the apiserver picks), or None."""
     marked = [c for c in classes if str((_meta(c).get("annotations") or {}).get(DEFAULT_CLASS, "")).lower() == "true"]
     if not marked:

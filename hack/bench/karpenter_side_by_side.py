@@ -70,18 +70,7 @@ def build_karpenter() -> tuple[Path, Path]:
     if binary.exists() and (src / PACKAGE).is_dir():
         return binary, src / PACKAGE
     home.mkdir(parents=True, exist_ok=True)
-    info = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
-        capture_output=True,
-        text=True,
-        env=_go_env(),
-        cwd=tempfile.gettempdir(),
-    )
-    module_dir = json.loads(info.stdout or "{}").get("Dir")
-    if not module_dir:  # go refuses the module's go line but has unpacked it all the same
-        module_dir = str(Path(os.environ.get("GOMODCACHE") or _gomodcache()) / f"{MODULE}@{VERSION}")
-    if not Path(module_dir).is_dir():
-        raise SystemExit(f"could not download {MODULE}@{VERSION}: {info.stdout}{info.stderr}")
+    module_dir = module_source(MODULE, VERSION)
     if src.exists():
         shutil.rmtree(src)
     shutil.copytree(module_dir, src)
@@ -99,6 +88,23 @@ def build_karpenter() -> tuple[Path, Path]:
         cwd=src,
     )
     return binary, src / PACKAGE
+
+
+def module_source(module: str, version: str) -> Path:
+    """Where the Go module proxy's copy of ``module@version`` is unpacked (read-only)."""
+    info = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        env=_go_env(),
+        cwd=tempfile.gettempdir(),
+    )
+    found = json.loads(info.stdout or "{}").get("Dir")
+    if not found:  # go refuses the module's go line but has unpacked it all the same
+        found = str(Path(os.environ.get("GOMODCACHE") or _gomodcache()) / f"{module}@{version}")
+    if not Path(found).is_dir():
+        raise SystemExit(f"could not download {module}@{version}: {info.stdout}{info.stderr}")
+    return Path(found)
 
 
 def _gomodcache() -> str:

@@ -6,17 +6,15 @@ GPU catalog written as a Karpenter instance-type file) and its prices; and the w
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from hack.bench.karpenter_side_by_side import _go_env, _gomodcache, _local_go
+from hack.bench.karpenter_side_by_side import _go_env, _local_go, module_source
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "sigs.k8s.io/karpenter"
@@ -95,16 +93,7 @@ def karpenter_source() -> Path:
     src = karpenter_cache() / "src"
     if (src / "kwok" / "main.go").is_file():
         return src
-    info = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
-        capture_output=True,
-        text=True,
-        env=_go_env(),
-        cwd=tempfile.gettempdir(),
-    )
-    module_dir = json.loads(info.stdout or "{}").get("Dir") or f"{_gomodcache()}/{MODULE}@{VERSION}"
-    if not Path(module_dir).is_dir():
-        raise SystemExit(f"could not download {MODULE}@{VERSION}: {info.stdout}{info.stderr}")
+    module_dir = module_source(MODULE, VERSION)
     partial = src.with_name("src.partial")
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(module_dir, partial)

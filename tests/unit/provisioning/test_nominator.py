@@ -13,7 +13,7 @@ from controller.kube.resources import NODECLAIMS, NODES, PODS, Resource
 from controller.provisioning.provisioner import Provisioner
 from controller.settings import Settings
 from tests.unit.harness import Harness, make_harness
-from tests.unit.provisioning.test_provisioner import claims, pending, register
+from tests.unit.provisioning.world import claims, pending, register
 
 Obj = dict[str, Any]
 

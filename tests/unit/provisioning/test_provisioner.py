@@ -11,95 +11,30 @@ import pytest
 
 from api.v1.labels import (
     LABEL_CAPACITY_TYPE,
-    LABEL_INSTANCE_TYPE,
-    LABEL_NODEPOOL,
     LABEL_ZONE,
     TAINT_PLANNED,
     TAINT_UNREGISTERED,
 )
 from controller.clock import format_time
 from controller.cloudprovider.types import OfferingId
-from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS, PVCS, PVS, REPLICASETS, STORAGECLASSES
+from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS, REPLICASETS
 from controller.provisioning.nodepool_status import NodePoolStatusController
 from controller.provisioning.provisioner import Provisioner
 from controller.settings import Settings
 from controller.state.views import ControllerRef
 from tests.unit.harness import Harness, make_harness
+from tests.unit.provisioning.world import claims, container, default_world, pending, register
 
 Obj = dict[str, Any]
 
 
 @pytest.fixture
 async def h() -> AsyncIterator[Harness]:
-    harness = await make_harness()
-    await harness.create_nodeclass()
-    await harness.kube.create(
-        NODEPOOLS,
-        {
-            "apiVersion": "joiner.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": "default"},
-            "spec": {
-                "template": {
-                    "spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}
-                }
-            },
-        },
-    )
-    await harness.cached("NodePool", "default")
+    harness = await default_world()
     try:
         yield harness
     finally:
         await harness.close()
-
-
-async def pending(h: Harness, name: str, cpu: str) -> Obj:
-    """A pod kube-scheduler could not place."""
-    pod: Obj = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]},
-        "status": {
-            "phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-        },
-    }
-    obj = await h.kube.create(PODS, pod)
-    await h.cached("Pod", f"default/{name}")
-    return obj
-
-
-async def register(h: Harness, claim: Obj, *, taints: list[Obj] | None = None) -> None:
-    """The claim's machine joined: a Ready Node with the launched offering's labels (and ``taints``)."""
-    name = claim["metadata"]["name"]
-    labels = {
-        LABEL_NODEPOOL: "default",
-        LABEL_INSTANCE_TYPE: "cpu-4",
-        LABEL_ZONE: "zone-a",
-        LABEL_CAPACITY_TYPE: "spot",
-        "kubernetes.io/hostname": name,
-    }
-    await h.kube.create(
-        NODES,
-        {
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"providerID": f"kwok://{name}", **({"taints": taints} if taints else {})},
-            "status": {
-                "allocatable": {"cpu": "3900m", "memory": "15Gi", "pods": "58"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        },
-    )
-    await h.kube.patch(
-        NODECLAIMS, name, {"status": {"providerID": f"kwok://{name}", "nodeName": name}}, subresource="status"
-    )
-    await h.cached("Node", name)
-    await h.cached("NodeClaim", name)
-
-
-def claims(h: Harness) -> list[Obj]:
-    return list(h.kube.objects(NODECLAIMS).values())
 
 
 async def test_pending_pods_get_one_nodeclaim_and_are_not_bought_for_twice(h: Harness) -> None:
@@ -117,125 +52,6 @@ async def test_pending_pods_get_one_nodeclaim_and_are_not_bought_for_twice(h: Ha
     assert len(claims(h)) == 1
 
 
-async def test_a_pod_gets_its_node_in_its_volumes_zone_and_one_whose_claim_is_not_bound_gets_none(h: Harness) -> None:
-    """kube-scheduler runs a pod only where its bound volume is (zone-b here, though zone-a is cheaper),
-    and a pod whose claim binds at once only once it is bound: joiner buys accordingly."""
-    await h.kube.create(
-        PVS,
-        {
-            "metadata": {"name": "pv-data"},
-            "spec": {
-                "capacity": {"storage": "100Gi"},
-                "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
-                "nodeAffinity": {
-                    "required": {
-                        "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": LABEL_ZONE, "operator": "In", "values": ["zone-b"]}]}
-                        ]
-                    }
-                },
-            },
-        },
-    )
-    await h.kube.create(STORAGECLASSES, {"metadata": {"name": "gp2"}, "provisioner": "ebs.csi.aws.com"})
-    for name, spec, notes in (
-        ("data", {"volumeName": "pv-data"}, {"pv.kubernetes.io/bind-completed": "yes"}),
-        ("scratch", {"storageClassName": "gp2"}, {}),
-    ):
-        await h.kube.create(
-            PVCS, {"metadata": {"name": name, "namespace": "default", "annotations": notes}, "spec": spec}
-        )
-        await h.cached("PersistentVolumeClaim", f"default/{name}")
-    await h.cached("PersistentVolume", "pv-data")
-    await h.cached("StorageClass", "gp2")
-    for name, claim_name in (("reader", "data"), ("writer", "scratch")):
-        await h.kube.create(
-            PODS,
-            {
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {
-                    "containers": [_container("1")],
-                    "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim_name}}],
-                },
-                "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
-            },
-        )
-        await h.cached("Pod", f"default/{name}")
-    plan = await Provisioner(h.ctx).reconcile()
-    assert plan is not None
-    assert [(n.pods, n.choice.zone) for n in plan.new_nodes] == [(("default/reader",), "zone-b")]
-    assert plan.unschedulable["default/writer"] == (
-        'joiner cannot provision this pod: PersistentVolumeClaim "scratch" is not bound, and StorageClass "gp2" '
-        "binds at once (volumeBindingMode Immediate): the pod is placed once the claim is bound"
-    )
-
-
-async def test_a_pod_that_claims_devices_through_dra_gets_no_node_and_is_told_why(h: Harness) -> None:
-    """kube-scheduler places a pod with resourceClaims only where a DRA driver published the devices:
-    no node joiner buys has them yet, so it buys none rather than one the pod never runs on."""
-    await h.kube.create(
-        PODS,
-        {
-            "metadata": {"name": "dra", "namespace": "default"},
-            "spec": {
-                "containers": [
-                    {**_container("1"), "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}
-                ],
-                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-            },
-            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
-        },
-    )
-    await h.cached("Pod", "default/dra")
-    await pending(h, "plain", "1")
-    plan = await Provisioner(h.ctx).reconcile()
-    assert plan is not None
-    assert [n.pods for n in plan.new_nodes] == [("default/plain",)]
-    assert plan.unschedulable["default/dra"].startswith(
-        "joiner cannot provision this pod: it claims devices through Dynamic Resource Allocation"
-    )
-
-
-async def test_a_pod_preempting_on_an_existing_node_gets_no_node_until_its_nomination_is_gone(h: Harness) -> None:
-    """kube-scheduler nominated a high-priority pod to a Node where it evicts lower-priority pods: it
-    binds there once they are gone (as Karpenter, joiner buys nothing for it); the evicted pods come
-    back pending and are provisioned for. If the preemption is given up, the pod is planned."""
-    await h.kube.create(
-        NODES,
-        {
-            "metadata": {"name": "busy", "labels": {LABEL_ZONE: "zone-a"}},
-            "spec": {},
-            "status": {
-                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        },
-    )
-    await h.cached("Node", "busy")
-    await h.bind_pod("low", "busy", spec={"containers": [_container("1500m")]})
-    await pending(h, "urgent", "1500m")
-    await h.kube.patch(
-        PODS, "urgent", {"status": {"nominatedNodeName": "busy"}}, namespace="default", subresource="status"
-    )
-    await h.eventually(
-        lambda: (v := h.cluster.pod_view("default/urgent")) is not None and v.nominated_node_name == "busy",
-        "the nomination cached",
-    )
-    provisioner = Provisioner(h.ctx)
-    assert await provisioner.reconcile() is None
-    assert claims(h) == []
-    await h.kube.patch(
-        PODS, "urgent", {"status": {"nominatedNodeName": None}}, namespace="default", subresource="status"
-    )
-    await h.eventually(
-        lambda: (v := h.cluster.pod_view("default/urgent")) is not None and not v.nominated_node_name,
-        "the nomination gone",
-    )
-    plan = await provisioner.reconcile()
-    assert plan is not None
-    assert [n.pods for n in plan.new_nodes] == [("default/urgent",)]
-
-
 async def test_a_nominated_pod_whose_room_was_taken_is_provisioned_again_at_once(h: Harness) -> None:
     provisioner = Provisioner(h.ctx)
     await pending(h, "a", "1500m")
@@ -244,7 +60,7 @@ async def test_a_nominated_pod_whose_room_was_taken_is_provisioned_again_at_once
     [claim] = claims(h)
     await register(h, claim)
     # kube-scheduler bound a pod joiner never planned for to the new node, and "b" no longer fits
-    await h.bind_pod("stranger", claim["metadata"]["name"], spec={"containers": [_container("2")]})
+    await h.bind_pod("stranger", claim["metadata"]["name"], spec={"containers": [container("2")]})
     await h.cached("Pod", "default/stranger")
     plan = await provisioner.reconcile()
     assert plan is not None
@@ -284,10 +100,6 @@ async def test_a_restarted_provisioner_keeps_the_places_its_tolerations_tell(h: 
     assert restarted.places.adopt({}) == 0
 
 
-def _container(cpu: str) -> Obj:
-    return {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}
-
-
 async def test_nodepool_status_writes_do_not_start_a_batch_but_spec_changes_do(h: Harness) -> None:
     provisioner = Provisioner(h.ctx)
     pool = h.cluster.nodepools()["default"]
@@ -310,7 +122,7 @@ async def test_the_batch_waits_while_pods_kube_scheduler_has_not_tried_keep_arri
     assert not provisioner._scheduler_has_untried_pods()
 
     async def arrives(name: str) -> None:
-        pod: Obj = {"metadata": {"name": name, "namespace": "default"}, "spec": {"containers": [_container("1")]}}
+        pod: Obj = {"metadata": {"name": name, "namespace": "default"}, "spec": {"containers": [container("1")]}}
         await h.kube.create(PODS, {**pod, "status": {"phase": "Pending"}})
         await h.cached("Pod", f"default/{name}")
 
@@ -341,7 +153,7 @@ async def _made_by(h: Harness, owner: ControllerRef, name: str) -> None:
     ref = {"apiVersion": "apps/v1", "kind": owner.kind, "name": owner.name, "uid": owner.uid, "controller": True}
     pod: Obj = {
         "metadata": {"name": name, "namespace": "default", "ownerReferences": [ref]},
-        "spec": {"containers": [_container("1")]},
+        "spec": {"containers": [container("1")]},
         "status": {"phase": "Pending"},
     }
     await h.kube.create(PODS, pod)
@@ -414,7 +226,7 @@ async def test_fresh_untried_pods_a_batch_could_not_plan_get_their_timer_again(h
     the batch that closed gets the timer again, and is planned when it fires."""
     provisioner = Provisioner(h.ctx)
     h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
-    fresh: Obj = {"metadata": {"name": "fresh", "namespace": "default"}, "spec": {"containers": [_container("1")]}}
+    fresh: Obj = {"metadata": {"name": "fresh", "namespace": "default"}, "spec": {"containers": [container("1")]}}
     await h.kube.create(PODS, {**fresh, "status": {"phase": "Pending"}})
     await h.cached("Pod", "default/fresh")
     timer = provisioner._untried_timer
@@ -437,7 +249,7 @@ async def test_without_planning_untried_pods_the_batch_waits_for_kube_scheduler_
     h = await make_harness(Settings(plan_untried_after_seconds=None))
     try:
         provisioner = Provisioner(h.ctx)
-        fresh: Obj = {"metadata": {"name": "fresh", "namespace": "default"}, "spec": {"containers": [_container("1")]}}
+        fresh: Obj = {"metadata": {"name": "fresh", "namespace": "default"}, "spec": {"containers": [container("1")]}}
         await h.kube.create(PODS, {**fresh, "status": {"phase": "Pending"}})
         await h.cached("Pod", "default/fresh")
         await h.advance(h.ctx.settings.batch_max_seconds - 1)
@@ -502,40 +314,6 @@ async def test_a_burst_of_launches_updates_the_nodepool_status_once(h: Harness) 
     pool = h.kube.obj(NODEPOOLS, "default")
     assert pool is not None
     assert pool["status"]["resources"]["cpu"] == "20"
-
-
-async def test_a_pod_joiner_cannot_read_gets_a_failedprovisioning_event_naming_the_field(h: Harness) -> None:
-    provisioner = Provisioner(h.ctx)
-    await pending(h, "negative", "-1")
-    await pending(h, "fine", "1")
-    plan = await provisioner.reconcile()
-    assert plan is not None
-    assert [n.pods for n in plan.new_nodes] == [("default/fine",)]
-    assert "spec.containers[0].resources.requests.cpu: must not be negative" in plan.unschedulable["default/negative"]
-    await asyncio.gather(*provisioner._event_tasks)
-    [event] = [e for e in h.kube.events("negative") if e["reason"] == "FailedProvisioning"]
-    assert event["type"] == "Warning"
-    assert "spec.containers[0].resources.requests.cpu: must not be negative" in event["message"]
-
-
-async def test_a_batch_of_only_unreadable_pods_still_tells_them_why(h: Harness) -> None:
-    provisioner = Provisioner(h.ctx)
-    pod: Obj = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "skewed", "namespace": "default"},
-        "spec": {"containers": [_container("1")], "topologySpreadConstraints": [{"maxSkew": 0, "topologyKey": "z"}]},
-        "status": {
-            "phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-        },
-    }
-    await h.kube.create(PODS, pod)
-    await h.cached("Pod", "default/skewed")
-    plan = await provisioner.reconcile()
-    assert plan is not None
-    assert plan.new_nodes == ()
-    assert "maxSkew: must be at least 1" in plan.unschedulable["default/skewed"]
 
 
 async def _set_tier_mix(h: Harness, **mix: int) -> None:
@@ -807,7 +585,7 @@ async def test_a_zone_spread_is_written_and_dealt_in_the_order_kube_scheduler_bi
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
-                "spec": {"containers": [_container("1500m")], "topologySpreadConstraints": [spread]},
+                "spec": {"containers": [container("1500m")], "topologySpreadConstraints": [spread]},
                 "status": {
                     "phase": "Pending",
                     "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
