@@ -99,9 +99,12 @@ class Nominator:
         *,
         nominations: Callable[[], Mapping[str, str]],
         claim: Callable[[str], NodeClaimView | None],
+        told: Callable[[], None] = lambda: None,
     ) -> None:
-        """`nominations()` gives pod key -> NodeClaim name; `claim(name)` the NodeClaim (cached or just created)."""
+        """`nominations()` gives pod key -> NodeClaim name; `claim(name)` the NodeClaim (cached or just
+        created); `told()` is called after each toleration or nomination written."""
         self.ctx = ctx
+        self._told = told
         self._nominations = nominations
         self._claim = claim
         # pods in the order kube-scheduler will try them (see `rank`)
@@ -327,6 +330,7 @@ class Nominator:
                 return
             raise
         self._tolerated[key] = taint.value
+        self._told()
         TOLERATIONS_WRITTEN.labels(result="written").inc()
         log.debug("provisioner.tolerated", pod=key, nodeclaim=taint.value)
 
@@ -360,5 +364,6 @@ class Nominator:
             NOMINATIONS_WRITTEN.labels(action="cleared").inc()
         else:
             self._written[key] = node
+            self._told()
             NOMINATIONS_WRITTEN.labels(action="set").inc()
         log.debug("provisioner.nominated", pod=key, node=node)

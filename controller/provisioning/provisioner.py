@@ -103,7 +103,9 @@ class Provisioner:
         self._event_tasks: set[asyncio.Task[None]] = set()
         self._untried_timer: asyncio.Task[None] | None = None
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
-        self.nominator = Nominator(ctx, nominations=lambda: self.places.nominations, claim=self.places.claim)
+        self.nominator = Nominator(
+            ctx, nominations=lambda: self.places.nominations, claim=self.places.claim, told=self.places.told
+        )
         self._buffers_seen: dict[str, BufferReport | None] = {}  # pool -> the buffer report last acted on
         # when the last pod kube-scheduler had not tried arrived, per workload that made it (None: a pod
         # whose maker the cache cannot count, see `controller.state.workloads`), or the workload was

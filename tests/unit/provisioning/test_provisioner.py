@@ -466,6 +466,47 @@ async def test_planned_pods_keep_their_place_while_kube_scheduler_works_through_
     assert plan.new_nodes == ()
 
 
+async def test_planned_pods_kube_scheduler_stopped_binding_on_open_nodes_are_solved_again_after_five_seconds(
+    h: Harness,
+) -> None:
+    """A backlog keeps the places only while kube-scheduler works through it: once it has bound nothing
+    for 5 s, with every planned Node open and Initialized and every pod told that long, it has tried
+    the pods there and refused them (crossed spreads), and they are planned again from what is bound."""
+    provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
+    claim = await _planned_and_initialized(h, provisioner, 30)
+    await h.advance(25)
+    await _binds(h, "elsewhere", 3)
+    await h.advance(4)  # a pause of 4 s: still working through the backlog
+    assert not provisioner.places.stalled()
+    assert provisioner.places.nomination_grace() == 600.0
+    assert await provisioner.reconcile() is None
+    provisioner.places.told()  # a toleration written now: kube-scheduler has not had this pod in front of it
+    await h.advance(4)
+    assert not provisioner.places.stalled()
+    await h.advance(2)  # 6 s since anything was bound or told
+    assert provisioner.places.stalled()
+    assert provisioner.places.nomination_grace() == 10.0
+    plan = await provisioner.reconcile()
+    assert plan is not None
+    assert plan.new_nodes == ()  # the node they wait on still has their room: nothing bought
+    assert [c["metadata"]["name"] for c in claims(h)] == [claim["metadata"]["name"]]
+
+
+async def test_a_planned_node_opened_a_moment_ago_is_not_a_stall(h: Harness) -> None:
+    provisioner = Provisioner(h.ctx)
+    h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
+    await _binds(h, "elsewhere", 3)
+    await h.advance(6)
+    await _planned_and_initialized(h, provisioner, 30)  # Initialized now, nothing bound for 6 s
+    assert not provisioner.places.stalled()  # kube-scheduler has not had its pods there yet
+    await h.advance(4)
+    assert not provisioner.places.stalled()
+    await h.advance(2)
+    assert provisioner.places.stalled()
+    assert provisioner.places.nomination_grace() == 10.0
+
+
 async def test_without_a_backlog_planned_pods_are_solved_again_after_ten_seconds(h: Harness) -> None:
     provisioner = Provisioner(h.ctx)
     h.ctx.cluster.subscribe_views("Pod", provisioner._on_pod)
