@@ -1,7 +1,7 @@
 """The race: joiner and the real Karpenter (its KWOK provider) on one local KWOK cluster, same pods.
 
     .venv/bin/python -m hack.bench.race [--pods 1000] [--runs 3] [--sides joiner,karpenter]
-                                        [--workload cpu|spread|gpu] [--daemonset]
+                                        [--workload cpu|spread|gpu|diverse] [--daemonset]
                                         [--joiner-flag plan-untried-after=0]
                                         [--dump DIR]
 
@@ -22,6 +22,10 @@
 * ``--workload spread``: the CPU workload's catalog and pods, kept apart as users keep replicas apart:
   ``web`` spread evenly over the zones (``maxSkew: 1``), ``batch`` over the Nodes (``maxSkew: 2``),
   both ``DoNotSchedule``, and ``big`` one a Node (required pod anti-affinity on the hostname).
+* ``--workload diverse``: the CPU workload's catalog; the pods are Karpenter's scheduling-benchmark
+  recipe as 35 Deployments (plain, zone spread, Node spread, zone self-affinity, one a Node, each
+  over seven label values, sizes drawn from its CPUs and memories), spreads counting other
+  Deployments' pods.
 * ``--daemonset``: a log agent DaemonSet (100m/128Mi, no tolerations) on every Node, on both sides,
   as most clusters run one; its pods are not counted in the burst.
 
@@ -67,6 +71,7 @@ from hack.bench.e2e_provisioning import (
 from hack.bench.race_setup import (
     CONSTRAINTS,
     INSTANCE_TYPE,
+    LABELS,
     MIX,
     MIXES,
     ROOT,
@@ -320,6 +325,7 @@ def run_once(
     flags: dict[str, str],
     mix: Mix = MIX,
     constraints: dict[str, Obj] | None = None,
+    pod_labels: dict[str, dict[str, str]] | None = None,
     instance_types: Path | None = None,
     timeout: float,
     dump: Path | None,
@@ -405,7 +411,7 @@ def run_once(
         cpu0 = _cpu_seconds(pid)
         requests0 = _apiserver_requests(cluster)
         start = time.time()
-        cluster.apply(workloads(ns, pods, mix, constraints))
+        cluster.apply(workloads(ns, pods, mix, constraints, pod_labels))
         while time.time() - start < timeout and len(watch.running) < pods:
             time.sleep(0.5)
             if dump is not None:
@@ -577,7 +583,8 @@ def main() -> int:
         choices=sorted(MIXES),
         default="cpu",
         help="cpu: Karpenter's kwok catalog, CPU pods; spread: the same, kept apart over zones and Nodes; "
-        "gpu: joiner's catalog (CPU and L4), GPU and CPU pods",
+        "gpu: joiner's catalog (CPU and L4), GPU and CPU pods; diverse: the CPU catalog, Karpenter's "
+        "scheduling-benchmark mix as 35 Deployments",
     )
     parser.add_argument(
         "--daemonset",
@@ -632,6 +639,7 @@ def main() -> int:
                     flags=flags,
                     mix=MIXES[args.workload],
                     constraints=CONSTRAINTS.get(args.workload),
+                    pod_labels=LABELS.get(args.workload),
                     instance_types=instance_types,
                     daemonset=args.daemonset,
                     timeout=args.timeout,

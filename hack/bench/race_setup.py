@@ -34,7 +34,48 @@ GPU_MIX: Mix = (
     ("l4-pair", 0.15, "16", "64Gi", 2),
     ("cpu", 0.4, "1", "2Gi", 0),
 )
-MIXES = {"cpu": MIX, "gpu": GPU_MIX, "spread": MIX}
+
+
+def _diverse() -> tuple[Mix, dict[str, dict[str, Any]]]:
+    """Karpenter's scheduling-benchmark recipe (``hack/bench/karpenter_workload.py``) as Deployments:
+    its five kinds (plain; a zone spread and a Node spread, ``maxSkew: 1``, over ``my-label``
+    values drawn apart from the pods' own; a self-affinity over the zone; one a Node by
+    anti-affinity, across all seven of that kind) times seven label values, each Deployment a size
+    drawn from its CPUs and memories (seeded), each a 35th of the pods."""
+    import random
+
+    from hack.bench.karpenter_workload import CPUS, HOSTNAME, KINDS, LABEL_VALUES, MEMORIES
+
+    rng = random.Random(42)
+    mix: list[tuple[str, float, str, str, int]] = []
+    extra: dict[str, dict[str, Any]] = {}
+    share = 1 / (len(KINDS) * len(LABEL_VALUES))
+    for kind in KINDS:
+        for value in LABEL_VALUES:
+            name = f"{kind}-{value}"
+            mix.append((name, share, rng.choice(CPUS), rng.choice(MEMORIES), 0))
+            labels = {"my-label": value}
+            spec: dict[str, Any] = {}
+            if kind in ("zone-spread", "hostname-spread"):
+                key = ZONE if kind == "zone-spread" else HOSTNAME
+                selector = {"matchLabels": {"my-label": rng.choice(LABEL_VALUES)}}
+                spec["topologySpreadConstraints"] = [
+                    {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}
+                ]
+            elif kind == "zone-affinity":
+                labels = {"my-affinity": value}
+                term = {"labelSelector": {"matchLabels": dict(labels)}, "topologyKey": ZONE}
+                spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+            elif kind == "hostname-anti-affinity":
+                labels = {"anti": "nginx"}
+                term = {"labelSelector": {"matchLabels": dict(labels)}, "topologyKey": HOSTNAME}
+                spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+            extra[name] = {"spec": spec, "labels": labels}
+    return tuple(mix), extra
+
+
+DIVERSE_MIX, _DIVERSE = _diverse()
+MIXES = {"cpu": MIX, "gpu": GPU_MIX, "spread": MIX, "diverse": DIVERSE_MIX}
 # what each Deployment of a workload adds to its pods' spec: ``spread`` is the CPU mix kept apart the
 # ways users keep replicas apart, each counted by kube-scheduler over every Node, in flight or not
 CONSTRAINTS: dict[str, dict[str, Obj]] = {
@@ -71,8 +112,11 @@ CONSTRAINTS: dict[str, dict[str, Obj]] = {
                 }
             }
         },
-    }
+    },
+    "diverse": {name: extra["spec"] for name, extra in _DIVERSE.items()},
 }
+# labels a workload's Deployments add to their pods' own (``app: <name>``)
+LABELS: dict[str, dict[str, dict[str, str]]] = {"diverse": {name: extra["labels"] for name, extra in _DIVERSE.items()}}
 # the GPU workload's machines: joiner's built-in catalog's L4 family (its other GPU families aside)
 GPU_FAMILIES = ("g6",)
 GPU = "nvidia.com/gpu"
@@ -207,7 +251,13 @@ def prices(catalog: Obj) -> dict[tuple[str, str, str], float]:
     }
 
 
-def workloads(namespace: str, pods: int, mix: Mix = MIX, constraints: dict[str, Obj] | None = None) -> list[Obj]:
+def workloads(
+    namespace: str,
+    pods: int,
+    mix: Mix = MIX,
+    constraints: dict[str, Obj] | None = None,
+    labels: dict[str, dict[str, str]] | None = None,
+) -> list[Obj]:
     from tests.e2e.manifests import deployment
 
     out = []
@@ -217,6 +267,7 @@ def workloads(namespace: str, pods: int, mix: Mix = MIX, constraints: dict[str, 
         left -= replicas
         dep = deployment(name, namespace, replicas=replicas, cpu=cpu, memory=memory, gpus=gpus)
         dep["spec"]["template"]["spec"].update((constraints or {}).get(name) or {})
+        dep["spec"]["template"]["metadata"]["labels"].update((labels or {}).get(name) or {})
         out.append(dep)
     return out
 

@@ -5,8 +5,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from controller.cloudprovider.catalog import builtin_catalog_text
-from hack.bench.race_setup import GPU, GPU_MIX, MIX, joiner_catalog, karpenter_types, prices, workloads
+from controller.cloudprovider.catalog import builtin_catalog_text, parse_catalog_text
+from hack.bench.race_setup import (
+    CONSTRAINTS,
+    GPU,
+    GPU_MIX,
+    LABELS,
+    MIX,
+    MIXES,
+    joiner_catalog,
+    karpenter_types,
+    prices,
+    workloads,
+)
 
 
 def _catalog() -> dict[str, Any]:
@@ -62,6 +73,37 @@ def test_the_gpu_workload_asks_for_every_pod_and_the_gpus_of_each_shape() -> Non
     cpu_only = workloads("race", 1000, MIX)
     assert sum(d["spec"]["replicas"] for d in cpu_only) == 1000
     assert all(GPU not in d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] for d in cpu_only)
+
+
+def test_the_diverse_workload_is_karpenters_benchmark_mix_as_deployments_and_its_plan_keeps_every_spread() -> None:
+    from controller.scheduling import NodePoolTemplate, solve
+    from controller.scheduling.kubeconv import pod_from_dict
+    from hack.bench.checker import check_plan, summarize
+
+    deployments = workloads("race", 350, MIXES["diverse"], CONSTRAINTS["diverse"], LABELS["diverse"])
+    assert len(deployments) == 35
+    assert sum(d["spec"]["replicas"] for d in deployments) == 350
+    by_name = {d["metadata"]["name"]: d["spec"]["template"] for d in deployments}
+    spread = by_name["zone-spread-a"]
+    assert spread["metadata"]["labels"] == {"app": "zone-spread-a", "my-label": "a"}
+    [term] = spread["spec"]["topologySpreadConstraints"]
+    assert term["topologyKey"] == "topology.kubernetes.io/zone"
+    assert term["whenUnsatisfiable"] == "DoNotSchedule"
+    # one a Node across all seven anti-affinity Deployments
+    assert all(by_name[f"hostname-anti-affinity-{v}"]["metadata"]["labels"]["anti"] == "nginx" for v in "abcdefg")
+    pods = []
+    for d in deployments:
+        template, name = d["spec"]["template"], d["metadata"]["name"]
+        labels = dict(template["metadata"]["labels"])
+        for i in range(d["spec"]["replicas"]):
+            meta = {"name": f"{name}-{i}", "namespace": "race", "labels": labels}
+            pods.append(pod_from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}))
+    types = karpenter_types(json.loads(builtin_catalog_text()))
+    catalog = parse_catalog_text(json.dumps(joiner_catalog(types)), source="race")
+    pool = NodePoolTemplate(name="race", instance_types=catalog)
+    plan = solve(pods=pods, node_pools=[pool])
+    assert not plan.unschedulable
+    assert summarize(check_plan(pods=pods, plan=plan, node_pools=[pool])) == "0"
 
 
 def test_nodeclaims_are_timed_when_the_apiserver_stored_them(tmp_path: Any) -> None:
