@@ -46,6 +46,7 @@ so the pod it tries next is the one most likely tolerated already.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from itertools import count
 
@@ -57,6 +58,8 @@ from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import PODS
 from controller.provisioning.nominations import split_nominated
+from controller.provisioning.pacing import Pacer, Rule
+from controller.scheduling.labels import LABEL_ZONE
 from controller.state.informer import EventType
 from controller.state.patches import nomination_patch, toleration_patch
 from controller.state.queue import WorkQueue
@@ -69,6 +72,8 @@ log = structlog.get_logger()
 # the nominations trailed the nodes by minutes (5,600 written 200 s into the burst, all Initialized
 # at 140 s) and kube-scheduler placed the pods it met un-nominated the slow way meanwhile.
 WORKERS = 32
+# a pod a crossed spread paces is looked at again this often until its turn comes
+PACE_SECONDS = 0.5
 
 # the apiserver's answer to a nomination of a pod bound meanwhile (pkg/apis/core/validation)
 ALREADY_BOUND = "may not be set on pods that are already bound"
@@ -100,11 +105,20 @@ class Nominator:
         nominations: Callable[[], Mapping[str, str]],
         claim: Callable[[str], NodeClaimView | None],
         told: Callable[[], None] = lambda: None,
+        pacer: Callable[[], Pacer | None] = lambda: None,
     ) -> None:
         """`nominations()` gives pod key -> NodeClaim name; `claim(name)` the NodeClaim (cached or just
-        created); `told()` is called after each toleration or nomination written."""
+        created); `told()` is called after each toleration or nomination written; `pacer()` the plan's
+        pacing of crossed spreads (`controller.provisioning.pacing`), if any."""
         self.ctx = ctx
         self._told = told
+        self._pacer = pacer
+        self._binds = 0  # pods seen bound so far: the pacer's counts are made again after each
+        self._counts: tuple[int, dict[Rule, Counter[str]]] = (-1, {})
+        # pods the pacer let through (their toleration or nomination may still be on its way: the
+        # next look counts them, whichever worker it runs on) and pods it holds back for now
+        self._let: set[str] = set()
+        self._held: set[str] = set()
         self._nominations = nominations
         self._claim = claim
         # pods in the order kube-scheduler will try them (see `rank`)
@@ -186,6 +200,14 @@ class Nominator:
         )
 
     def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
+        if obj.node_name and (old is None or not old.node_name):
+            self._binds += 1
+            pacer = self._pacer()
+            if self._held and pacer is not None and obj.key in pacer.counted:
+                # a count the pacer waits on moved: look at the pods it holds again
+                for key in self._held:
+                    self.queue.add(key)
+                self._held.clear()
         # arrivals are kept for pods waiting for a node only
         if etype == "DELETED" or obj.node_name:
             self._arrival.pop(obj.key, None)
@@ -250,6 +272,42 @@ class Nominator:
             return claim.name
         return None
 
+    def _turn(self, key: str) -> bool:
+        """Whether the pod may be told now (always, unless the plan paces it and it was not told yet)."""
+        pacer = self._pacer()
+        if pacer is None or key not in pacer.counted or key in self._let:
+            return True
+        cluster = self.ctx.cluster
+
+        def waiting(other: str) -> bool:
+            pod = cluster.pod_view(other)
+            return pod is not None and pod.waiting_for_node
+
+        if not pacer.allows(key, bound=self._bound, waiting=waiting, told=self._let):
+            return False
+        self._let.add(key)  # before any await: the next look, on any worker, counts it as told
+        self._held.discard(key)
+        return True
+
+    def _bound(self, rule: Rule) -> Counter[str]:
+        """The pods ``rule`` counts that are bound, per zone (made again once another pod is bound)."""
+        if self._counts[0] != self._binds:
+            self._counts = (self._binds, {})
+        found = self._counts[1].get(rule)
+        if found is None:
+            cluster = self.ctx.cluster
+            nodes = cluster.node_views()
+            found = Counter()
+            for pod in cluster.pod_views():
+                if not pod.node_name or pod.is_terminal or pod.namespace != rule.namespace:
+                    continue
+                node = nodes.get(pod.node_name)
+                zone = node.labels.get(LABEL_ZONE) if node is not None else None
+                if zone and rule.selector.matches(pod.labels):
+                    found[zone] += 1
+            self._counts[1][rule] = found
+        return found
+
     def wrote(self, key: str) -> str | None:
         """The node this controller last wrote as the pod's ``status.nominatedNodeName``, if any."""
         return self._written.get(key)
@@ -275,7 +333,14 @@ class Nominator:
         if pod is None or not pod.waiting_for_node:  # a nomination no longer means anything
             self._written.pop(key, None)
             self._tolerated.pop(key, None)
+            self._let.discard(key)
+            self._held.discard(key)
             return None
+        if not self._turn(key):
+            # a crossed spread's count in its zone is ahead: told once a pod is bound, or in a moment
+            log.debug("provisioner.paced", pod=key)
+            self._held.add(key)
+            return PACE_SECONDS
         reserving = self._reserving(key)
         if reserving is not None:
             taint = TaintRef(key=TAINT_PLANNED, effect=TAINT_PLANNED_EFFECT, value=reserving)

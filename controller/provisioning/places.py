@@ -111,7 +111,9 @@ class Places:
         front of it and refused. Seen with spreads whose selectors cross (pods labelled ``a`` spread
         over ``b`` and the other way round, Karpenter's benchmark workload as Deployments): in the
         order kube-scheduler binds them, 49 of 1,000 pods were left where neither spread allowed them,
-        and kept their places for the backlog grace, 20 s, before they were planned again."""
+        and kept their places for the backlog grace, 20 s, before they were planned again. Those are
+        paced now (`controller.provisioning.pacing`); this is what is left for any other plan that
+        kube-scheduler's order of binds leaves stuck."""
         now = self.ctx.clock.monotonic()
         last = max((t for t in (self._last_bind, self._last_told) if t is not None), default=None)
         if last is not None and now - last < STALL_SECONDS:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 import structlog
 
@@ -24,11 +25,13 @@ from controller.clock import TokenBucket
 from controller.context import Context
 from controller.provisioning.batcher import Batcher
 from controller.provisioning.nominator import Nominator
+from controller.provisioning.pacing import Pacer
 from controller.provisioning.places import Places
 from controller.scheduling.binding_order import deal_in_order, interleave_zones
 from controller.scheduling.bounds import PoolBounds, apply_bounds
 from controller.scheduling.instancetypes import InstanceType
 from controller.scheduling.kubeconv import Unplannable
+from controller.scheduling.labels import LABEL_ZONE
 from controller.scheduling.model import ExistingNode, NewNodeClaim, NodePoolTemplate, Plan, Pod
 from controller.scheduling.resources import sum_resources
 from controller.scheduling.solver import solve
@@ -85,6 +88,31 @@ class Batch:
     # pod key -> (Event reason, message) for pods refused by a NodePool's budget or limits.nodes
     refused: dict[str, tuple[str, str]] = field(default_factory=dict)
     bends: tuple[Bend, ...] = ()  # machines bought off their pool's tier mix, and why
+    pacer: Pacer | None = None  # the pods of crossed zonal spreads, told at the pace their counts allow
+
+
+def pacer_of(
+    plan: Plan, pods: Sequence[Pod], existing: Sequence[ExistingNode], pending: Mapping[str, Any]
+) -> Pacer | None:
+    """The pacing of the plan's pending pods (`controller.provisioning.pacing`): each pod's zone, on a
+    new NodeClaim or on a node or NodeClaim already there (placed now, or keeping its place)."""
+    zone_of: dict[str, str] = {}
+    models = {p.key: p for p in pods}
+    for node in plan.new_nodes:
+        for key in node.pods:
+            zone_of[key] = node.choice.zone
+    zones = {n.name: n.labels.get(LABEL_ZONE) for n in existing}
+    for name, keys in plan.existing_placements.items():
+        zone = zones.get(name)
+        if zone:
+            zone_of.update(dict.fromkeys(keys, zone))
+    for n in existing:
+        zone = n.labels.get(LABEL_ZONE)
+        for pod in n.pods:
+            if zone and pod.key in pending:
+                zone_of[pod.key] = zone
+                models.setdefault(pod.key, pod)
+    return Pacer.of({k: p for k, p in models.items() if k in pending}, zone_of)
 
 
 class Provisioner:
@@ -103,8 +131,13 @@ class Provisioner:
         self._event_tasks: set[asyncio.Task[None]] = set()
         self._untried_timer: asyncio.Task[None] | None = None
         # tells kube-scheduler where each pod was planned (status.nominatedNodeName)
+        self.pacer: Pacer | None = None  # of the plan being told
         self.nominator = Nominator(
-            ctx, nominations=lambda: self.places.nominations, claim=self.places.claim, told=self.places.told
+            ctx,
+            nominations=lambda: self.places.nominations,
+            claim=self.places.claim,
+            told=self.places.told,
+            pacer=lambda: self.pacer,
         )
         self._buffers_seen: dict[str, BufferReport | None] = {}  # pool -> the buffer report last acted on
         # when the last pod kube-scheduler had not tried arrived, per workload that made it (None: a pod
@@ -387,6 +420,7 @@ class Provisioner:
         plan = deal_in_order(
             plan, {p.key: p for p in pods}, self.nominator.rank, existing={n.name: n.labels for n in existing}
         )
+        pacer = pacer_of(plan, pods, existing, pending_objs)
         self._report_buffers(plan, buffer_pods)
         elapsed = time.perf_counter() - started
         SOLVE_SECONDS.observe(elapsed)
@@ -410,6 +444,7 @@ class Provisioner:
             pools=manifests(pools),
             refused=refused,
             bends=tuple(bends),
+            pacer=pacer,
         )
 
     # --- warm buffers and bounds ------------------------------------------------------------
@@ -474,6 +509,7 @@ class Provisioner:
     async def apply(self, decision: Batch) -> list[Obj]:
         """Write the plan's NodeClaims (under the writer's lock, held since deciding), then tell the
         pods, off the critical path."""
+        self.pacer = decision.pacer
         requests = [
             NewClaim(node, nodeclaim_manifest(node, decision.pools[node.node_pool]))
             for node in decision.plan.new_nodes
