@@ -31,6 +31,7 @@ GPU_COUNT = "joiner.sh/gpu-count"
 GPU_NAME = "joiner.sh/gpu-name"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 PLANNED = "joiner.sh/planned"
+ZONE = "topology.kubernetes.io/zone"
 
 
 def reserved_nodes(cluster: Cluster) -> list[str]:
@@ -660,3 +661,45 @@ def test_deleting_a_nodeclaim_drains_and_removes_its_node(cluster: Cluster, star
     # the evicted pods were re-created by their Deployment and provisioned a new node
     expect_pods_running(cluster, ns, 3, timeout=120)
     assert all(p["spec"]["nodeName"] != node_name for p in cluster.items("pods", namespace=ns))
+
+
+def test_pods_of_crossed_zone_spreads_all_run_where_they_were_planned(cluster: Cluster, start_joiner: Any) -> None:
+    """Two teams' services each spread over the zones by the other team's pods (a selector on the
+    other's label), beside plain pods of both teams. Every count is even once all run, but
+    kube-scheduler checks a spread on each bind, over the pods bound so far; told the plan all at
+    once, it binds the plain pods first and can leave spread pods of both teams each waiting for the
+    other. joiner tells them at the pace their counts allow: every pod runs on the Node it was planned
+    on (one toleration of a planned NodeClaim each, never planned twice) and nothing more is bought."""
+    ns = _ns(cluster)
+    zones = ("us-east-1a", "us-east-1b", "us-east-1c")
+    cluster.apply([nodeclass(), nodepool("default", requirements=[req("topology.kubernetes.io/zone", "In", *zones)])])
+    deps = []
+    for team, other in (("a", "b"), ("b", "a")):
+        plain = deployment(f"plain-{team}", ns, replicas=24, cpu="250m", memory="256Mi")
+        spread = deployment(f"spread-{team}", ns, replicas=24, cpu="250m", memory="256Mi")
+        for dep in (plain, spread):
+            dep["spec"]["template"]["metadata"]["labels"]["team"] = team
+        spread["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"team": other}},
+            }
+        ]
+        deps += [plain, spread]
+    start_joiner()
+    cluster.apply(deps)
+    pods = expect_pods_running(cluster, ns, 96, timeout=180)
+    claims = {c["metadata"]["name"]: c for c in nodeclaims(cluster)}
+    for p in pods:
+        planned = [t["value"] for t in p["spec"].get("tolerations") or [] if t.get("key") == PLANNED]
+        assert len(planned) == 1, (p["metadata"]["name"], planned)
+        assert claims[planned[0]]["status"]["nodeName"] == p["spec"]["nodeName"], p["metadata"]["name"]
+    zone_of = {n["metadata"]["name"]: n["metadata"]["labels"][ZONE] for n in cluster.items("nodes")}
+    for team in ("a", "b"):
+        counts = dict.fromkeys(zones, 0)
+        for p in pods:
+            if p["metadata"]["labels"]["team"] == team:
+                counts[zone_of[p["spec"]["nodeName"]]] += 1
+        assert max(counts.values()) - min(counts.values()) <= 1, (team, counts)
