@@ -151,14 +151,3 @@ class Pacer:
             if ahead + 1 > low + rule.max_skew:
                 return False
         return True
-        told_here = [k for k in told if k != key and k in self.counted and self.zone_of.get(k) == zone and waiting(k)]
-        for rule in rules:
-            if not any(self.zone_of.get(o) == zone and waiting(o) for o in self.owners[rule] if o != key):
-                continue  # nothing of this spread waits in that zone
-            counts = bound(rule)
-            zones = self._zones.get(rule, set()) | {z for z, c in counts.items() if c}
-            low = min(counts.get(z, 0) for z in zones)
-            ahead = counts.get(zone, 0) + sum(1 for k in told_here if rule in self.counted[k])
-            if ahead + 1 > low + rule.max_skew:
-                return False
-        return True
