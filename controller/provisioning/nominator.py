@@ -58,7 +58,7 @@ from controller.context import Context
 from controller.kube.client import ApiError, NotFoundError
 from controller.kube.resources import PODS
 from controller.provisioning.nominations import split_nominated
-from controller.provisioning.pacing import Pacer, Rule
+from controller.provisioning.pacing import Pacer, Rule, Tally
 from controller.scheduling.labels import LABEL_ZONE
 from controller.state.informer import EventType
 from controller.state.patches import nomination_patch, toleration_patch
@@ -74,6 +74,7 @@ log = structlog.get_logger()
 WORKERS = 32
 # a pod a crossed spread paces is looked at again this often until its turn comes
 PACE_SECONDS = 0.5
+TALLY_SECONDS = 1.0
 
 # the apiserver's answer to a nomination of a pod bound meanwhile (pkg/apis/core/validation)
 ALREADY_BOUND = "may not be set on pods that are already bound"
@@ -113,8 +114,9 @@ class Nominator:
         self.ctx = ctx
         self._told = told
         self._pacer = pacer
-        self._binds = 0  # pods seen bound so far: the pacer's counts are made again after each
-        self._counts: tuple[int, dict[Rule, Counter[str]]] = (-1, {})
+        self._binds = 0  # binds of pods the pacer counts or paces so far
+        # the pacer's counts, made again after a bind of a pod they count and at least every second
+        self._tally: tuple[int, Pacer, Tally, float] | None = None
         # pods the pacer let through (their toleration or nomination may still be on its way: the
         # next look counts them, whichever worker it runs on) and pods it holds back for now
         self._let: set[str] = set()
@@ -200,10 +202,11 @@ class Nominator:
         )
 
     def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
-        if obj.node_name and (old is None or not old.node_name):
-            self._binds += 1
-            pacer = self._pacer()
-            if self._held and pacer is not None and obj.key in pacer.counted:
+        pacer = self._pacer()
+        if pacer is not None and obj.node_name and (old is None or not old.node_name):
+            if obj.key in pacer.counted or obj.key in pacer.owning:
+                self._binds += 1  # the pacer's counts moved
+            if self._held and obj.key in pacer.counted:
                 # a count the pacer waits on moved: look at the pods it holds again
                 for key in self._held:
                     self.queue.add(key)
@@ -277,35 +280,45 @@ class Nominator:
         pacer = self._pacer()
         if pacer is None or key not in pacer.counted or key in self._let:
             return True
+        tally = self._tally_of(pacer)
+        if not pacer.turn(tally, key):
+            return False
+        self._let.add(key)  # before any await: the next look, on any worker, counts it as told
+        pacer.let(tally, key)
+        self._held.discard(key)
+        return True
+
+    def _tally_of(self, pacer: Pacer) -> Tally:
+        """The pacer's counts, made once after each bind of a pod they count, for each new plan and at
+        least every ``TALLY_SECONDS`` (pods bound that no plan placed), then kept up as pods are let
+        through."""
+        now = self.ctx.clock.monotonic()
+        memo = self._tally
+        if memo is not None and memo[0] == self._binds and memo[1] is pacer and now - memo[3] < TALLY_SECONDS:
+            return memo[2]
         cluster = self.ctx.cluster
 
         def waiting(other: str) -> bool:
             pod = cluster.pod_view(other)
             return pod is not None and pod.waiting_for_node
 
-        if not pacer.allows(key, bound=self._bound, waiting=waiting, told=self._let):
-            return False
-        self._let.add(key)  # before any await: the next look, on any worker, counts it as told
-        self._held.discard(key)
-        return True
+        self._let = {k for k in self._let if waiting(k)}
+        tally = pacer.tally(bound=self._bound, waiting=waiting, told=self._let)
+        self._tally = (self._binds, pacer, tally, now)
+        return tally
 
     def _bound(self, rule: Rule) -> Counter[str]:
-        """The pods ``rule`` counts that are bound, per zone (made again once another pod is bound)."""
-        if self._counts[0] != self._binds:
-            self._counts = (self._binds, {})
-        found = self._counts[1].get(rule)
-        if found is None:
-            cluster = self.ctx.cluster
-            nodes = cluster.node_views()
-            found = Counter()
-            for pod in cluster.pod_views():
-                if not pod.node_name or pod.is_terminal or pod.namespace != rule.namespace:
-                    continue
-                node = nodes.get(pod.node_name)
-                zone = node.labels.get(LABEL_ZONE) if node is not None else None
-                if zone and rule.selector.matches(pod.labels):
-                    found[zone] += 1
-            self._counts[1][rule] = found
+        """The pods ``rule`` counts that are bound, per zone."""
+        cluster = self.ctx.cluster
+        nodes = cluster.node_views()
+        found: Counter[str] = Counter()
+        for pod in cluster.pod_views():
+            if not pod.node_name or pod.is_terminal or pod.namespace != rule.namespace:
+                continue
+            node = nodes.get(pod.node_name)
+            zone = node.labels.get(LABEL_ZONE) if node is not None else None
+            if zone and rule.selector.matches(pod.labels):
+                found[zone] += 1
         return found
 
     def wrote(self, key: str) -> str | None:

@@ -22,8 +22,9 @@ spread's pods wait on, are not paced: kube-scheduler binds those in any order.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.scheduling.labels import LABEL_ZONE
 from controller.scheduling.model import Pod
@@ -95,6 +96,7 @@ class Pacer:
         self.zone_of = dict(zone_of)
         self.counted: dict[str, list[Rule]] = {}  # pod key -> the crossed rules that count it
         self._zones: dict[Rule, set[str]] = {}  # rule -> the zones its pods are planned in
+        self._owner_sets = {r: set(keys) for r, keys in self.owners.items()}
         self.owning = {k for keys in self.owners.values() for k in keys}  # pods carrying a crossed spread
 
     @classmethod
@@ -116,6 +118,57 @@ class Pacer:
             pacer._zones[rule] = zones
         return pacer if pacer.counted else None
 
+    def tally(
+        self,
+        *,
+        bound: Callable[[Rule], Mapping[str, int]],
+        waiting: Callable[[str], bool],
+        told: Iterable[str],
+    ) -> Tally:
+        """The counts the turns are judged on: per crossed spread and zone, the pods it counts that are
+        ``bound`` (per zone), and ``told`` and still ``waiting``; which of those are sure to come; and
+        its own pods still waiting."""
+        out = Tally()
+        for rule in self.rules:
+            counts = bound(rule)
+            out.ahead[rule] = Counter(counts)
+            out.sure[rule] = Counter(counts)
+            out.zones[rule] = self._zones.get(rule, set()) | {z for z, c in counts.items() if c}
+            out.owners[rule] = Counter(self.zone_of[o] for o in self.owners[rule] if o in self.zone_of and waiting(o))
+        for key in told:
+            if key in self.counted and waiting(key):
+                self.let(out, key)
+        return out
+
+    def let(self, tally: Tally, key: str) -> None:
+        """Count pod ``key`` as told in ``tally``."""
+        zone = self.zone_of.get(key)
+        if zone is None:
+            return
+        for rule in self.counted.get(key, ()):
+            tally.ahead[rule][zone] += 1
+            if key not in self.owning:
+                tally.sure[rule][zone] += 1
+
+    def turn(self, tally: Tally, key: str) -> bool:
+        """Whether pod ``key`` (not told yet) may be told now: for every crossed spread counting it
+        whose own pods still wait in its zone, the pods counted there, bound and told, and this one
+        stay within ``maxSkew`` of the zone with the fewest sure to come (bound, or told and carrying
+        no crossed spread: nothing keeps such a pod from binding)."""
+        rules = self.counted.get(key)
+        zone = self.zone_of.get(key)
+        if not rules or zone is None:
+            return True
+        for rule in rules:
+            others = tally.owners[rule][zone] - (1 if key in self._owner_sets[rule] else 0)
+            if others <= 0:
+                continue  # nothing of this spread waits in that zone
+            sure = tally.sure[rule]
+            low = min(sure[z] for z in tally.zones[rule])
+            if tally.ahead[rule][zone] + 1 > low + rule.max_skew:
+                return False
+        return True
+
     def allows(
         self,
         key: str,
@@ -124,30 +177,16 @@ class Pacer:
         waiting: Callable[[str], bool],
         told: Iterable[str],
     ) -> bool:
-        """Whether pod ``key`` may be told now: for every crossed spread counting it whose own pods
-        still wait in its zone, the pods counted there -- ``bound`` (per zone), ``told`` and still
-        ``waiting`` -- and this one stay within ``maxSkew`` of the zone with the fewest sure to come:
-        bound, or told and carrying no crossed spread (nothing keeps such a pod from binding)."""
-        rules = self.counted.get(key)
-        zone = self.zone_of.get(key)
-        if not rules or zone is None:
-            return True
-        told_now = [k for k in told if k != key and k in self.counted and waiting(k)]
-        for rule in rules:
-            if not any(self.zone_of.get(o) == zone and waiting(o) for o in self.owners[rule] if o != key):
-                continue  # nothing of this spread waits in that zone
-            counts = bound(rule)
-            sure = dict(counts)
-            ahead = counts.get(zone, 0)
-            for k in told_now:
-                if rule not in self.counted[k]:
-                    continue
-                where = self.zone_of[k]
-                ahead += where == zone
-                if k not in self.owning:
-                    sure[where] = sure.get(where, 0) + 1
-            zones = self._zones.get(rule, set()) | {z for z, c in counts.items() if c}
-            low = min(sure.get(z, 0) for z in zones)
-            if ahead + 1 > low + rule.max_skew:
-                return False
-        return True
+        """`turn` on the tally of ``bound``, ``waiting`` and ``told`` (``key`` itself not counted told)."""
+        return self.turn(self.tally(bound=bound, waiting=waiting, told=(k for k in told if k != key)), key)
+
+
+@dataclass
+class Tally:
+    """Per crossed spread: the pods it counts per zone, bound and told (``ahead``), of those the ones
+    sure to come (``sure``), the zones its minimum is taken over, and its own pods still waiting."""
+
+    ahead: dict[Rule, Counter[str]] = field(default_factory=dict)
+    sure: dict[Rule, Counter[str]] = field(default_factory=dict)
+    zones: dict[Rule, set[str]] = field(default_factory=dict)
+    owners: dict[Rule, Counter[str]] = field(default_factory=dict)
