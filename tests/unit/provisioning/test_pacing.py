@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from typing import Any
 
 from controller.provisioning.pacing import Pacer, Rule, crossed_rules
 from controller.scheduling import Resources, label_selector
@@ -164,3 +165,44 @@ def test_paced_crossed_pods_all_bind_in_any_order_kube_scheduler_tries_them() ->
         assert _kube_scheduler(pods, zones, order, pacer), order
         stuck += not _kube_scheduler(pods, zones, order, None)
     assert stuck > 0  # the case the pacer is for
+
+
+def test_a_plans_pacer_knows_the_zone_of_every_pending_pod_new_or_keeping_its_place() -> None:
+    """`pacer_of` reads each pending pod's zone from the plan: on a new NodeClaim, placed on a node
+    or NodeClaim already there, or keeping its place on an in-flight one (a pod an earlier decision
+    placed, counted in that NodeClaim's pods); bound pods are not paced."""
+    from controller.provisioning.provisioner import pacer_of
+    from controller.scheduling import solve
+    from tests.unit.scheduling.builders import itype, node, pool, res
+
+    types = [itype("m", cpu=4, mem_gi=16, price=1.0, zones=ZONES)]
+    crossed = [
+        *[pod(f"x{i}", "a", spread("b")) for i in range(4)],
+        *[pod(f"y{i}", "b", spread("a")) for i in range(4)],
+        *[pod(f"m{i}", "a") for i in range(2)],
+    ]
+    held = pod("y-held", "b", spread("a"))  # planned by an earlier decision on the in-flight NodeClaim
+    done = pod("x-done", "a", spread("b"))  # bound there already
+    flight = node(
+        "race-1", allocatable=res(cpu="4", memory="16Gi", pods=110), zone="z2", in_flight=True, bound=[held, done]
+    )
+    plan = solve(pods=crossed, node_pools=[pool("race", types)], existing_nodes=[flight])
+    pending = {p.key: p for p in [*crossed, held]}
+    pacer = pacer_of(plan, crossed, [flight], pending)
+    assert pacer is not None
+    for p in crossed:
+        assert pacer.zone_of[p.key] == plan_zone(plan, p.key, {"race-1": "z2"})
+    assert pacer.zone_of[held.key] == "z2"
+    assert held.key in pacer.counted  # it counts for the b spread where it waits
+    assert done.key not in pacer.counted
+    assert pacer_of(plan, crossed[-2:], [flight], {p.key: p for p in crossed[-2:]}) is None  # no spreads: none
+
+
+def plan_zone(plan: Any, key: str, existing: Mapping[str, str]) -> str:
+    for n in plan.new_nodes:
+        if key in n.pods:
+            return str(n.choice.zone)
+    for name, keys in plan.existing_placements.items():
+        if key in keys:
+            return existing[name]
+    raise AssertionError(f"{key} not placed")
