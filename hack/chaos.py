@@ -64,9 +64,12 @@ GPU = "nvidia.com/gpu"
 GANG_GATE = "joiner.sh/gang"
 GANG_SIZE = 4
 # long enough for a gang that lost every offering it fits to refusals (30 % of offerings are out
-# of capacity in any minute) to wait out the 3 min they are avoided and launch, or that drew four
-# or five machines in a row that never came up (20 s each, backoff 10, 20, 40, 80 s)
-RUN_TIMEOUT = 420.0
+# of capacity in any minute) to wait out the 3 min they are avoided and launch, or that drew ten
+# attempts in a row that failed: with the fault rates about half of the gang's attempts do (each of
+# its four machines may never register or never be Ready, 5 % each, and its offering may be out of
+# capacity), at 20 s each and a backoff of 10, 20, 40 s, then 60 s between attempts. At 420 s and
+# backoffs doubling to 10 min, 2 of 9 CI runs ended with the gang still on its sixth or seventh try.
+RUN_TIMEOUT = 900.0
 GANG_BIND_SPREAD = 5.0  # seconds between the first and last member bound
 NODEPOOL_LABEL = "joiner.sh/nodepool"
 WEB = 24  # CPU web replicas in the workload
@@ -419,8 +422,13 @@ def execute(cluster: Cluster, run: Run, *, logs: Path) -> Run:
         cluster=cluster,
         log_path=logs / f"joiner-{run.seed}.log",
         # the lifecycle's timeouts and the gang's backoff shortened alike, so a run's minutes hold
-        # several failed machines in a row: each costs 20 s and a backoff of 10, 20, 40 s ...
-        flags={"registration-timeout": "20", "initialization-timeout": "20", "gang-backoff": "10"},
+        # several failed machines in a row: each costs 20 s and a backoff of 10, 20, 40, 60, 60 s ...
+        flags={
+            "registration-timeout": "20",
+            "initialization-timeout": "20",
+            "gang-backoff": "10",
+            "gang-backoff-max": "60",
+        },
     ).start()
     ns = cluster.create_namespace(f"chaos-{run.seed}-{int(time.time()) % 100000}")
     work = workloads(ns)

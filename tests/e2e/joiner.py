@@ -26,6 +26,10 @@ FAST = {
 }
 
 
+class PortTaken(AssertionError):
+    """joiner exited at start: another process took the port picked for it."""
+
+
 @dataclass
 class Joiner:
     """A running `joiner run` process."""
@@ -38,6 +42,18 @@ class Joiner:
     health_port: int = 0
 
     def start(self) -> Joiner:
+        """Start it and wait for /readyz. The two ports are picked free, but another process on the
+        machine (three e2e workers each start their own cluster) can take one before joiner binds it:
+        joiner then says so and exits (`operator.cannot_listen`), and is started again on two others."""
+        for attempt in range(3):
+            try:
+                return self._start()
+            except PortTaken:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> Joiner:
         self.metrics_port, self.health_port = free_port(), free_port()
         exe = Path(sys.executable).parent / "joiner"
         args = [
@@ -66,7 +82,11 @@ class Joiner:
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"joiner exited with {self.proc.returncode}:\n{self.logs()[-3000:]}")
+            tail = self.logs()[-3000:]
+            last = tail.splitlines()[-1] if tail.strip() else ""
+            if '"operator.cannot_listen"' in last and "address already in use" in last:
+                raise PortTaken(tail)
+            raise AssertionError(f"joiner exited with {self.proc.returncode}:\n{tail}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as resp:
                 return bool(resp.status == 200)
