@@ -169,17 +169,6 @@ class Pacer:
                 return False
         return True
 
-    def allows(
-        self,
-        key: str,
-        *,
-        bound: Callable[[Rule], Mapping[str, int]],
-        waiting: Callable[[str], bool],
-        told: Iterable[str],
-    ) -> bool:
-        """`turn` on the tally of ``bound``, ``waiting`` and ``told`` (``key`` itself not counted told)."""
-        return self.turn(self.tally(bound=bound, waiting=waiting, told=(k for k in told if k != key)), key)
-
 
 @dataclass
 class Tally:

@@ -74,7 +74,8 @@ def _allows(pacer: Pacer, key: str, bound: Mapping[str, set[str]], told: set[str
         return Counter({z: sum(1 for k in keys if rule.counts(pods[k])) for z, keys in bound.items()})
 
     done = {k for keys in bound.values() for k in keys}
-    return pacer.allows(key, bound=counts, waiting=lambda k: k not in done, told=told)
+    tally = pacer.tally(bound=counts, waiting=lambda k: k not in done, told=told - {key})
+    return pacer.turn(tally, key)
 
 
 def test_a_pod_is_told_only_while_its_zone_stays_within_max_skew_where_the_spreads_pods_wait() -> None:

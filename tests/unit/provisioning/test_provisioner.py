@@ -4,10 +4,7 @@ pods already planned, and what makes it look again."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from api.v1.labels import (
     LABEL_CAPACITY_TYPE,
@@ -26,15 +23,6 @@ from tests.unit.harness import Harness, make_harness
 from tests.unit.provisioning.world import claims, container, default_world, pending, register
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-async def h() -> AsyncIterator[Harness]:
-    harness = await default_world()
-    try:
-        yield harness
-    finally:
-        await harness.close()
 
 
 async def test_pending_pods_get_one_nodeclaim_and_are_not_bought_for_twice(h: Harness) -> None:
@@ -394,23 +382,8 @@ async def test_an_untried_pod_that_fits_existing_capacity_buys_nothing(h: Harnes
 
 
 async def test_planning_untried_pods_can_be_switched_off() -> None:
-    harness = await make_harness(Settings(plan_untried_after_seconds=None))
+    harness = await default_world(Settings(plan_untried_after_seconds=None))
     try:
-        await harness.create_nodeclass()
-        await harness.kube.create(
-            NODEPOOLS,
-            {
-                "apiVersion": "joiner.sh/v1",
-                "kind": "NodePool",
-                "metadata": {"name": "default"},
-                "spec": {
-                    "template": {
-                        "spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}
-                    }
-                },
-            },
-        )
-        await harness.cached("NodePool", "default")
         await untried(harness, "backlogged", "1500m")
         await harness.advance(30)
         assert await Provisioner(harness.ctx).reconcile() is None

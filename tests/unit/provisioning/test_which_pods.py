@@ -5,27 +5,15 @@ joiner cannot read."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from api.v1.labels import LABEL_ZONE
 from controller.kube.resources import NODES, PODS, PVCS, PVS, STORAGECLASSES
 from controller.provisioning.provisioner import Provisioner
 from tests.unit.harness import Harness
-from tests.unit.provisioning.world import claims, container, default_world, pending
+from tests.unit.provisioning.world import claims, container, pending
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-async def h() -> AsyncIterator[Harness]:
-    harness = await default_world()
-    try:
-        yield harness
-    finally:
-        await harness.close()
 
 
 async def test_a_pod_gets_its_node_in_its_volumes_zone_and_one_whose_claim_is_not_bound_gets_none(h: Harness) -> None:

@@ -7,14 +7,15 @@ from typing import Any
 
 from api.v1.labels import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
 from controller.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
+from controller.settings import Settings
 from tests.unit.harness import Harness, make_harness
 
 Obj = dict[str, Any]
 
 
-async def default_world() -> Harness:
+async def default_world(settings: Settings | None = None) -> Harness:
     """A harness with a KWOKNodeClass and a NodePool ``default`` that uses it, both cached."""
-    harness = await make_harness()
+    harness = await make_harness(settings)
     await harness.create_nodeclass()
     await harness.kube.create(
         NODEPOOLS,
