@@ -203,11 +203,12 @@ class Nominator:
 
     def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
         pacer = self._pacer()
-        if pacer is not None and obj.node_name and (old is None or not old.node_name):
-            if obj.key in pacer.counted or obj.key in pacer.owning:
-                self._binds += 1  # the pacer's counts moved
-            if self._held and obj.key in pacer.counted:
-                # a count the pacer waits on moved: look at the pods it holds again
+        newly_bound = obj.node_name and (old is None or not old.node_name)
+        if pacer is not None and newly_bound and (obj.key in pacer.counted or obj.key in pacer.owning):
+            self._binds += 1  # the pacer's counts moved
+            if self._held:
+                # a count the pacer waits on moved, or a held spread's own pod is bound: look at the
+                # pods it holds again
                 for key in self._held:
                     self.queue.add(key)
                 self._held.clear()

@@ -18,6 +18,17 @@ wherever the spread's own pods still wait to be bound. A crossed pod told may be
 moment, until the sure ones bind, but never waits on another crossed pod; a zone with the fewest
 always takes the next pod. Spreads that count only their own pods, or whose counts no crossed
 spread's pods wait on, are not paced: kube-scheduler binds those in any order.
+
+Paced so alone, a zone takes one more crossed pod only once one is bound there, each pod held
+meanwhile has failed enough tries that kube-scheduler's back-off (up to 10 s) sets the pace, and at
+3,000 pods of the race's workload that took ~21 rounds (all Running at 167-210 s). So each cycle is
+broken first: for one spread on it, chosen as the one counting the fewest pods (``breaks``), the pods
+it counts are *held* (not told at all) while its own pods are bound. Its counts then stay where they
+are, so its own pods bind as soon as their Nodes open and are sure to come like any pod that waits
+on nothing, and the spreads that count them pace nothing for long; once its last pod is bound the
+held pods are told together, against counts that are now final. Two rounds instead of one a pod per
+zone. A hold is kept only while the counts it freezes let its pods bind in every zone they wait in
+(pods bound that no plan placed can make them uneven); otherwise the spread is paced as above.
 """
 
 from __future__ import annotations
@@ -73,6 +84,27 @@ def crossed_rules(pods: Iterable[Pod]) -> tuple[list[Rule], dict[Rule, list[Pod]
     return crossed, owners
 
 
+def breaks(rules: list[Rule], owners: Mapping[Rule, set[str]], counted: Mapping[Rule, set[str]]) -> list[Rule]:
+    """The crossed spreads whose counted pods are held while their own pods are bound (see the
+    module): one spread at a time, on a cycle of waits left unbroken, counting none of its own pods
+    (their holding would wait on itself) and waiting on no spread chosen before nor waited on by one
+    (a pod held by one hold that another waits for), the one counting the fewest pods."""
+    waits = {r: {o for o in rules if o != r and counted.get(r, set()) & owners.get(o, set())} for r in rules}
+    chosen: list[Rule] = []
+    while True:
+        left = {r: waits[r] - set(chosen) for r in rules if r not in chosen}
+        candidates = [
+            r
+            for r in left
+            if _on_cycle(r, left)
+            and not counted.get(r, set()) & owners.get(r, set())
+            and not any(c in waits[r] or r in waits[c] for c in chosen)
+        ]
+        if not candidates:
+            return chosen
+        chosen.append(min(candidates, key=lambda r: (len(counted.get(r, ())), rules.index(r))))
+
+
 def _on_cycle(start: Rule, waits: Mapping[Rule, set[Rule]]) -> bool:
     seen: set[Rule] = set()
     stack = list(waits[start])
@@ -98,6 +130,11 @@ class Pacer:
         self._zones: dict[Rule, set[str]] = {}  # rule -> the zones its pods are planned in
         self._owner_sets = {r: set(keys) for r, keys in self.owners.items()}
         self.owning = {k for keys in self.owners.values() for k in keys}  # pods carrying a crossed spread
+        self.owns: dict[str, list[Rule]] = {}  # pod key -> the crossed rules it carries
+        for rule, keys in self.owners.items():
+            for k in keys:
+                self.owns.setdefault(k, []).append(rule)
+        self.breaks: list[Rule] = []  # the spreads whose counted pods are held while their own are bound
 
     @classmethod
     def of(cls, pods: Mapping[str, Pod], zone_of: Mapping[str, str]) -> Pacer | None:
@@ -116,6 +153,8 @@ class Pacer:
             zones = {zone_of[o] for o in pacer.owners[rule] if o in zone_of}
             zones.update(zone_of[k] for k, counting in pacer.counted.items() if rule in counting)
             pacer._zones[rule] = zones
+        counts = {r: {k for k, counting in pacer.counted.items() if r in counting} for r in rules}
+        pacer.breaks = breaks(rules, pacer._owner_sets, counts)
         return pacer if pacer.counted else None
 
     def tally(
@@ -126,8 +165,8 @@ class Pacer:
         told: Iterable[str],
     ) -> Tally:
         """The counts the turns are judged on: per crossed spread and zone, the pods it counts that are
-        ``bound`` (per zone), and ``told`` and still ``waiting``; which of those are sure to come; and
-        its own pods still waiting."""
+        ``bound`` (per zone), and ``told`` and still ``waiting``; which of those are sure to come; its
+        own pods still waiting; and the holds in force."""
         out = Tally()
         for rule in self.rules:
             counts = bound(rule)
@@ -135,10 +174,34 @@ class Pacer:
             out.sure[rule] = Counter(counts)
             out.zones[rule] = self._zones.get(rule, set()) | {z for z, c in counts.items() if c}
             out.owners[rule] = Counter(self.zone_of[o] for o in self.owners[rule] if o in self.zone_of and waiting(o))
-        for key in told:
-            if key in self.counted and waiting(key):
-                self.let(out, key)
+        told_waiting = [k for k in told if k in self.counted and waiting(k)]
+        for key in told_waiting:
+            zone = self.zone_of.get(key)
+            if zone is not None:
+                for rule in self.counted[key]:
+                    out.ahead[rule][zone] += 1
+        for rule in self.breaks:
+            # held while its own pods wait, if the counts it freezes (bound, and told before) let
+            # them bind in every zone they wait in
+            low = min((out.sure[rule][z] for z in out.zones[rule]), default=0)
+            waits_in = [z for z, n in out.owners[rule].items() if n > 0]
+            if waits_in and all(out.ahead[rule][z] <= low + rule.max_skew for z in waits_in):
+                out.holding.add(rule)
+        for key in told_waiting:
+            self._count_sure(out, key)
         return out
+
+    def sure(self, tally: Tally, key: str) -> bool:
+        """Whether pod ``key``, told, is sure to come: it carries no crossed spread, or only ones whose
+        counts a hold keeps where they are."""
+        return all(rule in tally.holding for rule in self.owns.get(key, ()))
+
+    def _count_sure(self, tally: Tally, key: str) -> None:
+        zone = self.zone_of.get(key)
+        if zone is None or not self.sure(tally, key):
+            return
+        for rule in self.counted.get(key, ()):
+            tally.sure[rule][zone] += 1
 
     def let(self, tally: Tally, key: str) -> None:
         """Count pod ``key`` as told in ``tally``."""
@@ -147,18 +210,21 @@ class Pacer:
             return
         for rule in self.counted.get(key, ()):
             tally.ahead[rule][zone] += 1
-            if key not in self.owning:
-                tally.sure[rule][zone] += 1
+        self._count_sure(tally, key)
 
     def turn(self, tally: Tally, key: str) -> bool:
         """Whether pod ``key`` (not told yet) may be told now: for every crossed spread counting it
         whose own pods still wait in its zone, the pods counted there, bound and told, and this one
         stay within ``maxSkew`` of the zone with the fewest sure to come (bound, or told and carrying
-        no crossed spread: nothing keeps such a pod from binding)."""
+        no crossed spread, or only held ones: nothing keeps such a pod from binding); and no spread
+        counting it holds its counted pods."""
         rules = self.counted.get(key)
         zone = self.zone_of.get(key)
         if not rules or zone is None:
             return True
+        for rule in rules:
+            if rule in tally.holding and key not in self._owner_sets[rule]:
+                return False  # held until the spread's own pods are bound
         for rule in rules:
             others = tally.owners[rule][zone] - (1 if key in self._owner_sets[rule] else 0)
             if others <= 0:
@@ -173,9 +239,11 @@ class Pacer:
 @dataclass
 class Tally:
     """Per crossed spread: the pods it counts per zone, bound and told (``ahead``), of those the ones
-    sure to come (``sure``), the zones its minimum is taken over, and its own pods still waiting."""
+    sure to come (``sure``), the zones its minimum is taken over, its own pods still waiting; and the
+    spreads whose counted pods are held (``holding``)."""
 
     ahead: dict[Rule, Counter[str]] = field(default_factory=dict)
     sure: dict[Rule, Counter[str]] = field(default_factory=dict)
     zones: dict[Rule, set[str]] = field(default_factory=dict)
     owners: dict[Rule, Counter[str]] = field(default_factory=dict)
+    holding: set[Rule] = field(default_factory=set)

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from controller.provisioning.pacing import Pacer, Rule, crossed_rules
+from controller.provisioning.pacing import Pacer, Rule, breaks, crossed_rules
 from controller.scheduling import Resources, label_selector
 from controller.scheduling.labels import LABEL_ZONE
 from controller.scheduling.model import Pod, TopologySpread
@@ -35,9 +35,10 @@ def test_spreads_that_count_each_others_pods_are_crossed_and_one_that_counts_its
     assert crossed_rules([pod("x", "a", spread("b", key="kubernetes.io/hostname")), y])[0] == []
 
 
-def _pacer() -> tuple[Pacer, dict[str, Pod]]:
+def _pacer(*, holds: bool = False) -> tuple[Pacer, dict[str, Pod]]:
     """Two zones. Crossed: x1 (z1), x2 (z2) labelled a, spread over b; y1 (z1), y2 (z2) labelled b,
-    spread over a. Pods only counted: a1 (z1), b1 (z1), b2 (z2)."""
+    spread over a. Pods only counted: a1 (z1), b1 (z1), b2 (z2). Without ``holds``, the pacing
+    alone: no spread's counted pods are held."""
     pods = {
         "default/x1": pod("x1", "a", spread("b")),
         "default/x2": pod("x2", "a", spread("b")),
@@ -50,6 +51,8 @@ def _pacer() -> tuple[Pacer, dict[str, Pod]]:
     zones = {k: ("z1" if k.endswith("1") else "z2") for k in pods}
     pacer = Pacer.of(pods, zones)
     assert pacer is not None
+    if not holds:
+        pacer.breaks = []
     return pacer, pods
 
 
@@ -102,14 +105,22 @@ def test_a_zone_where_none_of_the_spreads_pods_wait_is_not_held_back() -> None:
     assert _allows(pacer, "default/b2", bound, set(), pods)
 
 
-def _crossed(per_zone: int) -> tuple[dict[str, Pod], dict[str, str]]:
-    """In each of two zones, ``per_zone`` each of: x (labelled a, spread over b), y (labelled b,
-    spread over a), and pods labelled a and b with no spread. Every count is even in the end."""
+TWO = (("x", "a", "b"), ("y", "b", "a"), ("ma", "a", None), ("mb", "b", None))
+# three spreads in a cycle: a over b, b over c, c over a
+THREE = (("x", "a", "b"), ("y", "b", "c"), ("w", "c", "a"), ("ma", "a", None), ("mb", "b", None), ("mc", "c", None))
+
+
+def _crossed(
+    per_zone: int, kinds: tuple[tuple[str, str, str | None], ...] = TWO
+) -> tuple[dict[str, Pod], dict[str, str]]:
+    """In each of two zones, ``per_zone`` of each kind (name, label, the label its spread counts):
+    by default x (labelled a, spread over b), y (labelled b, spread over a), and pods labelled a and
+    b with no spread. Every count is even in the end."""
     pods: dict[str, Pod] = {}
     zones: dict[str, str] = {}
     for i in range(per_zone):
         for zone in ZONES:
-            for kind, label, over in (("x", "a", "b"), ("y", "b", "a"), ("ma", "a", None), ("mb", "b", None)):
+            for kind, label, over in kinds:
                 name = f"{kind}{i}{zone}"
                 pods[f"default/{name}"] = pod(name, label, *([spread(over)] if over else []))
                 zones[f"default/{name}"] = zone
@@ -117,18 +128,29 @@ def _crossed(per_zone: int) -> tuple[dict[str, Pod], dict[str, str]]:
 
 
 def _kube_scheduler(pods: Mapping[str, Pod], zones: Mapping[str, str], order: list[str], pacer: Pacer | None) -> bool:
+    return _rounds(pods, zones, order, pacer) is not None
+
+
+def _rounds(pods: Mapping[str, Pod], zones: Mapping[str, str], order: list[str], pacer: Pacer | None) -> int | None:
     """The pods told (all, or as ``pacer`` allows, looked at in ``order``), and kube-scheduler binding
     each told pod it tries, in ``order``, when its spreads hold over the pods bound so far, until
-    nothing moves. Whether every pod was bound."""
+    nothing moves. The rounds it took to bind every pod, or None when some were left (a round: all
+    the telling allows without another bind is told, then kube-scheduler tries every told pod once,
+    as its back-off lets a refused pod try again only after a while)."""
     bound: dict[str, set[str]] = {z: set() for z in ZONES}
     told: set[str] = set()
     moved = True
+    rounds = 0
     while moved:
         moved = False
-        for key in order:
-            if key not in told and (pacer is None or _allows(pacer, key, bound, told, pods)):
-                told.add(key)
-                moved = True
+        rounds += 1
+        telling = True
+        while telling:  # the nominator looks at a held pod again every half second: no bind needed
+            telling = False
+            for key in order:
+                if key not in told and (pacer is None or _allows(pacer, key, bound, told, pods)):
+                    told.add(key)
+                    telling = moved = True
         for key in order:
             zone = zones[key]
             if key not in told or key in bound[zone]:
@@ -141,7 +163,7 @@ def _kube_scheduler(pods: Mapping[str, Pod], zones: Mapping[str, str], order: li
             if fits:
                 bound[zone].add(key)
                 moved = True
-    return sum(len(v) for v in bound.values()) == len(pods)
+    return rounds - 1 if sum(len(v) for v in bound.values()) == len(pods) else None
 
 
 def test_paced_crossed_pods_all_bind_in_any_order_kube_scheduler_tries_them() -> None:
@@ -166,6 +188,80 @@ def test_paced_crossed_pods_all_bind_in_any_order_kube_scheduler_tries_them() ->
         assert _kube_scheduler(pods, zones, order, pacer), order
         stuck += not _kube_scheduler(pods, zones, order, None)
     assert stuck > 0  # the case the pacer is for
+
+
+def test_with_a_hold_the_crossed_pods_bind_in_a_few_rounds_whatever_their_number() -> None:
+    """Paced alone, a zone takes one more crossed pod of a kind only once one is bound there: the
+    rounds grow with the pods (6 at 3 a zone, 10-11 at 6). With one spread's counted pods held while its
+    own are bound, every pod binds, in any order, in a few rounds however many there are: two for two
+    crossed spreads, three or four for three in a cycle."""
+    import random
+
+    rng = random.Random(11)
+    for per_zone, kinds in ((3, TWO), (6, TWO), (3, THREE), (6, THREE)):
+        pods, zones = _crossed(per_zone, kinds)
+        held = Pacer.of(pods, zones)
+        alone = Pacer.of(pods, zones)
+        assert held is not None
+        assert alone is not None
+        assert len(held.breaks) == 1
+        alone.breaks = []
+        worst_held = worst_alone = 0
+        for _ in range(25):
+            order = sorted(pods)
+            rng.shuffle(order)
+            with_hold, without = _rounds(pods, zones, order, held), _rounds(pods, zones, order, alone)
+            assert with_hold is not None, order
+            assert without is not None, order
+            worst_held, worst_alone = max(worst_held, with_hold), max(worst_alone, without)
+        # two spreads: the held spread's own pods, then the pods it held; three: four at most
+        assert worst_held <= (2 if kinds is TWO else 4), per_zone
+        assert worst_alone >= per_zone, per_zone  # what the hold is for
+
+
+def test_a_hold_holds_the_pods_its_spread_counts_until_its_own_are_bound_and_makes_those_sure() -> None:
+    pacer, pods = _pacer(holds=True)
+    # the spread over a counts three pods (x1, x2, a1), the one over b four: the a pods are held
+    assert [r.selector for r in pacer.breaks] == [label_selector({"my-label": "a"})]
+    nothing: dict[str, set[str]] = {}
+    for key in ("default/x1", "default/x2", "default/a1"):
+        assert not _allows(pacer, key, nothing, set(), pods)
+    # the y pods (spread over a) bind against counts that stay put: told, they are sure to come, so
+    # the spread over b lets the second b pod of z1 go with y2 told in z2 (paced alone, it did not)
+    assert _allows(pacer, "default/y1", nothing, {"default/b1", "default/y2"}, pods)
+    # once every y pod is bound, the a pods are told together
+    bound = {"z1": {"default/y1", "default/b1"}, "z2": {"default/y2", "default/b2"}}
+    for key in ("default/x1", "default/x2", "default/a1"):
+        assert _allows(pacer, key, bound, set(), pods)
+
+
+def test_a_hold_is_not_kept_when_the_counts_it_would_freeze_refuse_its_own_pods() -> None:
+    """Two a pods bound in z1 that no plan placed: the y pod planned in z1 could not bind until a
+    pods bind in z2, so the a pods are paced as without a hold, not held."""
+    pacer, pods = _pacer(holds=True)
+    extra = {"default/e1": pod("e1", "a"), "default/e2": pod("e2", "a")}
+    everything = {**pods, **extra}
+    bound = {"z1": {"default/e1", "default/e2"}, "z2": set[str]()}
+    assert _allows(pacer, "default/x2", bound, set(), everything)  # z2 catches up
+    assert not _allows(pacer, "default/x1", bound, set(), everything)  # z1 is ahead already
+
+
+def test_breaks_leave_no_cycle_and_no_hold_waits_on_another() -> None:
+    """Three spreads in a cycle: one is held. Two cycles apart: one in each. A spread counting its
+    own pods as well as the others' is never held (its hold would wait on its own pods)."""
+
+    def rule(name: str) -> Rule:
+        return Rule("default", label_selector({"r": name}), 1)
+
+    r1, r2, r3, r4, r5 = (rule(str(i)) for i in range(1, 6))
+    owners = {r1: {"o1"}, r2: {"o2"}, r3: {"o3"}, r4: {"o4"}, r5: {"o5"}}
+    # r1 counts r2's pods, r2 r3's, r3 r1's; r4 and r5 each other's
+    counted = {r1: {"o2", "p"}, r2: {"o3"}, r3: {"o1", "q", "s"}, r4: {"o5"}, r5: {"o4", "t"}}
+    chosen = breaks([r1, r2, r3, r4, r5], owners, counted)
+    assert chosen == [r2, r4]  # the fewest counted on each cycle
+    # a spread counting its own pods too is passed over for the other on its cycle
+    assert breaks([r4, r5], owners, {r4: {"o5", "o4"}, r5: {"o4", "t", "u"}}) == [r5]
+    assert breaks([r4, r5], owners, {r4: {"o5", "o4"}, r5: {"o4", "o5"}}) == []
 
 
 def test_a_plans_pacer_knows_the_zone_of_every_pending_pod_new_or_keeping_its_place() -> None:
