@@ -512,3 +512,55 @@ async def test_tolerations_are_written_in_the_order_kube_scheduler_tries_the_pod
     )
     writes = [c[2] for c in h.kube.calls if c[1] == "pods" and c[0].startswith("patch")]
     assert writes == ["c", "e", "d", "b", "a"]
+
+
+async def test_the_pods_a_held_crossed_spread_counts_are_told_once_its_own_pods_are_bound(h: Harness) -> None:
+    """A plan whose zonal spreads cross: x (labelled a) spreads over the b pods, y and z (labelled b)
+    over the a pods. The spread over a counts one pod (x), the one over b two: x is held while y and
+    z, the held spread's own pods, are told; once both are bound, x is told, without the half-second
+    look (the fake clock stands still)."""
+    from controller.scheduling import label_selector
+
+    def crossed(name: str, label: str, over: str) -> Obj:
+        spread = {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"my-label": over}},
+        }
+        return {
+            "metadata": {"name": name, "namespace": "default", "labels": {"my-label": label}},
+            "spec": {
+                "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
+                "topologySpreadConstraints": [spread],
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            },
+        }
+
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    for name, label, over in (("x", "a", "b"), ("y", "b", "a"), ("z", "b", "a")):
+        await h.kube.create(PODS, crossed(name, label, over))
+        await h.cached("Pod", f"default/{name}")
+    await provisioner.reconcile()
+    pacer = provisioner.pacer
+    assert pacer is not None
+    assert [r.selector for r in pacer.breaks] == [label_selector({"my-label": "a"})]
+    claim_of = provisioner.places.nominations
+
+    def told(name: str) -> bool:
+        return reservation(claim_of[f"default/{name}"]) in tolerations(h, name)
+
+    await h.eventually(lambda: told("y") and told("z"), "the held spread's own pods told")
+    await h.settle()
+    assert not told("x"), "the pod it counts is held"
+    for name in ("y", "z"):
+        await h.kube.patch(PODS, name, {"spec": {"nodeName": claim_of[f"default/{name}"]}}, namespace="default")
+        await h.cached("Pod", f"default/{name}")
+        if name == "y":
+            await h.settle()
+            assert not told("x"), "held while one of the spread's own pods waits"
+    await h.eventually(lambda: told("x"), "x told once y and z are bound")
