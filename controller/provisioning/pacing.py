@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from controller.scheduling.frozen import FrozenLabels, freeze
 from controller.scheduling.labels import LABEL_ZONE
 from controller.scheduling.model import Pod
 from controller.scheduling.requirements import Requirements
@@ -76,12 +77,33 @@ def crossed_rules(pods: Iterable[Pod]) -> tuple[list[Rule], dict[Rule, list[Pod]
     if len(owners) < 2:
         return [], owners
     rules = list(owners)
-    # rule -> the rules whose owners it counts
-    waits: dict[Rule, set[Rule]] = {
-        r: {other for other in rules if other != r and any(r.counts(p) for p in owners[other])} for r in rules
-    }
+    waits = _waits(rules, owners)  # rule -> the rules whose owners it counts
     crossed = [r for r in rules if _on_cycle(r, waits)]
     return crossed, owners
+
+
+def _waits(rules: list[Rule], owners: Mapping[Rule, list[Pod]]) -> dict[Rule, set[Rule]]:
+    """Each rule -> the other rules some of whose owners it counts. Owners are compared as the label
+    sets they carry (a Deployment's pods share one), and a selector requiring a label value is only
+    compared with the rules whose owners carry that value: hundreds of Deployments spread over their
+    own pods cost one look each, not one per pair."""
+    kinds: dict[Rule, set[FrozenLabels]] = {r: {freeze(p.labels) for p in owners[r]} for r in rules}
+    by_namespace: dict[str, list[Rule]] = {}
+    carrying: dict[tuple[str, str, str], set[Rule]] = {}  # (namespace, key, value) -> rules whose owners carry it
+    for r in rules:
+        by_namespace.setdefault(r.namespace, []).append(r)
+        for labels in kinds[r]:
+            for key, value in labels.items():
+                carrying.setdefault((r.namespace, key, value), set()).add(r)
+    waits: dict[Rule, set[Rule]] = {}
+    for r in rules:
+        required = next((q for q in r.selector if not q.complement and not q.allow_absent), None)
+        if required is None:
+            candidates: Iterable[Rule] = by_namespace[r.namespace]
+        else:
+            candidates = {o for v in required.values for o in carrying.get((r.namespace, required.key, v), ())}
+        waits[r] = {o for o in candidates if o != r and any(r.selector.matches(labels) for labels in kinds[o])}
+    return waits
 
 
 def breaks(rules: list[Rule], owners: Mapping[Rule, set[str]], counted: Mapping[Rule, set[str]]) -> list[Rule]:

@@ -303,3 +303,35 @@ def plan_zone(plan: Any, key: str, existing: Mapping[str, str]) -> str:
         if key in keys:
             return existing[name]
     raise AssertionError(f"{key} not placed")
+
+
+def test_which_spreads_wait_on_which_is_the_same_as_comparing_every_pair() -> None:
+    """`crossed_rules` compares a selector only with the spreads whose pods carry a value it
+    requires (hundreds of Deployments spread over their own pods: one look each); on random pods and
+    selectors of every operator, namespaces and label sets apart, it finds what comparing every
+    spread with every other's pods finds."""
+    import random
+
+    from controller.provisioning.pacing import _waits
+    from controller.scheduling.requirements import Requirement, Requirements
+
+    rng = random.Random(5)
+    values = ("a", "b", "c", "d")
+    for _ in range(200):
+        pods = []
+        for i in range(rng.randint(2, 14)):
+            labels = {k: rng.choice(values) for k in ("my-label", "team") if rng.random() < 0.8}
+            reqs = []
+            for key in rng.sample(("my-label", "team"), rng.randint(1, 2)):
+                op = rng.choice(("In", "In", "NotIn", "Exists", "DoesNotExist"))
+                vals = rng.sample(values, rng.randint(1, 2)) if op in ("In", "NotIn") else []
+                reqs.append(Requirement.new(key, op, vals))
+            rule = TopologySpread(topology_key=LABEL_ZONE, max_skew=1, selector=Requirements(reqs))
+            ns = rng.choice(("default", "team-b"))
+            pods.append(
+                Pod(name=f"p{i}", namespace=ns, requests=Resources.parse({"cpu": "1"}), labels=labels, spread=(rule,))
+            )
+        _crossed_found, owners = crossed_rules(pods)
+        rules = list(owners)
+        pairwise = {r: {o for o in rules if o != r and any(r.counts(p) for p in owners[o])} for r in rules}
+        assert _waits(rules, owners) == pairwise
