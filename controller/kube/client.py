@@ -106,6 +106,22 @@ def _read_proxy_environment_once(configuration: k8s_client.Configuration) -> Non
     configuration.proxy = urlunsplit(parts)
 
 
+def user_agent() -> str:
+    """What joiner sends as its User-Agent, in client-go's form (``<program>/<version> (<os>/<arch>)
+    <client>``): the apiserver's audit log, its request metrics and API Priority and Fairness name
+    the client by it. kubernetes_asyncio's default, ``OpenAPI-Generator/<version>/python``, says
+    nothing about which controller sent a request."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        mine = version("joiner")
+    except PackageNotFoundError:
+        mine = "0.0.0+unknown"
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine().lower(), platform.machine().lower())
+    return f"joiner/{mine} ({platform.system().lower()}/{arch}) kubernetes-asyncio"
+
+
 def _stop_trusting_environment(api: k8s_client.ApiClient) -> None:
     """kubernetes_asyncio opens its aiohttp session with ``trust_env=True``: aiohttp then looks up the
     proxy variables and reads ``~/.netrc`` again for every request, each time in a worker thread (two
@@ -156,6 +172,7 @@ class KubeClient:
         configuration.connection_pool_maxsize = qps_pool
         _read_proxy_environment_once(configuration)
         api = k8s_client.ApiClient(configuration)
+        api.user_agent = user_agent()
         _stop_trusting_environment(api)
         return cls(api)
 

@@ -250,7 +250,7 @@ def client_of(user_agent: str, username: str) -> str:
         tail = user_agent.rsplit("/", 1)[-1]
         return f"kcm/{tail}" if tail and " " not in tail else program
     if program.startswith("OpenAPI-Generator"):
-        return "joiner"  # the kubernetes_asyncio client's default User-Agent
+        return "joiner"  # the kubernetes_asyncio client's default User-Agent (joiner before it set its own)
     if program in ("main", "kwok") or "kwok" in program:
         return program if program != "main" else (username or "?")
     return program

@@ -67,3 +67,36 @@ async def test_the_proxy_for_the_apiserver_is_kept(tmp_path: Path, monkeypatch: 
         assert configuration.proxy is None  # type: ignore[attr-defined]
     finally:
         await client.close()
+
+
+async def test_requests_name_joiner_in_their_user_agent(tmp_path: Path) -> None:
+    """The apiserver's audit log, its request metrics and API Priority and Fairness see joiner by
+    name and version, as client-go's controllers are seen, not as kubernetes_asyncio's default."""
+    from aiohttp import web
+
+    from controller.cli import _version
+
+    seen: list[str] = []
+
+    async def version(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("User-Agent", ""))
+        return web.json_response({"gitVersion": "v1.36.3"})
+
+    app = web.Application()
+    app.router.add_get("/version", version)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG.replace("https://apiserver.example:6443", f"http://127.0.0.1:{port}"))
+    client = await KubeClient.connect(str(path))
+    try:
+        assert (await client.get_raw("/version"))["gitVersion"] == "v1.36.3"
+    finally:
+        await client.close()
+        await runner.cleanup()
+    [agent] = seen
+    assert agent.startswith(f"joiner/{_version()} (")
+    assert "OpenAPI-Generator" not in agent
