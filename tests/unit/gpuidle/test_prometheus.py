@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from controller.gpuidle.prometheus import PrometheusError, PrometheusSource, parse_vector, utilization_query
+from tests.unit.local_http import serving
 
 
 def vector(*series: tuple[dict[str, str], str]) -> dict[str, Any]:
@@ -67,17 +68,8 @@ async def prometheus() -> AsyncIterator[tuple[str, list[dict[str, Any]], dict[st
         seen.append(dict(request.query))
         return web.Response(status=answer["status"], text=answer["body"], content_type="application/json")
 
-    app = web.Application()
-    app.router.add_get("/api/v1/query", query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/", seen, answer
-    finally:
-        await runner.cleanup()
+    async with serving("/api/v1/query", query) as url:
+        yield f"{url}/", seen, answer
 
 
 async def test_the_source_queries_prometheus_over_http(

@@ -75,6 +75,7 @@ async def test_requests_name_joiner_in_their_user_agent(tmp_path: Path) -> None:
     from aiohttp import web
 
     from controller.cli import _version
+    from tests.unit.local_http import serving
 
     seen: list[str] = []
 
@@ -82,21 +83,14 @@ async def test_requests_name_joiner_in_their_user_agent(tmp_path: Path) -> None:
         seen.append(request.headers.get("User-Agent", ""))
         return web.json_response({"gitVersion": "v1.36.3"})
 
-    app = web.Application()
-    app.router.add_get("/version", version)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    path = tmp_path / "kubeconfig"
-    path.write_text(KUBECONFIG.replace("https://apiserver.example:6443", f"http://127.0.0.1:{port}"))
-    client = await KubeClient.connect(str(path))
-    try:
-        assert (await client.get_raw("/version"))["gitVersion"] == "v1.36.3"
-    finally:
-        await client.close()
-        await runner.cleanup()
+    async with serving("/version", version) as url:
+        path = tmp_path / "kubeconfig"
+        path.write_text(KUBECONFIG.replace("https://apiserver.example:6443", url))
+        client = await KubeClient.connect(str(path))
+        try:
+            assert (await client.get_raw("/version"))["gitVersion"] == "v1.36.3"
+        finally:
+            await client.close()
     [agent] = seen
     assert agent.startswith(f"joiner/{_version()} (")
     assert "OpenAPI-Generator" not in agent
