@@ -27,8 +27,10 @@ it counts are *held* (not told at all) while its own pods are bound. Its counts 
 are, so its own pods bind as soon as their Nodes open and are sure to come like any pod that waits
 on nothing, and the spreads that count them pace nothing for long; once its last pod is bound the
 held pods are told together, against counts that are now final. Two rounds instead of one a pod per
-zone. A hold is kept only while the counts it freezes let its pods bind in every zone they wait in
-(pods bound that no plan placed can make them uneven); otherwise the spread is paced as above.
+zone. A spread whose own pods are all held meanwhile paces nothing: none of them can bind before
+they are told. A hold is kept only while the counts it freezes let its pods bind in every zone
+they wait in (pods bound that no plan placed can make them uneven); otherwise the spread is paced
+as above.
 """
 
 from __future__ import annotations
@@ -209,9 +211,25 @@ class Pacer:
             waits_in = [z for z, n in out.owners[rule].items() if n > 0]
             if waits_in and all(out.ahead[rule][z] <= low + rule.max_skew for z in waits_in):
                 out.holding.add(rule)
+        if out.holding:
+            # a spread whose own pods a hold keeps from being told binds none of them meanwhile: the
+            # pods it counts need no pace until they are (else they wait, zone by zone, for the
+            # NodeClaims of the zone planned last)
+            for rule in self.rules:
+                if rule not in out.holding:
+                    out.owners[rule] = Counter(
+                        self.zone_of[o]
+                        for o in self.owners[rule]
+                        if o in self.zone_of and waiting(o) and not self._held(out, o)
+                    )
         for key in told_waiting:
             self._count_sure(out, key)
         return out
+
+    def _held(self, tally: Tally, key: str) -> bool:
+        """Whether a hold keeps pod ``key`` from being told: a spread holding counts it, and it is
+        not that spread's own."""
+        return any(r in tally.holding and key not in self._owner_sets[r] for r in self.counted.get(key, ()))
 
     def sure(self, tally: Tally, key: str) -> bool:
         """Whether pod ``key``, told, is sure to come: it carries no crossed spread, or only ones whose
@@ -244,9 +262,8 @@ class Pacer:
         zone = self.zone_of.get(key)
         if not rules or zone is None:
             return True
-        for rule in rules:
-            if rule in tally.holding and key not in self._owner_sets[rule]:
-                return False  # held until the spread's own pods are bound
+        if self._held(tally, key):
+            return False  # held until the spread's own pods are bound
         for rule in rules:
             others = tally.owners[rule][zone] - (1 if key in self._owner_sets[rule] else 0)
             if others <= 0:
@@ -261,8 +278,8 @@ class Pacer:
 @dataclass
 class Tally:
     """Per crossed spread: the pods it counts per zone, bound and told (``ahead``), of those the ones
-    sure to come (``sure``), the zones its minimum is taken over, its own pods still waiting; and the
-    spreads whose counted pods are held (``holding``)."""
+    sure to come (``sure``), the zones its minimum is taken over, its own pods still waiting and not
+    held (``owners``); and the spreads whose counted pods are held (``holding``)."""
 
     ahead: dict[Rule, Counter[str]] = field(default_factory=dict)
     sure: dict[Rule, Counter[str]] = field(default_factory=dict)

@@ -226,9 +226,14 @@ def test_a_hold_holds_the_pods_its_spread_counts_until_its_own_are_bound_and_mak
     nothing: dict[str, set[str]] = {}
     for key in ("default/x1", "default/x2", "default/a1"):
         assert not _allows(pacer, key, nothing, set(), pods)
-    # the y pods (spread over a) bind against counts that stay put: told, they are sure to come, so
-    # the spread over b lets the second b pod of z1 go with y2 told in z2 (paced alone, it did not)
-    assert _allows(pacer, "default/y1", nothing, {"default/b1", "default/y2"}, pods)
+    # the y pods (spread over a) bind against counts that stay put: told, they are sure to come
+    tally = pacer.tally(bound=lambda _rule: Counter(), waiting=lambda _key: True, told={"default/y2"})
+    assert tally.holding == set(pacer.breaks)
+    assert pacer.sure(tally, "default/y2")
+    # and the spread over b, whose own pods (x1, x2) the hold keeps back, paces nothing meanwhile:
+    # z1 may take its second b pod with nothing told in z2 (paced alone, it could not)
+    assert _allows(pacer, "default/y1", nothing, {"default/b1"}, pods)
+    assert not _allows(_pacer()[0], "default/y1", nothing, {"default/b1"}, pods)
     # once every y pod is bound, the a pods are told together
     bound = {"z1": {"default/y1", "default/b1"}, "z2": {"default/y2", "default/b2"}}
     for key in ("default/x1", "default/x2", "default/a1"):
