@@ -204,7 +204,7 @@ class Nominator:
     def _on_pod(self, etype: EventType, obj: PodView, old: PodView | None) -> None:
         pacer = self._pacer()
         newly_bound = obj.node_name and (old is None or not old.node_name)
-        if pacer is not None and newly_bound and (obj.key in pacer.counted or obj.key in pacer.owning):
+        if pacer is not None and newly_bound and (obj.key in pacer.counted or obj.key in pacer.owns):
             self._binds += 1  # the pacer's counts moved
             if self._held:
                 # a count the pacer waits on moved, or a held spread's own pod is bound: look at the

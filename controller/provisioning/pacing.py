@@ -153,7 +153,6 @@ class Pacer:
         self.counted: dict[str, list[Rule]] = {}  # pod key -> the crossed rules that count it
         self._zones: dict[Rule, set[str]] = {}  # rule -> the zones its pods are planned in
         self._owner_sets = {r: set(keys) for r, keys in self.owners.items()}
-        self.owning = {k for keys in self.owners.values() for k in keys}  # pods carrying a crossed spread
         self.owns: dict[str, list[Rule]] = {}  # pod key -> the crossed rules it carries
         for rule, keys in self.owners.items():
             for k in keys:

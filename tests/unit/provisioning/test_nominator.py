@@ -3,7 +3,6 @@ provisioner's plan, from the moment the planned Node exists."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,38 +11,10 @@ from controller.kube.client import ApiError
 from controller.kube.resources import NODECLAIMS, NODES, PODS, Resource
 from controller.provisioning.provisioner import Provisioner
 from controller.settings import Settings
-from tests.unit.harness import Harness, make_harness
-from tests.unit.provisioning.world import claims, pending, register
+from tests.unit.harness import Harness
+from tests.unit.provisioning.world import claims, default_world, pending, register
 
 Obj = dict[str, Any]
-
-POOL: Obj = {
-    "apiVersion": "joiner.sh/v1",
-    "kind": "NodePool",
-    "metadata": {"name": "default"},
-    "spec": {
-        "template": {"spec": {"nodeClassRef": {"group": "joiner.sh", "kind": "KWOKNodeClass", "name": "default"}}}
-    },
-}
-
-
-async def _harness(settings: Settings | None = None) -> Harness:
-    from controller.kube.resources import NODEPOOLS
-
-    h = await make_harness(settings)
-    await h.create_nodeclass()
-    await h.kube.create(NODEPOOLS, POOL)
-    await h.cached("NodePool", "default")
-    return h
-
-
-@pytest.fixture
-async def h() -> AsyncIterator[Harness]:
-    harness = await _harness()
-    try:
-        yield harness
-    finally:
-        await harness.close()
 
 
 def nominated(h: Harness, pod: str) -> str | None:
@@ -190,7 +161,7 @@ async def test_a_cluster_that_refuses_the_field_turns_nominations_off_and_provis
 
 
 async def test_nominations_can_be_switched_off() -> None:
-    h = await _harness(Settings(nominate=False))
+    h = await default_world(Settings(nominate=False))
     try:
         provisioner = Provisioner(h.ctx)
         h.start(provisioner.nominator)
@@ -365,7 +336,7 @@ async def test_rbac_that_does_not_let_joiner_patch_pods_turns_reservations_off_a
 
 
 async def test_reservations_can_be_switched_off_alone() -> None:
-    h = await _harness(Settings(reserve=False))
+    h = await default_world(Settings(reserve=False))
     try:
         _provisioner, claim = await two_pods_planned(h)
         assert not h.ctx.planned.reserve
