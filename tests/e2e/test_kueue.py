@@ -536,7 +536,10 @@ def test_a_refusal_is_replanned_while_the_job_waits_and_deleting_the_job_gives_t
     pool = nodepool("l4", requirements=[req("node.kubernetes.io/instance-type", "In", "g6.2xlarge")])
     pool["spec"]["disruption"] = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "2s"}
     failing = {"insufficientCapacity": [{"instanceType": "g6.2xlarge", "zone": refused}]}
-    cluster.apply([nodeclass(registrationDelay="2s", failures=failing), pool])
+    # the re-plan's machines register 8 s after launch, so the request is still waiting when the
+    # checks below read it just after the rollback (with 2 s, a fresh-clone CI run once found it
+    # Provisioned already)
+    cluster.apply([nodeclass(registrationDelay="8s", failures=failing), pool])
     joiner = start_joiner(**FAST, disruption_poll_interval="1", disruption_validation_delay="1")
     cluster.apply(job("train", ns, pods=2))
 
