@@ -396,15 +396,19 @@ def test_killing_the_controller_mid_gang_ends_admitted_or_rolled_back_with_nothi
     cluster: Cluster, start_joiner: Any
 ) -> None:
     ns = _ns(cluster)
-    cluster.apply([nodeclass(registrationDelay="3s"), nodepool("general")])
-    first = start_joiner(registration_timeout="15", **FAST_GANGS)
+    # The Nodes register 8 s after launch, in the controller's own Node-making loop: the kill below
+    # lands mid-gang (NodeClaims launched, no Node yet) however slowly this test sees the NodeClaims
+    # on a loaded machine. With 3 s, a CI run once saw the 4 NodeClaims only after the first
+    # process had admitted the gang, and the check below read an admitted gang as a partial start.
+    cluster.apply([nodeclass(registrationDelay="8s"), nodepool("general")])
+    first = start_joiner(registration_timeout="20", **FAST_GANGS)
     with PartialStartWatch(cluster, ns, "train"):
         cluster.apply(h100_gang(ns, "train", 4))
         eventually(lambda: len(gang_claims(cluster, ns, "train")) == 4, what="4 NodeClaims")
         first.stop(kill=True)
-        wait_seconds(4)  # nodes may register meanwhile; nobody may admit the gang
+        wait_seconds(4)  # with the controller down nothing may register the Nodes or admit the gang
         expect_nothing_bound(cluster, ns, "train")
-        start_joiner(registration_timeout="15", **FAST_GANGS)
+        start_joiner(registration_timeout="20", **FAST_GANGS)
         running = expect_gang_running(cluster, ns, "train", 4, timeout=120)
 
     def settled() -> bool:
