@@ -11,7 +11,7 @@ import base64
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 from urllib.request import getproxies, proxy_bypass
 
@@ -31,6 +31,17 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
     "apply": "application/apply-patch+yaml",
 }
 FIELD_MANAGER = "joiner"
+# aiohttp speaks HTTP/1.1 to the apiserver, so every request in flight holds a connection of its own
+# (client-go multiplexes its requests over one HTTP/2 connection). What bounds joiner's requests in
+# flight is its workers (the NodeClaim writer's 48, the lifecycle's 48, the nominator's 32, ...), and
+# the pool must not bound them again: a pool smaller than their sum queues requests at the client,
+# first come first served, and the NodeClaims of a plan waited behind the launches, Node syncs and
+# tolerations of the first ones (a plan of 156 GPU NodeClaims took 4 s to write with 64 connections
+# shared with the watches, 0.4 s with this; docs/performance.md, "The client's connections").
+REQUEST_CONNECTIONS: Final = 256
+# A watch holds its connection for minutes: the watches have a pool of their own (one connection per
+# informer, no limit), so that no number of informers takes a request's connection or waits for one.
+WATCH_CONNECTIONS: Final = 0  # aiohttp: no limit
 
 
 class ApiError(Exception):
@@ -155,12 +166,14 @@ class WatchEvent:
 class KubeClient:
     """A small, dict-based client over kubernetes_asyncio's authenticated ApiClient."""
 
-    def __init__(self, api: k8s_client.ApiClient) -> None:
+    def __init__(self, api: k8s_client.ApiClient, watch_api: k8s_client.ApiClient | None = None) -> None:
         self._api = api
+        self._watch_api = api if watch_api is None else watch_api
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, *, qps_pool: int = 64) -> KubeClient:
-        """Load a kubeconfig file (or the in-cluster service account when none is given)."""
+    async def connect(cls, kubeconfig: str | None = None, *, connections: int = REQUEST_CONNECTIONS) -> KubeClient:
+        """Load a kubeconfig file (or the in-cluster service account when none is given).
+        ``connections``: requests in flight at most (watches aside)."""
         configuration = k8s_client.Configuration()
         if kubeconfig:
             await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
@@ -169,12 +182,17 @@ class KubeClient:
                 k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             except k8s_config.ConfigException:
                 await k8s_config.load_kube_config(client_configuration=configuration)
-        configuration.connection_pool_maxsize = qps_pool
         _read_proxy_environment_once(configuration)
-        api = k8s_client.ApiClient(configuration)
-        api.user_agent = user_agent()
-        _stop_trusting_environment(api)
-        return cls(api)
+        agent = user_agent()
+        apis = []
+        for size in (connections, WATCH_CONNECTIONS):
+            # each ApiClient reads the pool's size from the configuration as it opens its session
+            configuration.connection_pool_maxsize = size
+            api = k8s_client.ApiClient(configuration)
+            api.user_agent = agent
+            _stop_trusting_environment(api)
+            apis.append(api)
+        return cls(apis[0], apis[1])
 
     @property
     def host(self) -> str:
@@ -182,6 +200,8 @@ class KubeClient:
 
     async def close(self) -> None:
         await self._api.close()
+        if self._watch_api is not self._api:
+            await self._watch_api.close()
 
     async def _request(
         self,
@@ -192,10 +212,12 @@ class KubeClient:
         body: Any = None,
         content_type: str = "application/json",
         request_timeout: float | None = 60,
+        watch: bool = False,
     ) -> aiohttp.ClientResponse:
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        api = self._watch_api if watch else self._api
         try:
-            response: aiohttp.ClientResponse = await self._api.call_api(
+            response: aiohttp.ClientResponse = await api.call_api(
                 path,
                 method,
                 query_params=list((query or {}).items()),
@@ -270,7 +292,7 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        response = await self._request("GET", res.path(), query=query, request_timeout=timeout_seconds + 30)
+        response = await self._request("GET", res.path(), query=query, request_timeout=timeout_seconds + 30, watch=True)
         try:
             async for line in response.content:
                 if not line.strip():
