@@ -478,6 +478,7 @@ class LifecycleController:
             if claim is None or claim.uid in self._deleted:
                 return None  # gone, or deleted by us a moment ago and the cache has not seen it yet
             node = self._node(claim)
+            reserved = self._reserved(claim, node)
             decision = decide(
                 claim=claim,
                 node=node,
@@ -486,7 +487,7 @@ class LifecycleController:
                 unnominated=self._unnominated(claim, node),
                 blocked_by=self._blocked_by(claim, node),
                 since_progress=self._since_progress(),
-                reserved=self._reserved(claim, node),
+                reserved=reserved,
             )
             if isinstance(decision, Wait):
                 return decision.seconds
@@ -531,7 +532,9 @@ class LifecycleController:
                         else None,
                     )
                 elif node is not None and node.has_taint(TAINT_PLANNED) and not updated.has_taint(TAINT_PLANNED):
-                    if claim.initialized:
+                    if claim.initialized or not reserved:
+                        # every pod planned there is bound (kube-scheduler binds to a Node kwok or
+                        # the kubelet has not marked Ready yet): nothing was given up
                         log.debug("nodeclaim.reservation_ended", nodeclaim=name, node=decision.node)
                     else:
                         # something the planned pods need first is kept off by the reservation itself

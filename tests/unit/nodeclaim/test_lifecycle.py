@@ -400,6 +400,48 @@ async def test_after_a_restart_a_reservation_holds_for_the_pending_pods_that_tol
     await h.eventually(lambda: not reserved(), "the reservation ended with the bind")
 
 
+async def test_a_reservation_ended_by_its_pods_binding_before_the_node_is_ready_warns_of_nothing(
+    world: Harness,
+) -> None:
+    """kube-scheduler binds to a Node that is not Ready yet (kwok or the kubelet marks it later): a
+    reservation whose pods are all bound ends without the warning of a reservation given up. The
+    warning is for a Node that stays uninitialized while its planned pods still wait."""
+    from structlog.testing import capture_logs
+
+    from controller.kube.resources import PODS
+    from controller.nodeclaim.decide import RESERVE_UNINITIALIZED_SECONDS
+
+    h = world
+    h.ctx.planned.reserve = True
+    await h.create_nodeclass()
+
+    def reserved(node: str) -> bool:
+        return any(t["key"] == TAINT_PLANNED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+
+    with capture_logs() as logs:
+        await pending_pods(h, "pa", cpu="1")
+        h.ctx.planned.publish({"default/pa": "nc-a"})
+        await h.create_claim("nc-a", instance_types=["cpu-4"])
+        await h.eventually(lambda: reserved("nc-a"), "nc-a opened reserved, not Ready")
+        await h.kube.patch(PODS, "pa", {"spec": {"nodeName": "nc-a"}}, namespace="default")
+        await h.cached("Pod", "default/pa")
+        await h.advance(2.0)
+        await h.eventually(lambda: not reserved("nc-a"), "nc-a's reservation ended with its pod bound")
+        # pb waits on nc-b, which never initializes: its reservation is given up, with the warning
+        await pending_pods(h, "pb", cpu="1")
+        h.ctx.planned.publish({"default/pb": "nc-b"})
+        await h.create_claim("nc-b", instance_types=["cpu-4"])
+        await h.eventually(lambda: reserved("nc-b"), "nc-b opened reserved, not Ready")
+        await h.advance(RESERVE_UNINITIALIZED_SECONDS)
+        await h.eventually(lambda: not reserved("nc-b"), "nc-b's reservation given up")
+    ended = {(e["event"], e["nodeclaim"]) for e in logs if e["event"].startswith("nodeclaim.reservation_ended")}
+    assert ended == {
+        ("nodeclaim.reservation_ended", "nc-a"),
+        ("nodeclaim.reservation_ended_uninitialized", "nc-b"),
+    }
+    assert h.condition_status("nc-a", "Initialized") == "False"
+
+
 async def test_a_planned_node_with_room_for_another_nodes_pods_opens_after_that_node(world: Harness) -> None:
     """Once every planned pod is nominated, a Node whose free room would fit a pod still waiting for
     another planned Node stays closed until that pod's Node is open and the pod nominated there (or
