@@ -36,8 +36,8 @@ FIELD_MANAGER = "joiner"
 # flight is its workers (the NodeClaim writer's 48, the lifecycle's 48, the nominator's 32, ...), and
 # the pool must not bound them again: a pool smaller than their sum queues requests at the client,
 # first come first served, and the NodeClaims of a plan waited behind the launches, Node syncs and
-# tolerations of the first ones (a plan of 156 GPU NodeClaims took 4 s to write with 64 connections
-# shared with the watches, 0.4 s with this; docs/performance.md, "The client's connections").
+# tolerations of the first ones (a plan of 156 GPU NodeClaims took 4.2 s to write with 64 connections
+# shared with the watches, 0.7 s with this; docs/performance.md, "The client's connections").
 REQUEST_CONNECTIONS: Final = 256
 # A watch holds its connection for minutes: the watches have a pool of their own (one connection per
 # informer, no limit), so that no number of informers takes a request's connection or waits for one.
