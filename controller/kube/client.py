@@ -166,9 +166,9 @@ class WatchEvent:
 class KubeClient:
     """A small, dict-based client over kubernetes_asyncio's authenticated ApiClient."""
 
-    def __init__(self, api: k8s_client.ApiClient, watch_api: k8s_client.ApiClient | None = None) -> None:
-        self._api = api
-        self._watch_api = api if watch_api is None else watch_api
+    def __init__(self, api: k8s_client.ApiClient, watch_api: k8s_client.ApiClient) -> None:
+        self._api = api  # requests
+        self._watch_api = watch_api  # watches, on connections of their own
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, connections: int = REQUEST_CONNECTIONS) -> KubeClient:
@@ -200,8 +200,7 @@ class KubeClient:
 
     async def close(self) -> None:
         await self._api.close()
-        if self._watch_api is not self._api:
-            await self._watch_api.close()
+        await self._watch_api.close()
 
     async def _request(
         self,
