@@ -26,12 +26,16 @@
   recipe as 35 Deployments (plain, zone spread, Node spread, zone self-affinity, one a Node, each
   over seven label values, sizes drawn from its CPUs and memories), spreads counting other
   Deployments' pods.
+* ``--waves K`` (``--wave-gap S``): the burst in K steps S seconds apart, each Deployment scaled up
+  by a K-th of its replicas each time, as an autoscaler or a queue of work scales them: each wave
+  arrives while the Nodes bought for the ones before are still coming up.
 * ``--daemonset``: a log agent DaemonSet (100m/128Mi, no tolerations) on every Node, on both sides,
   as most clusters run one; its pods are not counted in the burst.
 
 Per run: apply -> first NodeClaim, -> last NodeClaim, -> half the pods Running (the median pod,
 ``½ Run``), -> all Running (seen by a watch in this process); NodeClaims bought and the first
-solve's plan (joiner: ``provisioner.solved``; Karpenter: ``computed new nodeclaim(s)``); nodes
+solve's plan (joiner: ``provisioner.solved``; Karpenter: ``computed new nodeclaim(s)``) and every
+solve's together (``Σplan``); nodes
 left without a pod of the burst; $/h of the Nodes at the catalog's prices; nodes per zone; the
 controller's CPU-seconds; apiserver requests (all clients); joiner's
 ``provisioner.nomination_released`` count and follow-up solves that bought. ``--dump`` keeps each
@@ -173,6 +177,7 @@ class Run:
     claims: int = 0
     first_plan: int = 0
     first_pods: int = 0  # pods the first solve that bought was given
+    planned: int = 0  # NodeClaims every solve that bought asked for, together
     empty_nodes: int = 0
     price: float = 0.0
     cpu: float = 0.0
@@ -189,7 +194,7 @@ class Run:
         return (
             f"{self.side:<9} {self.pods:>6} {self.first_claim:7.1f} {self.last_claim:7.1f} {self.half_running:7.1f} "
             f"{self.all_running:7.1f} "
-            f"{self.claims:>5} ({self.first_plan:>3}/{self.first_pods:>5}) {self.empty_nodes:>5} "
+            f"{self.claims:>5} ({self.first_plan:>3}/{self.first_pods:>5}) {self.planned:>5} {self.empty_nodes:>5} "
             f"{self.price:8.2f} {self.cpu:6.1f} "
             f"{self.requests:>7} {self.released:>5} {self.follow_ups:>3}  {zones}"
         )
@@ -197,7 +202,7 @@ class Run:
 
 HEADER = (
     f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'½ Run':>7} {'Running':>7} {'NCs':>5} {'(plan/pods)':>11} "
-    f"{'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3}  zones"
+    f"{'Σplan':>5} {'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3}  zones"
 )
 
 
@@ -213,8 +218,9 @@ def _fresh_cluster() -> Any:
     return Cluster(kubeconfig=CLUSTER_DIR / "kubeconfig", bin_dir=Path((CLUSTER_DIR / "bindir").read_text().strip()))
 
 
-def _first_plan_karpenter(log: str) -> tuple[int, int, int]:
-    """(NodeClaims of the first solve that bought, its pods, solves after it that bought) from Karpenter's log."""
+def _first_plan_karpenter(log: str) -> tuple[int, int, int, int]:
+    """(NodeClaims of the first solve that bought, its pods, solves after it that bought, NodeClaims of
+    every solve together) from Karpenter's log."""
     counts: list[tuple[int, int]] = []
     for line in log.splitlines():
         with contextlib.suppress(ValueError):
@@ -222,11 +228,12 @@ def _first_plan_karpenter(log: str) -> tuple[int, int, int]:
             if str(event.get("message", "")).startswith("computed new nodeclaim"):
                 counts.append((int(event.get("nodeclaims", 0)), int(event.get("pods", 0))))
     first = counts[0] if counts else (0, 0)
-    return first[0], first[1], max(0, len(counts) - 1)
+    return first[0], first[1], max(0, len(counts) - 1), sum(c for c, _ in counts)
 
 
-def _joiner_log(log: str) -> tuple[int, int, int, int]:
-    """(first plan's NodeClaims, its pods, follow-up solves that bought, pods released) from joiner's log."""
+def _joiner_log(log: str) -> tuple[int, int, int, int, int]:
+    """(first plan's NodeClaims, its pods, follow-up solves that bought, pods released, NodeClaims of every
+    plan together) from joiner's log."""
     bought: list[tuple[int, int]] = []
     released = 0
     for line in log.splitlines():
@@ -237,7 +244,7 @@ def _joiner_log(log: str) -> tuple[int, int, int, int]:
             elif event.get("event") == "provisioner.nomination_released":
                 released += int(event.get("pods", 0))
     first = bought[0] if bought else (0, 0)
-    return first[0], first[1], max(0, len(bought) - 1), released
+    return first[0], first[1], max(0, len(bought) - 1), released, sum(c for c, _ in bought)
 
 
 def client_of(user_agent: str, username: str) -> str:
@@ -330,6 +337,8 @@ def run_once(
     timeout: float,
     dump: Path | None,
     daemonset: bool = False,
+    waves: int = 1,
+    wave_gap: float = 5.0,
 ) -> Run:
     from tests.e2e.joiner import Joiner
     from tests.e2e.manifests import nodeclass, nodepool, req
@@ -410,10 +419,15 @@ def run_once(
     try:
         cpu0 = _cpu_seconds(pid)
         requests0 = _apiserver_requests(cluster)
+        burst = workloads(ns, pods, mix, constraints, pod_labels)
         start = time.time()
-        cluster.apply(workloads(ns, pods, mix, constraints, pod_labels))
+        cluster.apply(in_wave(burst, 1, waves))
+        wave = 1
         while time.time() - start < timeout and len(watch.running) < pods:
             time.sleep(0.5)
+            if wave < waves and time.time() - start >= wave * wave_gap:
+                wave += 1
+                cluster.apply(in_wave(burst, wave, waves))
             if dump is not None:
                 sample = scheduler_sample(_cluster_dir())
                 cpu = _cpu_by_process({**_cluster_pids(_cluster_dir()), side: pid})
@@ -463,9 +477,9 @@ def run_once(
     result.zones = dict(zones)
     text = log_path.read_text(errors="replace")
     if side == "joiner":
-        result.first_plan, result.first_pods, result.follow_ups, result.released = _joiner_log(text)
+        result.first_plan, result.first_pods, result.follow_ups, result.released, result.planned = _joiner_log(text)
     else:
-        result.first_plan, result.first_pods, result.follow_ups = _first_plan_karpenter(text)
+        result.first_plan, result.first_pods, result.follow_ups, result.planned = _first_plan_karpenter(text)
     if dump is not None:
         where = dump / f"{side}-{int(start)}"
         where.mkdir(parents=True, exist_ok=True)
@@ -569,6 +583,17 @@ def explain(where: Path) -> None:
     )
 
 
+def in_wave(burst: list[Obj], wave: int, waves: int) -> list[Obj]:
+    """The burst's Deployments as applied in wave ``wave`` of ``waves`` (1-based): each scaled to
+    ``wave/waves`` of its replicas, as an autoscaler or a queue of work scales them up in steps."""
+    out = []
+    for dep in burst:
+        scaled = json.loads(json.dumps(dep))
+        scaled["spec"]["replicas"] = dep["spec"]["replicas"] * wave // waves
+        out.append(scaled)
+    return out
+
+
 def _median(runs: list[Run], attr: str) -> float:
     return float(statistics.median(float(getattr(r, attr)) for r in runs))
 
@@ -591,6 +616,13 @@ def main() -> int:
         action="store_true",
         help="run a log agent DaemonSet (100m/128Mi, no tolerations) on every Node, as most clusters do",
     )
+    parser.add_argument(
+        "--waves",
+        type=int,
+        default=1,
+        help="apply the burst in this many steps, each Deployment scaled up by an equal part each time",
+    )
+    parser.add_argument("--wave-gap", type=float, default=5.0, help="seconds between two waves (default 5)")
     parser.add_argument("--joiner-flag", action="append", default=[], help="KEY=VALUE or KEY for `joiner run`")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--dump", type=Path, help="keep each run's controller log and objects here")
@@ -642,6 +674,8 @@ def main() -> int:
                     pod_labels=LABELS.get(args.workload),
                     instance_types=instance_types,
                     daemonset=args.daemonset,
+                    waves=args.waves,
+                    wave_gap=args.wave_gap,
                     timeout=args.timeout,
                     dump=args.dump,
                 )
@@ -661,6 +695,7 @@ def main() -> int:
                 "all_running",
                 "claims",
                 "first_plan",
+                "planned",
                 "empty_nodes",
                 "price",
                 "cpu",

@@ -142,3 +142,37 @@ def test_nodeclaims_are_timed_when_the_apiserver_stored_them(tmp_path: Any) -> N
     start = audit_creates(log, 0, 2e9, "nodeclaims")[0] - 2.25
     got = [round(t - start, 2) for t in audit_creates(log, start, start + 30, "nodeclaims")]
     assert got == [2.25, 5.5]
+
+
+def test_a_burst_in_waves_scales_every_deployment_up_to_all_its_replicas_by_the_last() -> None:
+    from hack.bench.race import in_wave
+
+    burst = workloads("race", 1000)
+    replicas = [d["spec"]["replicas"] for d in burst]
+    steps = [[d["spec"]["replicas"] for d in in_wave(burst, wave, 3)] for wave in (1, 2, 3)]
+    assert steps[-1] == replicas
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert all(a >= b for a, b in zip(after, before, strict=True))
+    assert steps[0] == [r // 3 for r in replicas]
+    assert [d["spec"]["replicas"] for d in burst] == replicas  # the burst itself is left as it was
+    assert in_wave(burst, 1, 1) == burst
+
+
+def test_every_plan_that_bought_is_counted_on_both_sides() -> None:
+    from hack.bench.race import _first_plan_karpenter, _joiner_log
+
+    joiner = "\n".join(
+        [
+            json.dumps({"event": "provisioner.solved", "new_nodeclaims": 6, "pods": 332}),
+            json.dumps({"event": "provisioner.solved", "new_nodeclaims": 0, "pods": 4}),
+            json.dumps({"event": "provisioner.nomination_released", "pods": 2}),
+            json.dumps({"event": "provisioner.solved", "new_nodeclaims": 7, "pods": 334}),
+            "not json",
+        ]
+    )
+    assert _joiner_log(joiner) == (6, 332, 1, 2, 13)
+    karpenter = "\n".join(
+        json.dumps({"message": "computed new nodeclaim(s) to fit pod(s)", "nodeclaims": n, "pods": p})
+        for n, p in ((2, 332), (3, 333))
+    )
+    assert _first_plan_karpenter(karpenter) == (2, 332, 1, 5)
