@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -151,7 +152,7 @@ def test_a_burst_in_waves_scales_every_deployment_up_to_all_its_replicas_by_the_
     replicas = [d["spec"]["replicas"] for d in burst]
     steps = [[d["spec"]["replicas"] for d in in_wave(burst, wave, 3)] for wave in (1, 2, 3)]
     assert steps[-1] == replicas
-    for before, after in zip(steps, steps[1:], strict=False):
+    for before, after in itertools.pairwise(steps):
         assert all(a >= b for a, b in zip(after, before, strict=True))
     assert steps[0] == [r // 3 for r in replicas]
     assert [d["spec"]["replicas"] for d in burst] == replicas  # the burst itself is left as it was
