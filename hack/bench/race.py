@@ -339,6 +339,7 @@ def run_once(
     daemonset: bool = False,
     waves: int = 1,
     wave_gap: float = 5.0,
+    joiner_types: list[str] | None = None,
 ) -> Run:
     from tests.e2e.joiner import Joiner
     from tests.e2e.manifests import nodeclass, nodepool, req
@@ -354,7 +355,10 @@ def run_once(
     joiner: Joiner | None = None
     if side == "joiner":
         cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
-        pool = nodepool("race", requirements=[req("joiner.sh/capacity-type", "In", *capacity)])
+        requirements = [req("joiner.sh/capacity-type", "In", *capacity)]
+        if joiner_types:
+            requirements.append(req(INSTANCE_TYPE, "In", *joiner_types))
+        pool = nodepool("race", requirements=requirements)
         pool["spec"]["template"]["spec"]["expireAfter"] = "Never"
         pool["spec"]["disruption"] = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
         cluster.apply([nodeclass(registrationDelay="0s"), pool])
@@ -623,6 +627,10 @@ def main() -> int:
         help="apply the burst in this many steps, each Deployment scaled up by an equal part each time",
     )
     parser.add_argument("--wave-gap", type=float, default=5.0, help="seconds between two waves (default 5)")
+    parser.add_argument(
+        "--joiner-instance-types",
+        help="comma-separated: joiner's NodePool may buy only these (to compare plans of other shapes)",
+    )
     parser.add_argument("--joiner-flag", action="append", default=[], help="KEY=VALUE or KEY for `joiner run`")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--dump", type=Path, help="keep each run's controller log and objects here")
@@ -676,6 +684,7 @@ def main() -> int:
                     daemonset=args.daemonset,
                     waves=args.waves,
                     wave_gap=args.wave_gap,
+                    joiner_types=args.joiner_instance_types.split(",") if args.joiner_instance_types else None,
                     timeout=args.timeout,
                     dump=args.dump,
                 )
