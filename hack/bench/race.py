@@ -29,6 +29,8 @@
 * ``--waves K`` (``--wave-gap S``): the burst in K steps S seconds apart, each Deployment scaled up
   by a K-th of its replicas each time, as an autoscaler or a queue of work scales them: each wave
   arrives while the Nodes bought for the ones before are still coming up.
+* ``--joiner-instance-types a,b``: joiner's NodePool may buy only these (a requirement on
+  ``node.kubernetes.io/instance-type``), to compare plans of another shape, such as Karpenter's.
 * ``--daemonset``: a log agent DaemonSet (100m/128Mi, no tolerations) on every Node, on both sides,
   as most clusters run one; its pods are not counted in the burst.
 
