@@ -40,9 +40,10 @@ solve's plan (joiner: ``provisioner.solved``; Karpenter: ``computed new nodeclai
 solve's together (``Σplan``); nodes
 left without a pod of the burst; $/h of the Nodes at the catalog's prices; nodes per zone; the
 controller's CPU-seconds; apiserver requests (all clients); joiner's
-``provisioner.nomination_released`` count and follow-up solves that bought. ``--dump`` keeps each
-run's objects and controller log, and ``scheduler.json``: kube-scheduler's queue lengths and
-scheduling attempts and every cluster process's CPU-seconds, twice a second.
+``provisioner.nomination_released`` count and follow-up solves that bought; from a pod's NodeClaim
+Initialized to the pod Running (``init→Run``, median/slowest pod, as this process's watch saw them).
+``--dump`` keeps each run's objects and controller log, and ``scheduler.json``: kube-scheduler's
+queue lengths and scheduling attempts and every cluster process's CPU-seconds, twice a second.
 """
 
 from __future__ import annotations
@@ -100,11 +101,14 @@ from hack.ports import free_port
 
 class _Watch:
     """Informers (in a thread with its own loop) on pods and on one group's NodeClaims: when this
-    process first saw each NodeClaim and each pod Running."""
+    process first saw each NodeClaim and each pod Running, each pod's Node, and when each NodeClaim's
+    Node was first seen Initialized."""
 
     def __init__(self, kubeconfig: Path, claim_group: str, namespace: str) -> None:
         self.claims: dict[str, float] = {}
         self.running: dict[str, float] = {}
+        self.node_of: dict[str, str] = {}  # pod -> its Node, as it was seen Running
+        self.initialized: dict[str, float] = {}  # Node -> when its NodeClaim was first seen Initialized
         self._kubeconfig = kubeconfig
         self._group = claim_group
         self._namespace = namespace
@@ -132,10 +136,19 @@ class _Watch:
                 pod["metadata"].get("namespace") == self._namespace
                 and (pod.get("status") or {}).get("phase") == "Running"
             ):
-                self.running.setdefault(pod["metadata"]["name"], time.time())
+                name = pod["metadata"]["name"]
+                self.running.setdefault(name, time.time())
+                self.node_of.setdefault(name, pod["spec"].get("nodeName") or "")
 
         def on_claim(_t: str, claim: Obj, _old: Obj | None) -> None:
-            self.claims.setdefault(claim["metadata"]["name"], time.time())
+            now = time.time()
+            self.claims.setdefault(claim["metadata"]["name"], now)
+            status = claim.get("status") or {}
+            node = status.get("nodeName")
+            if node and any(
+                c.get("type") == "Initialized" and c.get("status") == "True" for c in status.get("conditions") or ()
+            ):
+                self.initialized.setdefault(node, now)
 
         informers = [
             Informer(source=client, resource=PODS, clock=RealClock(), handler=on_pod),
@@ -152,6 +165,9 @@ class _Watch:
             await asyncio.gather(*tasks, return_exceptions=True)
             await client.close()
 
+    def after_initialized(self) -> list[float]:
+        return after_initialized(self.running, self.node_of, self.initialized)
+
     def stop(self) -> None:
         async def shutdown() -> None:
             # only the main task: it stops its informers and closes its client (cancelled again while
@@ -166,6 +182,17 @@ class _Watch:
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+
+def after_initialized(running: dict[str, float], node_of: dict[str, str], initialized: dict[str, float]) -> list[float]:
+    """Per pod Running on a Node whose NodeClaim was seen Initialized: seconds from that to the pod
+    seen Running (negative: the pod was seen Running first), sorted."""
+    out = []
+    for pod, at in running.items():
+        ready = initialized.get(node_of.get(pod, ""))
+        if ready is not None:
+            out.append(at - ready)
+    return sorted(out)
 
 
 @dataclass
@@ -185,6 +212,9 @@ class Run:
     cpu: float = 0.0
     requests: int = 0
     released: int = 0  # joiner: pods whose nomination was released (provisioner.nomination_released)
+    # seconds from a pod's NodeClaim seen Initialized to the pod seen Running: median and slowest pod
+    init_to_running: float = float("nan")
+    init_to_running_max: float = float("nan")
     follow_ups: int = 0  # solves after the first that bought NodeClaims
     zones: dict[str, int] = field(default_factory=dict)
     # --audit: requests during the run by client, and by client, verb and resource
@@ -198,13 +228,14 @@ class Run:
             f"{self.all_running:7.1f} "
             f"{self.claims:>5} ({self.first_plan:>3}/{self.first_pods:>5}) {self.planned:>5} {self.empty_nodes:>5} "
             f"{self.price:8.2f} {self.cpu:6.1f} "
-            f"{self.requests:>7} {self.released:>5} {self.follow_ups:>3}  {zones}"
+            f"{self.requests:>7} {self.released:>5} {self.follow_ups:>3} "
+            f"{self.init_to_running:5.1f}/{self.init_to_running_max:<5.1f}  {zones}"
         )
 
 
 HEADER = (
     f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'½ Run':>7} {'Running':>7} {'NCs':>5} {'(plan/pods)':>11} "
-    f"{'Σplan':>5} {'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3}  zones"
+    f"{'Σplan':>5} {'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3} {'init→Run':>11}  zones"
 )
 
 
@@ -463,6 +494,10 @@ def run_once(
             result.first_claim = min(watch.claims.values()) - start
             result.last_claim = max(watch.claims.values()) - start
         result.claims = len(watch.claims)
+        waits = watch.after_initialized()
+        if waits:
+            result.init_to_running = statistics.median(waits)
+            result.init_to_running_max = waits[-1]
     finally:
         watch.stop()
         if joiner is not None:
@@ -713,6 +748,8 @@ def main() -> int:
                 "requests",
                 "released",
                 "follow_ups",
+                "init_to_running",
+                "init_to_running_max",
             ):
                 value = _median(runs, attr)
                 setattr(med, attr, value if isinstance(getattr(med, attr), float) else round(value))

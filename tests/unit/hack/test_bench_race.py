@@ -177,3 +177,13 @@ def test_every_plan_that_bought_is_counted_on_both_sides() -> None:
         for n, p in ((2, 332), (3, 333))
     )
     assert _first_plan_karpenter(karpenter) == (2, 332, 1, 5)
+
+
+def test_a_pod_is_timed_from_its_own_nodes_initialization_to_running() -> None:
+    from hack.bench.race import after_initialized
+
+    running = {"a": 10.0, "b": 12.5, "c": 9.0, "d": 11.0}
+    node_of = {"a": "n1", "b": "n1", "c": "n2", "d": "n3"}
+    initialized = {"n1": 9.5, "n2": 9.5}  # n3 never seen Initialized: d is not timed
+    assert after_initialized(running, node_of, initialized) == [-0.5, 0.5, 3.0]
+    assert after_initialized({}, {}, initialized) == []
