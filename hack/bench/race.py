@@ -39,7 +39,8 @@ Per run: apply -> first NodeClaim, -> last NodeClaim, -> half the pods Running (
 solve's plan (joiner: ``provisioner.solved``; Karpenter: ``computed new nodeclaim(s)``) and every
 solve's together (``Σplan``); nodes
 left without a pod of the burst; $/h of the Nodes at the catalog's prices; nodes per zone; the
-controller's CPU-seconds; apiserver requests (all clients); joiner's
+controller's CPU-seconds and peak RSS (MiB); kube-apiserver's CPU-seconds; apiserver requests (all
+clients); joiner's
 ``provisioner.nomination_released`` count and follow-up solves that bought; from a pod's NodeClaim
 Initialized to the pod Running (``init→Run``, median/slowest pod, as this process's watch saw them).
 ``--dump`` keeps each run's objects and controller log, and ``scheduler.json``: kube-scheduler's
@@ -73,6 +74,7 @@ from hack.bench.e2e_provisioning import (
     _cluster_pids,
     _cpu_by_process,
     _cpu_seconds,
+    _peak_rss_mb,
     scheduler_sample,
 )
 from hack.bench.race_setup import (
@@ -210,6 +212,8 @@ class Run:
     empty_nodes: int = 0
     price: float = 0.0
     cpu: float = 0.0
+    rss: float = 0.0  # the controller's peak resident memory, MiB (VmHWM)
+    apiserver_cpu: float = 0.0  # kube-apiserver's CPU-seconds during the run
     requests: int = 0
     released: int = 0  # joiner: pods whose nomination was released (provisioner.nomination_released)
     # seconds from a pod's NodeClaim seen Initialized to the pod seen Running: median and slowest pod
@@ -227,7 +231,7 @@ class Run:
             f"{self.side:<9} {self.pods:>6} {self.first_claim:7.1f} {self.last_claim:7.1f} {self.half_running:7.1f} "
             f"{self.all_running:7.1f} "
             f"{self.claims:>5} ({self.first_plan:>3}/{self.first_pods:>5}) {self.planned:>5} {self.empty_nodes:>5} "
-            f"{self.price:8.2f} {self.cpu:6.1f} "
+            f"{self.price:8.2f} {self.cpu:6.1f} {self.rss:5.0f} {self.apiserver_cpu:6.1f} "
             f"{self.requests:>7} {self.released:>5} {self.follow_ups:>3} "
             f"{self.init_to_running:5.1f}/{self.init_to_running_max:<5.1f}  {zones}"
         )
@@ -235,7 +239,8 @@ class Run:
 
 HEADER = (
     f"{'side':<9} {'pods':>6} {'1st NC':>7} {'last NC':>7} {'½ Run':>7} {'Running':>7} {'NCs':>5} {'(plan/pods)':>11} "
-    f"{'Σplan':>5} {'empty':>5} {'$/h':>8} {'CPU-s':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3} {'init→Run':>11}  zones"
+    f"{'Σplan':>5} {'empty':>5} {'$/h':>8} {'CPU-s':>6} {'RSS':>5} {'apiCPU':>6} {'apisrv':>7} {'rel.':>5} {'fu':>3} "
+    f"{'init→Run':>11}  zones"
 )
 
 
@@ -455,6 +460,7 @@ def run_once(
     watch = _Watch(cluster.kubeconfig, group, ns)
     try:
         cpu0 = _cpu_seconds(pid)
+        cluster_cpu0 = _cpu_by_process(_cluster_pids(_cluster_dir()))
         requests0 = _apiserver_requests(cluster)
         burst = workloads(ns, pods, mix, constraints, pod_labels)
         start = time.time()
@@ -484,6 +490,10 @@ def run_once(
                 result.half_running = times[(pods + 1) // 2 - 1] - start
         time.sleep(3)  # anything bought late shows up
         result.cpu = _cpu_seconds(pid) - cpu0
+        result.rss = _peak_rss_mb(pid)
+        cluster_cpu = _cpu_by_process(_cluster_pids(_cluster_dir()))
+        if "kube-apiserver" in cluster_cpu and "kube-apiserver" in cluster_cpu0:
+            result.apiserver_cpu = cluster_cpu["kube-apiserver"] - cluster_cpu0["kube-apiserver"]
         result.requests = sum((_apiserver_requests(cluster) - requests0).values())
         audit = _cluster_dir() / "logs" / "audit.log"
         result.by_client, result.by_call = audit_counts(audit, start, time.time())
@@ -745,6 +755,8 @@ def main() -> int:
                 "empty_nodes",
                 "price",
                 "cpu",
+                "rss",
+                "apiserver_cpu",
                 "requests",
                 "released",
                 "follow_ups",
