@@ -35,16 +35,15 @@
   as most clusters run one; its pods are not counted in the burst.
 
 Per run: apply -> first NodeClaim, -> last NodeClaim, -> half the pods Running (the median pod,
-``½ Run``), -> all Running (seen by a watch in this process); NodeClaims bought and the first
-solve's plan (joiner: ``provisioner.solved``; Karpenter: ``computed new nodeclaim(s)``) and every
-solve's together (``Σplan``); nodes
-left without a pod of the burst; $/h of the Nodes at the catalog's prices; nodes per zone; the
-controller's CPU-seconds and peak RSS (MiB); kube-apiserver's CPU-seconds; apiserver requests (all
-clients); joiner's
-``provisioner.nomination_released`` count and follow-up solves that bought; from a pod's NodeClaim
-Initialized to the pod Running (``init→Run``, median/slowest pod, as this process's watch saw them).
-``--dump`` keeps each run's objects and controller log, and ``scheduler.json``: kube-scheduler's
-queue lengths and scheduling attempts and every cluster process's CPU-seconds, twice a second.
+``½ Run``), -> all Running (seen by a watch in this process); NodeClaims bought, the first solve's
+plan (joiner: ``provisioner.solved``; Karpenter: ``computed new nodeclaim(s)``) and every solve's
+together (``Σplan``); nodes left without a pod of the burst; $/h of the Nodes at the catalog's
+prices; nodes per zone; the controller's CPU-seconds and peak RSS (MiB); kube-apiserver's
+CPU-seconds; apiserver requests (all clients); joiner's ``provisioner.nomination_released`` count
+and follow-up solves that bought; from a pod's NodeClaim Initialized to the pod Running
+(``init→Run``, median/slowest pod, as this process's watch saw them). ``--dump`` keeps each run's
+objects and controller log, and ``scheduler.json``: kube-scheduler's queue lengths and scheduling
+attempts and every cluster process's CPU-seconds, twice a second.
 """
 
 from __future__ import annotations
@@ -691,6 +690,8 @@ def main() -> int:
     if args.explain:
         explain(args.explain)
         return 0
+    if args.waves < 1 or args.wave_gap < 0:
+        parser.error("--waves takes 1 or more, --wave-gap 0 s or more")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     os.environ.setdefault("JOINER_CLUSTER_DIR", str(ROOT / ".kwok"))
     sides = args.sides.split(",")
