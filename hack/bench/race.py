@@ -166,9 +166,6 @@ class _Watch:
             await asyncio.gather(*tasks, return_exceptions=True)
             await client.close()
 
-    def after_initialized(self) -> list[float]:
-        return after_initialized(self.running, self.node_of, self.initialized)
-
     def stop(self) -> None:
         async def shutdown() -> None:
             # only the main task: it stops its informers and closes its client (cancelled again while
@@ -503,7 +500,7 @@ def run_once(
             result.first_claim = min(watch.claims.values()) - start
             result.last_claim = max(watch.claims.values()) - start
         result.claims = len(watch.claims)
-        waits = watch.after_initialized()
+        waits = after_initialized(watch.running, watch.node_of, watch.initialized)
         if waits:
             result.init_to_running = statistics.median(waits)
             result.init_to_running_max = waits[-1]
