@@ -134,6 +134,10 @@ kwok_stages() { # the Stage YAMLs shipped inside the pinned kwok module, read fr
     local out="$dir/kwok-stages.yaml" f
     # Every real node has its own kubelet reporting pod status; kwok plays them all, 4 objects at a
     # time by default, which made pods wait seconds between binding and Running at 1,000 pods.
+    # A real kubelet also creates its own node Lease, and kwok plays a Node (Ready, its pods) only
+    # once it holds that Lease: 4 Leases at a time (kwok's default) made 156 new Nodes wait up to
+    # 8 s for Ready behind each other on a loaded apiserver. The pods of a newly held Node are
+    # listed 8 Nodes at a time for the same reason.
     cat > "$out" <<'YAML'
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
@@ -141,8 +145,8 @@ options:  # a KwokConfiguration is not defaulted: every field kwok needs is spel
   cidr: 10.0.0.0/24
   podPlayStageParallelism: 32
   nodePlayStageParallelism: 16
-  nodeLeaseParallelism: 4
-  podsOnNodeSyncParallelism: 1
+  nodeLeaseParallelism: 64
+  podsOnNodeSyncParallelism: 8
   enablePodsOnNodeSyncListPager: true
   enablePodsOnNodeSyncStreamWatch: false
 ---
