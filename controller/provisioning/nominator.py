@@ -31,8 +31,12 @@ This controller keeps that field equal to the plan, as `Provisioner` records it 
 With reservations on (`Settings.reserve`, the default), a pod planned on a NodeClaim whose Node has
 not opened yet, or opened reserved (the `joiner.sh/planned=<NodeClaim>` taint, see
 `controller.nodeclaim.decide`), gets a toleration of that taint instead (one patch of the pod's
-spec, as soon as the plan is published): kube-scheduler can then place it there and no pod planned
-elsewhere can take its room, whatever order it tries the pods and Nodes in. A nomination only says
+spec, once that Node would take the pod: opened reserved, with no other taint the pod does not
+tolerate): kube-scheduler can then place it there and no pod planned elsewhere can take its room,
+whatever order it tries the pods and Nodes in. Not earlier: the write makes kube-scheduler try the
+pod at once, and a try that fails writes the pod's status inside its scheduling loop before the next
+pod's try (a GPU burst's 156 Nodes were ready for seconds while kube-scheduler got through such
+failures at 4 a second). A nomination only says
 where to try first, and kube-scheduler clears it at every failed try, so pods tried while their own
 Node was still closed bound in the room of others (docs/performance.md, "Why the waves cannot close
 the race"). A toleration is never taken back (a pod's tolerations may only grow); it tolerates one
@@ -75,6 +79,8 @@ WORKERS = 32
 # a pod a crossed spread paces is looked at again this often until its turn comes
 PACE_SECONDS = 0.5
 TALLY_SECONDS = 1.0
+# the taint effects kube-scheduler keeps pods off a Node for
+_KEEPS_OFF = frozenset({"NoSchedule", "NoExecute"})
 
 # the apiserver's answer to a nomination of a pod bound meanwhile (pkg/apis/core/validation)
 ALREADY_BOUND = "may not be set on pods that are already bound"
@@ -169,8 +175,9 @@ class Nominator:
                 self.queue.add(key)
 
     def _on_node(self, etype: EventType, obj: NodeView, old: NodeView | None) -> None:
-        # a NodeClaim's Node joined: its planned pods can be nominated (before it opens to kube-scheduler)
-        if etype != "ADDED":
+        # a NodeClaim's Node joined: its planned pods can be nominated (before it opens to kube-scheduler);
+        # its taints changed: it may take its planned pods now (they are given its toleration then)
+        if etype == "DELETED" or (etype == "MODIFIED" and (old is None or old.taints == obj.taints)):
             return
         claim = self.ctx.cluster.claim_view_for_node(obj)
         if claim is not None:
@@ -276,6 +283,23 @@ class Nominator:
             return claim.name
         return None
 
+    def _takes(self, pod: PodView, claim_name: str | None) -> bool:
+        """Whether kube-scheduler could place the pod on its planned NodeClaim's Node as soon as the pod
+        tolerates that Node's reservation: the Node exists, it opened reserved (its
+        `joiner.sh/unregistered` taint is gone), and the pod tolerates every other taint that keeps
+        pods off it (kube-controller-manager's `node.kubernetes.io/not-ready` until the Node is Ready,
+        a startup taint until its agent removes it)."""
+        claim = self._claim(claim_name) if claim_name is not None else None
+        node = self.ctx.cluster.node_view_for_claim(claim) if claim is not None else None
+        if node is None or node.deleting or node.has_taint(TAINT_UNREGISTERED):
+            return False
+        return all(
+            t.effect not in _KEEPS_OFF
+            or (t.key == TAINT_PLANNED and t.value == claim_name)
+            or pod.tolerates(key=t.key, effect=t.effect, value=t.value)
+            for t in node.taints
+        )
+
     def _turn(self, key: str) -> bool:
         """Whether the pod may be told now (always, unless the plan paces it and it was not told yet)."""
         pacer = self._pacer()
@@ -350,17 +374,28 @@ class Nominator:
             self._let.discard(key)
             self._held.discard(key)
             return None
+        reserving = self._reserving(key)
+        taint = TaintRef(key=TAINT_PLANNED, effect=TAINT_PLANNED_EFFECT, value=reserving or "")
+        untolerated = (
+            reserving is not None
+            and self._tolerated.get(key) != reserving
+            and not pod.tolerates(key=taint.key, effect=taint.effect, value=taint.value)
+        )
+        if untolerated and not self._takes(pod, reserving):
+            # not before its Node would take it: the toleration's write makes kube-scheduler try the
+            # pod at once, and a try that fails writes the pod's status inside its scheduling loop
+            # before it tries the next pod (the Node's events bring the pod back here)
+            mine = self._written.get(key)
+            if mine is not None and pod.nominated_node_name == mine:
+                await self._write(pod, key, None)
+            return None
         if not self._turn(key):
             # a crossed spread's count in its zone is ahead: told once a pod is bound, or in a moment
             log.debug("provisioner.paced", pod=key)
             self._held.add(key)
             return PACE_SECONDS
-        reserving = self._reserving(key)
         if reserving is not None:
-            taint = TaintRef(key=TAINT_PLANNED, effect=TAINT_PLANNED_EFFECT, value=reserving)
-            if self._tolerated.get(key) != reserving and not pod.tolerates(
-                key=taint.key, effect=taint.effect, value=taint.value
-            ):
+            if untolerated:
                 await self._tolerate(pod, key, taint)
             mine = self._written.get(key)
             if mine is not None and pod.nominated_node_name == mine:

@@ -259,12 +259,15 @@ async def reserved_node(h: Harness, claim: Obj) -> None:
     await h.cached("Node", name)
 
 
-async def test_pods_planned_on_a_node_not_open_yet_are_given_the_toleration_of_its_reservation_not_a_nomination(
+async def test_pods_planned_on_a_reserved_node_are_given_the_toleration_of_its_reservation_once_it_would_take_them(
     h: Harness,
 ) -> None:
-    """As soon as the plan is published, before the machine exists: each planned pod tolerates the
-    `joiner.sh/planned=<NodeClaim>` taint its Node will open with, once. No nomination: only these
-    pods can take that room, whatever order kube-scheduler tries pods and Nodes in."""
+    """Each planned pod tolerates the `joiner.sh/planned=<NodeClaim>` taint its Node opens with, once,
+    and no nomination: only these pods can take that room, whatever order kube-scheduler tries pods
+    and Nodes in. The toleration is written once the Node would take the pod, not before: writing it
+    makes kube-scheduler try the pod at once, and a try that fails (no Node yet, the Node still
+    closed, or `node.kubernetes.io/not-ready` on it) writes the pod's status inside kube-scheduler's
+    scheduling loop before it tries the next pod."""
     await pending(h, "c", "100m")
     gpu = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
     await h.kube.patch(PODS, "c", {"spec": {"tolerations": [gpu]}}, namespace="default")
@@ -273,11 +276,25 @@ async def test_pods_planned_on_a_node_not_open_yet_are_given_the_toleration_of_i
     _provisioner, claim = await two_pods_planned(h)
     name = claim["metadata"]["name"]
     want = reservation(name)
+    await h.settle()
+    await h.advance(1.0)
+    assert all(want not in tolerations(h, p) for p in ("a", "b", "c")), "no Node yet"
+    await register(h, claim, taints=[{"key": "joiner.sh/unregistered", "effect": "NoSchedule"}])
+    await h.settle()
+    assert all(want not in tolerations(h, p) for p in ("a", "b", "c")), "the Node is still closed"
+    # the lifecycle opens it reserved while kube-controller-manager still has it not-ready
+    not_ready = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    planned = {"key": "joiner.sh/planned", "value": name, "effect": "NoSchedule"}
+    await h.kube.patch(NODES, name, {"spec": {"taints": [planned, not_ready]}})
+    await h.cached("Node", name)
+    await h.settle()
+    assert all(want not in tolerations(h, p) for p in ("a", "b", "c")), "not-ready keeps the pods off"
+    await h.kube.patch(NODES, name, {"spec": {"taints": [planned]}})
+    await h.cached("Node", name)
     await h.eventually(
         lambda: all(want in tolerations(h, p) for p in ("a", "b", "c")), "the planned pods tolerate the reservation"
     )
     assert tolerations(h, "c")[0]["key"] == "gpu", "the pod's own tolerations are kept"
-    await reserved_node(h, claim)
     await h.settle()
     await h.advance(1.0)
     for pod in ("a", "b", "c"):
@@ -285,6 +302,28 @@ async def test_pods_planned_on_a_node_not_open_yet_are_given_the_toleration_of_i
         assert nominated(h, pod) is None
     writes = [c for c in h.kube.calls if c[1] == "pods" and c[0].startswith("patch")]
     assert sorted(writes) == [("patch", "pods", "a"), ("patch", "pods", "b"), ("patch", "pods", "c")]
+
+
+async def test_a_pod_that_tolerates_its_reserved_nodes_other_taints_is_given_the_toleration_while_they_are_on(
+    h: Harness,
+) -> None:
+    """A taint the pod tolerates does not keep it off: a pod of a tainted NodePool that tolerates the
+    pool's taint is given the reservation's toleration while that taint is on the Node."""
+    await pending(h, "a", "1500m")
+    gpu = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    await h.kube.patch(PODS, "a", {"spec": {"tolerations": [gpu]}}, namespace="default")
+    await h.cached("Pod", "default/a")
+    provisioner = Provisioner(h.ctx)
+    h.start(provisioner.nominator)
+    await provisioner.reconcile()
+    [claim] = claims(h)
+    name = claim["metadata"]["name"]
+    await register(h, claim, taints=[{"key": "joiner.sh/unregistered", "effect": "NoSchedule"}])
+    await h.settle()
+    planned = {"key": "joiner.sh/planned", "value": name, "effect": "NoSchedule"}
+    await h.kube.patch(NODES, name, {"spec": {"taints": [planned, {"key": "gpu", "effect": "NoSchedule"}]}})
+    await h.cached("Node", name)
+    await h.eventually(lambda: reservation(name) in tolerations(h, "a"), "a tolerates the reservation")
 
 
 async def test_a_pod_whose_toleration_is_refused_is_nominated_instead_and_not_waited_for(h: Harness) -> None:
@@ -304,10 +343,10 @@ async def test_a_pod_whose_toleration_is_refused_is_nominated_instead_and_not_wa
     await provisioner.reconcile()
     [claim] = claims(h)
     name = claim["metadata"]["name"]
+    await reserved_node(h, claim)
     await h.eventually(lambda: "default/a" in h.ctx.planned.untolerated, "a's toleration refused")
     await h.eventually(lambda: reservation(name) in tolerations(h, "b"), "b tolerates the reservation")
     assert h.ctx.planned.reserve, "one pod's refusal leaves the others reserved"
-    await up(h, claim)
     await h.eventually(lambda: nominated(h, "a") == name, "a nominated to its planned Node")
     assert tolerations(h, "a") == []
 
@@ -329,9 +368,9 @@ async def test_rbac_that_does_not_let_joiner_patch_pods_turns_reservations_off_a
     await pending(h, "a", "1500m")
     await provisioner.reconcile()
     [claim] = claims(h)
+    await reserved_node(h, claim)
     await h.eventually(lambda: not h.ctx.planned.reserve, "reservations turned off")
     assert provisioner.nominator.enabled
-    await register(h, claim)
     await h.eventually(lambda: nominated(h, "a") == claim["metadata"]["name"], "a nominated")
 
 
@@ -349,12 +388,12 @@ async def test_reservations_can_be_switched_off_alone() -> None:
         await h.close()
 
 
-async def test_each_nodeclaims_pods_are_published_and_given_its_toleration_before_the_next_is_written(
+async def test_each_nodeclaims_pods_are_published_before_the_next_is_written(
     h: Harness,
 ) -> None:
     """A plan of many NodeClaims takes seconds to write (156 for a GPU burst took 6 s on a 2-core
-    cluster); each one's Node may open reserved to its pods, and its pods be given the toleration,
-    without waiting for the rest of the plan."""
+    cluster); each one's Node may open reserved to its pods, and its pods be given the toleration
+    once it does, without waiting for the rest of the plan."""
     provisioner = Provisioner(h.ctx)
     h.start(provisioner.nominator)
     real_create = h.kube.create
@@ -376,7 +415,9 @@ async def test_each_nodeclaims_pods_are_published_and_given_its_toleration_befor
     assert [sum(len(keys) for keys in known.values()) for _writing, known in seen] == [0, 1, 2]
     first = next(iter(seen[1][1]))
     [pod] = seen[1][1][first]
-    assert reservation(first) in tolerations(h, pod.split("/")[1]), "tolerated before the next NodeClaim was written"
+    [claim] = [c for c in claims(h) if c["metadata"]["name"] == first]
+    await reserved_node(h, claim)
+    await h.eventually(lambda: reservation(first) in tolerations(h, pod.split("/")[1]), "tolerated once it opened")
 
 
 LOG_AGENT: Obj = {
@@ -399,10 +440,10 @@ async def test_a_node_that_registers_with_what_it_was_bought_for_stays_reserved_
     await h.cached("DaemonSet", "kube-system/log-agent")
     _provisioner, claim = await two_pods_planned(h)
     name = claim["metadata"]["name"]
+    await reserved_node(h, claim)
     await h.eventually(
         lambda: reservation(name) in tolerations(h, "a") and reservation(name) in tolerations(h, "b"), "tolerated"
     )
-    await reserved_node(h, claim)
     await h.advance(1.0)
     assert h.ctx.planned.reservable(
         h.ctx.cluster.claim_views()[name], h.ctx.cluster.daemonsets, h.ctx.cluster.node_views()[name]
@@ -478,6 +519,7 @@ async def test_tolerations_are_written_in_the_order_kube_scheduler_tries_the_pod
     await provisioner.reconcile()
     [claim] = claims(h)
     want = reservation(claim["metadata"]["name"])
+    await reserved_node(h, claim)  # its pods are all looked at again when it opens
     await h.eventually(
         lambda: all(want in tolerations(h, p) for p in "abcde"), "the planned pods tolerate the reservation"
     )
@@ -525,6 +567,8 @@ async def test_the_pods_a_held_crossed_spread_counts_are_told_once_its_own_pods_
     def told(name: str) -> bool:
         return reservation(claim_of[f"default/{name}"]) in tolerations(h, name)
 
+    for claim in claims(h):
+        await reserved_node(h, claim)
     await h.eventually(lambda: told("y") and told("z"), "the held spread's own pods told")
     await h.settle()
     assert not told("x"), "the pod it counts is held"
