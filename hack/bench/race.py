@@ -1,7 +1,7 @@
 """The race: joiner and the real Karpenter (its KWOK provider) on one local KWOK cluster, same pods.
 
     .venv/bin/python -m hack.bench.race [--pods 1000] [--runs 3] [--sides joiner,karpenter]
-                                        [--workload cpu|spread|gpu|diverse] [--daemonset]
+                                        [--workload cpu|spread|gpu|diverse] [--daemonset] [--system-node]
                                         [--joiner-flag plan-untried-after=0]
                                         [--dump DIR]
 
@@ -33,6 +33,11 @@
   ``node.kubernetes.io/instance-type``), to compare plans of another shape, such as Karpenter's.
 * ``--daemonset``: a log agent DaemonSet (100m/128Mi, no tolerations) on every Node, on both sides,
   as most clusters run one; its pods are not counted in the burst.
+* ``--system-node``: one Node there before the burst, as in every real cluster: its add-ons' pool,
+  tainted ``CriticalAddonsOnly`` so no pod of the burst lands there (not counted as either side's).
+  Without it a pod tried before any Node exists fails with "no nodes available", an error to
+  kube-scheduler: it goes back on its back-off timer whatever happens, and its first try once Nodes
+  exist writes a new status inside kube-scheduler's loop.
 
 Per run: apply -> first NodeClaim, -> last NodeClaim, -> half the pods Running (the median pod,
 ``½ Run``), -> all Running (seen by a watch in this process); NodeClaims bought, the first solve's
@@ -83,6 +88,7 @@ from hack.bench.race_setup import (
     MIX,
     MIXES,
     ROOT,
+    SYSTEM_NODE_LABEL,
     ZONE,
     Mix,
     Obj,
@@ -93,6 +99,7 @@ from hack.bench.race_setup import (
     karpenter_types,
     log_agent,
     prices,
+    system_node,
     workloads,
 )
 from hack.ports import free_port
@@ -371,10 +378,12 @@ def run_once(
     timeout: float,
     dump: Path | None,
     daemonset: bool = False,
+    system: bool = False,
     waves: int = 1,
     wave_gap: float = 5.0,
     joiner_types: list[str] | None = None,
 ) -> Run:
+    from tests.e2e.harness import eventually
     from tests.e2e.joiner import Joiner
     from tests.e2e.manifests import nodeclass, nodepool, req
 
@@ -382,6 +391,9 @@ def run_once(
     ns = cluster.create_namespace("race")
     if daemonset:
         cluster.apply([log_agent(cluster.create_namespace("agents"))])
+    if system:
+        cluster.apply([system_node()])
+        eventually(lambda: _ready(cluster.get("node", "system-0")), timeout=60, what="the system Node Ready")
     capacity = ["spot", "on-demand"]
     tmp = Path(tempfile.mkdtemp(prefix=f"race-{side}-"))
     log_path = tmp / f"{side}.log"
@@ -517,6 +529,8 @@ def run_once(
     zones: Counter[str] = Counter()
     for node in nodes:
         labels = node["metadata"].get("labels") or {}
+        if SYSTEM_NODE_LABEL in labels:
+            continue  # there before the burst, bought by neither side
         key = (labels.get(INSTANCE_TYPE, ""), labels.get(ZONE, ""), labels.get(capacity_label, ""))
         result.price += table.get(key, 0.0)
         zones[key[1]] += 1
@@ -539,6 +553,13 @@ def run_once(
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run(["bash", str(ROOT / "hack" / "cluster.sh"), "down"], check=False, capture_output=True)
     return result
+
+
+def _ready(node: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
 
 
 def _when(value: str | None) -> float | None:
@@ -664,6 +685,12 @@ def main() -> int:
         help="run a log agent DaemonSet (100m/128Mi, no tolerations) on every Node, as most clusters do",
     )
     parser.add_argument(
+        "--system-node",
+        action="store_true",
+        help="a Node there before the burst, as in every real cluster (its add-ons' pool, tainted "
+        'CriticalAddonsOnly): no pod first fails with "no nodes available"',
+    )
+    parser.add_argument(
         "--waves",
         type=int,
         default=1,
@@ -727,6 +754,7 @@ def main() -> int:
                     pod_labels=LABELS.get(args.workload),
                     instance_types=instance_types,
                     daemonset=args.daemonset,
+                    system=args.system_node,
                     waves=args.waves,
                     wave_gap=args.wave_gap,
                     joiner_types=args.joiner_instance_types.split(",") if args.joiner_instance_types else None,

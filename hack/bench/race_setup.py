@@ -272,6 +272,38 @@ def workloads(
     return out
 
 
+# the label of the Node `system_node` makes: not bought by either side, and not counted as theirs
+SYSTEM_NODE_LABEL = "race.joiner.sh/system"
+
+
+def system_node() -> Obj:
+    """The Node every real cluster has before a burst comes: one of the node pool its own add-ons run
+    on, tainted `CriticalAddonsOnly` (as EKS and GKE system pools are) so that no workload pod lands
+    there. kwok plays it like the Nodes the controllers buy. Without it, a pod tried before any Node
+    exists fails with "no nodes available", which kube-scheduler counts as an error: such a pod goes
+    back on its back-off timer whatever happens, where a pod refused by a Node's taint waits for a
+    Node whose taints it tolerates."""
+    name = "system-0"
+    resources = {"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                SYSTEM_NODE_LABEL: "true",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                ZONE: "us-east-1a",
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "spec": {"taints": [{"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}]},
+        "status": {"allocatable": resources, "capacity": resources},
+    }
+
+
 def log_agent(namespace: str) -> Obj:
     """A node agent as most clusters run one (logs, metrics): on every Node, tolerating no taint."""
     labels = {"app": "log-agent"}

@@ -14,9 +14,11 @@ from hack.bench.race_setup import (
     LABELS,
     MIX,
     MIXES,
+    SYSTEM_NODE_LABEL,
     joiner_catalog,
     karpenter_types,
     prices,
+    system_node,
     workloads,
 )
 
@@ -187,3 +189,20 @@ def test_a_pod_is_timed_from_its_own_nodes_initialization_to_running() -> None:
     initialized = {"n1": 9.5, "n2": 9.5}  # n3 never seen Initialized: d is not timed
     assert after_initialized(running, node_of, initialized) == [-0.5, 0.5, 3.0]
     assert after_initialized({}, {}, initialized) == []
+
+
+def test_the_system_node_is_played_by_kwok_and_takes_no_pod_of_any_workload() -> None:
+    from controller.scheduling.taints import Taint, Toleration
+
+    node = system_node()
+    assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake", "kwok makes it Ready"
+    assert node["metadata"]["labels"][SYSTEM_NODE_LABEL] == "true", "left out of either side's Nodes"
+    assert float(node["status"]["allocatable"]["cpu"]) > 0
+    taints = [Taint(key=t["key"], effect=t["effect"], value=t.get("value", "")) for t in node["spec"]["taints"]]
+    assert taints
+    for name, mix in MIXES.items():
+        for deployment in workloads("race", 100, mix, CONSTRAINTS.get(name), LABELS.get(name)):
+            tolerations = [
+                Toleration.from_dict(t) for t in deployment["spec"]["template"]["spec"].get("tolerations", [])
+            ]
+            assert not any(tol.tolerates(taint) for tol in tolerations for taint in taints), (name, deployment)
