@@ -176,8 +176,10 @@ class Nominator:
 
     def _on_node(self, etype: EventType, obj: NodeView, old: NodeView | None) -> None:
         # a NodeClaim's Node joined: its planned pods can be nominated (before it opens to kube-scheduler);
-        # its taints changed: it may take its planned pods now (they are given its toleration then)
-        if etype == "DELETED" or (etype == "MODIFIED" and (old is None or old.taints == obj.taints)):
+        # its taints or readiness changed: it may take its planned pods now (given its toleration then)
+        if etype == "DELETED" or (
+            etype == "MODIFIED" and (old is None or (old.taints, old.ready) == (obj.taints, obj.ready))
+        ):
             return
         claim = self.ctx.cluster.claim_view_for_node(obj)
         if claim is not None:
@@ -284,14 +286,16 @@ class Nominator:
         return None
 
     def _takes(self, pod: PodView, claim_name: str | None) -> bool:
-        """Whether kube-scheduler could place the pod on its planned NodeClaim's Node as soon as the pod
-        tolerates that Node's reservation: the Node exists, it opened reserved (its
-        `joiner.sh/unregistered` taint is gone), and the pod tolerates every other taint that keeps
-        pods off it (kube-controller-manager's `node.kubernetes.io/not-ready` until the Node is Ready,
-        a startup taint until its agent removes it)."""
+        """Whether the pod's planned NodeClaim's Node would take it as soon as the pod tolerates that
+        Node's reservation: the Node exists, it opened reserved (its `joiner.sh/unregistered` taint
+        is gone), it is Ready (a pod bound before its kubelet runs waits for it anyway), and the pod
+        tolerates every other taint that keeps pods off it: `node.kubernetes.io/not-ready`, which the
+        apiserver's TaintNodesByCondition admission puts on a new Node and kube-controller-manager
+        takes off once it is Ready (where that admission is off, the Ready condition is all there
+        is), and a startup taint until its agent removes it."""
         claim = self._claim(claim_name) if claim_name is not None else None
         node = self.ctx.cluster.node_view_for_claim(claim) if claim is not None else None
-        if node is None or node.deleting or node.has_taint(TAINT_UNREGISTERED):
+        if node is None or node.deleting or not node.ready or node.has_taint(TAINT_UNREGISTERED):
             return False
         return all(
             t.effect not in _KEEPS_OFF

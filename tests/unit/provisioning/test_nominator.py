@@ -304,6 +304,27 @@ async def test_pods_planned_on_a_reserved_node_are_given_the_toleration_of_its_r
     assert sorted(writes) == [("patch", "pods", "a"), ("patch", "pods", "b"), ("patch", "pods", "c")]
 
 
+async def test_a_reserved_node_that_is_not_ready_yet_gets_its_pods_tolerations_once_it_is(h: Harness) -> None:
+    """A Node opened reserved before its kubelet reported Ready (and before any not-ready taint): a
+    pod bound there would wait for the kubelet anyway, so the toleration waits for Ready."""
+    _provisioner, claim = await two_pods_planned(h)
+    name = claim["metadata"]["name"]
+    await register(h, claim, taints=[{"key": "joiner.sh/unregistered", "effect": "NoSchedule"}], ready=False)
+    await h.settle()
+    planned = {"key": "joiner.sh/planned", "value": name, "effect": "NoSchedule"}
+    await h.kube.patch(NODES, name, {"spec": {"taints": [planned]}})
+    await h.cached("Node", name)
+    await h.settle()
+    await h.advance(1.0)
+    assert all(reservation(name) not in tolerations(h, p) for p in ("a", "b")), "not while the Node is not Ready"
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    await h.kube.patch(NODES, name, {"status": ready}, subresource="status")
+    await h.cached("Node", name)
+    await h.eventually(
+        lambda: all(reservation(name) in tolerations(h, p) for p in ("a", "b")), "tolerated once the Node is Ready"
+    )
+
+
 async def test_a_pod_that_tolerates_its_reserved_nodes_other_taints_is_given_the_toleration_while_they_are_on(
     h: Harness,
 ) -> None:

@@ -59,8 +59,9 @@ def claims(h: Harness) -> list[Obj]:
     return list(h.kube.objects(NODECLAIMS).values())
 
 
-async def register(h: Harness, claim: Obj, *, taints: list[Obj] | None = None) -> None:
-    """The claim's machine joined: a Ready Node with the launched offering's labels (and ``taints``)."""
+async def register(h: Harness, claim: Obj, *, taints: list[Obj] | None = None, ready: bool = True) -> None:
+    """The claim's machine joined: a Node with the launched offering's labels (and ``taints``), Ready
+    unless ``ready`` is False."""
     name = claim["metadata"]["name"]
     labels = {
         LABEL_NODEPOOL: "default",
@@ -76,7 +77,7 @@ async def register(h: Harness, claim: Obj, *, taints: list[Obj] | None = None) -
             "spec": {"providerID": f"kwok://{name}", **({"taints": taints} if taints else {})},
             "status": {
                 "allocatable": {"cpu": "3900m", "memory": "15Gi", "pods": "58"},
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
             },
         },
     )
