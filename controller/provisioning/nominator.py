@@ -31,8 +31,8 @@ This controller keeps that field equal to the plan, as `Provisioner` records it 
 With reservations on (`Settings.reserve`, the default), a pod planned on a NodeClaim whose Node has
 not opened yet, or opened reserved (the `joiner.sh/planned=<NodeClaim>` taint, see
 `controller.nodeclaim.decide`), gets a toleration of that taint instead (one patch of the pod's
-spec, once that Node would take the pod: opened reserved, with no other taint the pod does not
-tolerate): kube-scheduler can then place it there and no pod planned elsewhere can take its room,
+spec, once that Node would take the pod: opened reserved and Ready, with no other taint the pod
+does not tolerate): kube-scheduler can then place it there and no pod planned elsewhere can take its room,
 whatever order it tries the pods and Nodes in. Not earlier: the write makes kube-scheduler try the
 pod at once, and a try that fails writes the pod's status inside its scheduling loop before the next
 pod's try (a GPU burst's 156 Nodes were ready for seconds while kube-scheduler got through such
