@@ -70,6 +70,13 @@ MAX_STEPS = 12
 # how long one count of the planned pods not nominated yet serves every closed Node asking
 CLOSED_MEMO_SECONDS = 0.1
 CONFLICT_RETRY_SECONDS = 0.5
+# A reserved Node whose own planned pods are all bound keeps its reservation this long at most while
+# pods planned on other Nodes still wait: taking its `joiner.sh/planned` taint off makes it a Node
+# every pending pod tolerates, so kube-scheduler tries again each pod its taints refused, and each
+# try that fails (no room there) writes the pod's status inside its scheduling loop before the next.
+# Measured in the race's GPU burst with a Node before it: the first reservation to end moved 131
+# pending pods into kube-scheduler's active queue at once, and it bound nothing for 2 s.
+RESERVE_HOLD_SECONDS = 30.0
 LAUNCH_RETRY_BASE_SECONDS = 2.0
 LAUNCH_RETRY_MAX_SECONDS = 60.0
 _WELL_KNOWN = (LABEL_INSTANCE_TYPE, LABEL_ZONE, LABEL_CAPACITY_TYPE)
@@ -142,6 +149,7 @@ class LifecycleController:
         self._shapes_memo: tuple[float, int, dict[str, frozenset[Resources]]] | None = None
         self._requests: dict[str, tuple[str | None, Resources]] = {}  # pod key -> (uid, requests)
         self._progress = NominationProgress()
+        self._bound_since: dict[str, float] = {}  # reserved NodeClaim -> when its own planned pods were all bound
 
     # --- wiring ------------------------------------------------------------------------------
 
@@ -226,6 +234,7 @@ class LifecycleController:
         self._latest.pop(name, None)
         self._launch_failures.pop(name, None)
         self.ctx.planned.kept_off.forget(name)
+        self._bound_since.pop(name, None)
         if uid:
             self._deleted.discard(uid)
 
@@ -313,14 +322,22 @@ class LifecycleController:
                 and pod.tolerates(key=TAINT_PLANNED, effect=TAINT_PLANNED_EFFECT, value=claim.name)
             )
         count = sum(1 for _pod in self._waiting(claim.name, tolerated_only=True))
-        if count == 0 and node is not None and node.has_taint(TAINT_PLANNED):
+        if count:
+            self._bound_since.pop(claim.name, None)
+        elif node is not None and node.has_taint(TAINT_PLANNED):
             # its own pods are bound: the room left over stays reserved while a pod planned on another
             # Node, still pending, would fit there (kube-scheduler may try it before its own Node takes
             # it, and that Node would be left with its room unused, or empty)
             room = self._room(node, (), self._requests)
-            others = (shapes for other, shapes in self._pending_shapes().items() if other != claim.name)
+            others = [shapes for other, shapes in self._pending_shapes().items() if other != claim.name]
             if any(shape.fits_in(room) for shapes in others for shape in shapes):
                 return 1
+            if others:
+                # and, for a while, as long as any pod planned elsewhere waits (RESERVE_HOLD_SECONDS)
+                now = self.ctx.clock.monotonic()
+                since = self._bound_since.setdefault(claim.name, now)
+                if now - since < RESERVE_HOLD_SECONDS:
+                    return 1
         return count
 
     def _waiting(self, claim: str, *, tolerated_only: bool = False) -> Iterator[PodView]:

@@ -348,6 +348,49 @@ async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planne
     await h.eventually(lambda: not reserved("nc-a") and not reserved("nc-b"), "both reservations ended")
 
 
+@pytest.mark.parametrize("pb_binds", [True, False])
+async def test_a_reserved_node_whose_pods_are_bound_stays_reserved_for_a_while_as_long_as_others_wait(
+    world: Harness, pb_binds: bool
+) -> None:
+    """nc-a's own pod bound; pb, planned on nc-b, is still pending and would not fit nc-a's room left
+    over. Taking nc-a's taint off would make it a Node every pending pod tolerates: kube-scheduler
+    would try pb (and every other pod its taints refused) again, fail, and write each one's status
+    in its scheduling loop. So nc-a stays reserved until pb binds, or RESERVE_HOLD_SECONDS at most."""
+    from controller.kube.resources import PODS
+    from controller.nodeclaim.lifecycle import RESERVE_HOLD_SECONDS
+
+    h = world
+    h.ctx.planned.reserve = True
+    await h.create_nodeclass()
+    await pending_pods(h, "pa", cpu="1")
+    await pending_pods(h, "pb", cpu="3500m")
+    h.ctx.planned.publish({"default/pa": "nc-a", "default/pb": "nc-b"})
+    for claim in ("nc-a", "nc-b"):
+        await h.create_claim(claim, instance_types=["cpu-4"])
+
+    def reserved(node: str) -> bool:
+        return any(t["key"] == TAINT_PLANNED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+
+    await h.eventually(lambda: reserved("nc-a") and reserved("nc-b"), "both opened reserved")
+    for node in ("nc-a", "nc-b"):
+        await h.make_ready(node)
+    await h.kube.patch(PODS, "pa", {"spec": {"nodeName": "nc-a"}}, namespace="default")
+    await h.cached("Pod", "default/pa")
+    for _ in range(3):
+        await h.advance(2.0)
+        await h.settle()
+    assert reserved("nc-a"), "pb is still waiting"
+    if pb_binds:
+        await h.kube.patch(PODS, "pb", {"spec": {"nodeName": "nc-b"}}, namespace="default")
+        await h.cached("Pod", "default/pb")
+        await h.advance(2.0)
+        await h.eventually(lambda: not reserved("nc-a") and not reserved("nc-b"), "both reservations ended")
+    else:
+        await h.advance(RESERVE_HOLD_SECONDS)
+        await h.eventually(lambda: not reserved("nc-a"), "nc-a's reservation ended after the hold")
+        assert reserved("nc-b"), "nc-b is still reserved to pb"
+
+
 async def test_nodes_whose_pods_could_not_be_given_the_toleration_are_not_held_reserved(world: Harness) -> None:
     """An admission policy refused both pods' tolerations: they are nominated instead. Neither Node
     may stay reserved for them, or waiting for the other's pods, which can enter neither."""
