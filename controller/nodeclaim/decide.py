@@ -7,7 +7,8 @@ Open: the Node loses its `joiner.sh/unregistered` taint, and kube-scheduler may 
 Node bought for pending pods opens reserved to them when reservations are on (``reserved``): the same
 patch puts the `joiner.sh/planned=<NodeClaim>` taint on, which only those pods tolerate (the
 provisioner's nominator gives them the toleration), and it goes once none of them is pending and the
-room left over would fit no pending pod planned elsewhere, or when the Node does not initialize
+room left over would fit no pending pod planned elsewhere (and, up to 30 s, none planned elsewhere is
+pending at all: `LifecycleController`'s RESERVE_HOLD_SECONDS), or when the Node does not initialize
 while reserved. Without reservations (or for a NodeClaim a DaemonSet keeps from being reserved), a
 Node bought for pending pods opens only once the pods planned on it and on the other planned Nodes
 not open yet are nominated (their `status.nominatedNodeName`, which the provisioner's nominator
