@@ -314,6 +314,21 @@ async def test_a_reserved_node_opens_at_once_and_is_anyones_once_its_planned_pod
     await h.eventually(lambda: taints() == [], "the reservation ended with the last bind")
 
 
+def reserved_to_its_pods(h: Harness, node: str) -> bool:
+    return any(t["key"] == TAINT_PLANNED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+
+
+async def bind_and_wait(h: Harness, pod: str, node: str) -> None:
+    """kube-scheduler binds the pod; the lifecycle looks again at its 2 s rechecks, three times."""
+    from controller.kube.resources import PODS
+
+    await h.kube.patch(PODS, pod, {"spec": {"nodeName": node}}, namespace="default")
+    await h.cached("Pod", f"default/{pod}")
+    for _ in range(3):
+        await h.advance(2.0)
+        await h.settle()
+
+
 async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planned_elsewhere_would_fit_it(
     world: Harness,
 ) -> None:
@@ -333,14 +348,10 @@ async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planne
         await h.eventually(registered, f"{claim} registered")
 
     def reserved(node: str) -> bool:
-        return any(t["key"] == TAINT_PLANNED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+        return reserved_to_its_pods(h, node)
 
     await h.eventually(lambda: reserved("nc-a") and reserved("nc-b"), "both opened reserved")
-    await h.kube.patch(PODS, "pa", {"spec": {"nodeName": "nc-a"}}, namespace="default")
-    await h.cached("Pod", "default/pa")
-    for _ in range(3):
-        await h.advance(2.0)
-        await h.settle()
+    await bind_and_wait(h, "pa", "nc-a")
     assert reserved("nc-a"), "pb, planned on nc-b and pending, would fit nc-a's room left over"
     await h.kube.patch(PODS, "pb", {"spec": {"nodeName": "nc-b"}}, namespace="default")
     await h.cached("Pod", "default/pb")
@@ -369,16 +380,12 @@ async def test_a_reserved_node_whose_pods_are_bound_stays_reserved_for_a_while_a
         await h.create_claim(claim, instance_types=["cpu-4"])
 
     def reserved(node: str) -> bool:
-        return any(t["key"] == TAINT_PLANNED for t in (h.node(node) or {}).get("spec", {}).get("taints") or [])
+        return reserved_to_its_pods(h, node)
 
     await h.eventually(lambda: reserved("nc-a") and reserved("nc-b"), "both opened reserved")
     for node in ("nc-a", "nc-b"):
         await h.make_ready(node)
-    await h.kube.patch(PODS, "pa", {"spec": {"nodeName": "nc-a"}}, namespace="default")
-    await h.cached("Pod", "default/pa")
-    for _ in range(3):
-        await h.advance(2.0)
-        await h.settle()
+    await bind_and_wait(h, "pa", "nc-a")
     assert reserved("nc-a"), "pb is still waiting"
     if pb_binds:
         await h.kube.patch(PODS, "pb", {"spec": {"nodeName": "nc-b"}}, namespace="default")
