@@ -112,7 +112,7 @@ def test_the_diverse_workload_is_karpenters_benchmark_mix_as_deployments_and_its
 def test_nodeclaims_are_timed_when_the_apiserver_stored_them(tmp_path: Any) -> None:
     from pathlib import Path
 
-    from hack.bench.race import audit_creates
+    from hack.bench.race_logs import audit_creates
 
     def event(
         verb: str, resource: str, at: str, *, stage: str = "ResponseComplete", code: int = 201, **ref: str
@@ -162,7 +162,7 @@ def test_a_burst_in_waves_scales_every_deployment_up_to_all_its_replicas_by_the_
 
 
 def test_every_plan_that_bought_is_counted_on_both_sides() -> None:
-    from hack.bench.race import _first_plan_karpenter, _joiner_log
+    from hack.bench.race_logs import _first_plan_karpenter, _joiner_log
 
     joiner = "\n".join(
         [

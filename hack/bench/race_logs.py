@@ -1,0 +1,119 @@
+"""What the race reads from the logs: the apiserver's audit log (requests by client, verb and
+resource; when NodeClaims were stored) and each controller's own log (what its solves planned)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+
+def _when(value: str | None) -> float | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+
+def _first_plan_karpenter(log: str) -> tuple[int, int, int, int]:
+    """(NodeClaims of the first solve that bought, its pods, solves after it that bought, NodeClaims of
+    every solve together) from Karpenter's log."""
+    counts: list[tuple[int, int]] = []
+    for line in log.splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if str(event.get("message", "")).startswith("computed new nodeclaim"):
+                counts.append((int(event.get("nodeclaims", 0)), int(event.get("pods", 0))))
+    first = counts[0] if counts else (0, 0)
+    return first[0], first[1], max(0, len(counts) - 1), sum(c for c, _ in counts)
+
+
+def _joiner_log(log: str) -> tuple[int, int, int, int, int]:
+    """(first plan's NodeClaims, its pods, follow-up solves that bought, pods released, NodeClaims of every
+    plan together) from joiner's log."""
+    bought: list[tuple[int, int]] = []
+    released = 0
+    for line in log.splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("event") == "provisioner.solved" and event.get("new_nodeclaims"):
+                bought.append((int(event["new_nodeclaims"]), int(event["pods"])))
+            elif event.get("event") == "provisioner.nomination_released":
+                released += int(event.get("pods", 0))
+    first = bought[0] if bought else (0, 0)
+    return first[0], first[1], max(0, len(bought) - 1), released, sum(c for c, _ in bought)
+
+
+def client_of(user_agent: str, username: str) -> str:
+    """A short name for whoever sent a request: the program in its User-Agent (the controller's
+    name for kube-controller-manager's controllers), else the user."""
+    if not user_agent:
+        return username or "?"
+    program = user_agent.split("/", 1)[0]
+    if program == "kube-controller-manager":
+        tail = user_agent.rsplit("/", 1)[-1]
+        return f"kcm/{tail}" if tail and " " not in tail else program
+    if program.startswith("OpenAPI-Generator"):
+        return "joiner"  # the kubernetes_asyncio client's default User-Agent (joiner before it set its own)
+    if program in ("main", "kwok") or "kwok" in program:
+        return program if program != "main" else (username or "?")
+    return program
+
+
+def audit_counts(path: Path, start: float, end: float) -> tuple[Counter[str], Counter[tuple[str, str, str]]]:
+    """Requests the apiserver's audit log (``JOINER_APISERVER_AUDIT=1``, see hack/cluster.sh) saw
+    from ``start`` to ``end`` (epoch seconds), watches aside: by client, and by client, verb and
+    resource[/subresource]."""
+    clients: Counter[str] = Counter()
+    calls: Counter[tuple[str, str, str]] = Counter()
+    if not path.exists():
+        return clients, calls
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("stage") != "ResponseComplete" or event.get("verb") == "watch":
+                continue
+            when = _when(event.get("requestReceivedTimestamp"))
+            if when is None or not start <= when <= end:
+                continue
+            ref = event.get("objectRef") or {}
+            resource = str(ref.get("resource") or event.get("requestURI", "?").split("?", 1)[0])
+            if ref.get("subresource"):
+                resource += f"/{ref['subresource']}"
+            client = client_of(str(event.get("userAgent") or ""), str((event.get("user") or {}).get("username") or ""))
+            clients[client] += 1
+            calls[(client, str(event.get("verb")), resource)] += 1
+    return clients, calls
+
+
+def audit_creates(path: Path, start: float, end: float, resource: str) -> list[float]:
+    """When the apiserver stored each ``resource`` created from ``start`` to ``end`` (epoch seconds,
+    sorted): its audit log's ResponseComplete of the create. This process's own watch sees a
+    NodeClaim later, the more the busier the machine (1.5 s late for the last of 156 NodeClaims on
+    the GPU workload)."""
+    out: list[float] = []
+    if not path.exists():
+        return out
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            if '"create"' not in line or resource not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            ref = event.get("objectRef") or {}
+            if event.get("stage") != "ResponseComplete" or event.get("verb") != "create":
+                continue
+            if (
+                ref.get("resource") != resource
+                or ref.get("subresource")
+                or (event.get("responseStatus") or {}).get("code") != 201
+            ):
+                continue
+            when = _when(event.get("stageTimestamp"))
+            if when is not None and start <= when <= end:
+                out.append(when)
+    return sorted(out)
