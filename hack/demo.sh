@@ -7,16 +7,18 @@
 #   5. show the NodeClaims and Nodes joiner made, and the pods Running on them
 #   6. interrupt one machine of the gang (scheduled maintenance) and show the gang restart as a unit
 # The cluster stays up afterwards for exploring (KUBECONFIG=.kwok/kubeconfig); `make cluster-down` ends it.
+# Like hack/cluster.sh, it keeps the cluster in $JOINER_CLUSTER_DIR when that is set (default: .kwok/).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+dir="${JOINER_CLUSTER_DIR:-$root/.kwok}"
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 say "starting the local KWOK cluster"
 bash hack/cluster.sh up
-bins=$(cat .kwok/bindir)
-export KUBECONFIG="$root/.kwok/kubeconfig"
+bins=$(cat "$dir/bindir")
+export KUBECONFIG="$dir/kubeconfig"
 export PATH="$bins:$PATH"
 
 say "installing the CRDs and the example NodePools"
@@ -26,20 +28,20 @@ kubectl wait --for=condition=Established crd/nodepools.joiner.sh crd/nodeclaims.
 kubectl apply -f deploy/examples/
 kubectl get nodepools
 
-say "running the joiner controller (logs: .kwok/logs/joiner.log)"
-if [ -f .kwok/pids/joiner ] && kill -0 "$(cat .kwok/pids/joiner)" 2>/dev/null; then
-    kill "$(cat .kwok/pids/joiner)" && sleep 1
+say "running the joiner controller (logs: $dir/logs/joiner.log)"
+if [ -f "$dir/pids/joiner" ] && kill -0 "$(cat "$dir/pids/joiner")" 2>/dev/null; then
+    kill "$(cat "$dir/pids/joiner")" && sleep 1
 fi
 .venv/bin/joiner run --provider kwok --kubeconfig "$KUBECONFIG" --no-leader-elect \
     --metrics-port 18080 --health-port 18081 --bind-address 127.0.0.1 --log-format json ${JOINER_FLAGS:-} \
-    > .kwok/logs/joiner.log 2>&1 &
-echo $! > .kwok/pids/joiner
-trap 'kill "$(cat .kwok/pids/joiner)" 2>/dev/null || true' EXIT
+    > "$dir/logs/joiner.log" 2>&1 &
+echo $! > "$dir/pids/joiner"
+trap 'kill "$(cat "$dir/pids/joiner")" 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
     curl -sf http://127.0.0.1:18081/readyz >/dev/null 2>&1 && break
     sleep 0.2
 done
-curl -sf http://127.0.0.1:18081/readyz >/dev/null || { tail -n 30 .kwok/logs/joiner.log; exit 1; }
+curl -sf http://127.0.0.1:18081/readyz >/dev/null || { tail -n 30 "$dir/logs/joiner.log"; exit 1; }
 
 say "submitting sample GPU workloads"
 kubectl delete namespace demo --ignore-not-found --wait=true >/dev/null
@@ -54,7 +56,7 @@ while true; do
     printf '  %3ds: %d/%d pods Running\n' $(( $(date +%s) - start )) "$running" "$total"
     [ "$total" -gt 0 ] && [ "$running" -eq "$total" ] && break
     if [ $(( $(date +%s) - start )) -gt 180 ]; then
-        echo "pods did not all start within 180s; see .kwok/logs/joiner.log"
+        echo "pods did not all start within 180s; see $dir/logs/joiner.log"
         kubectl get pods -n demo -o wide
         exit 1
     fi
@@ -85,7 +87,7 @@ while true; do
     printf '  %3ds: %d/4 trainer pods Running again on fresh nodes\n' $(( $(date +%s) - start )) "$fresh"
     [ "$fresh" -eq 4 ] && break
     if [ $(( $(date +%s) - start )) -gt 180 ]; then
-        echo "the gang did not restart within 180s; see .kwok/logs/joiner.log"
+        echo "the gang did not restart within 180s; see $dir/logs/joiner.log"
         break
     fi
     sleep 2
@@ -100,5 +102,5 @@ curl -s http://127.0.0.1:18080/metrics | grep -E '^joiner_(nodeclaims_(created|l
 cat <<EOF
 
 The cluster is still up: export KUBECONFIG=$KUBECONFIG PATH=$bins:\$PATH
-Stop it with: make cluster-down
+Stop it with: ${JOINER_CLUSTER_DIR:+JOINER_CLUSTER_DIR=$dir }make cluster-down
 EOF
