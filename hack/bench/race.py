@@ -46,7 +46,10 @@ together (``Σplan``); nodes left without a pod of the burst; $/h of the Nodes a
 prices; nodes per zone; the controller's CPU-seconds and peak RSS (MiB); kube-apiserver's
 CPU-seconds; apiserver requests (all clients); joiner's ``provisioner.nomination_released`` count
 and follow-up solves that bought; from a pod's NodeClaim Initialized to the pod Running
-(``init→Run``, median/slowest pod, as this process's watch saw them). ``--dump`` keeps each run's
+(``init→Run``, median/slowest pod, as this process's watch saw them). With ``--audit``, each run's
+requests by client, and the Nodes' way from the audit log: created, the `not-ready` taint taken off
+by kube-controller-manager (8 workers: on kwok, a burst of many Nodes queues there), pods bound
+(``race_logs.NodeWay``). ``--dump`` keeps each run's
 objects and controller log, and ``scheduler.json``: kube-scheduler's queue lengths and scheduling
 attempts and every cluster process's CPU-seconds, twice a second.
 """
@@ -86,6 +89,7 @@ from hack.bench.race_logs import (
     _when,
     audit_counts,
     audit_creates,
+    audit_node_way,
 )
 from hack.bench.race_setup import (
     CONSTRAINTS,
@@ -233,6 +237,8 @@ class Run:
     # --audit: requests during the run by client, and by client, verb and resource
     by_client: Counter[str] = field(default_factory=Counter)
     by_call: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    # --audit: the Nodes' way, created -> not-ready taint off -> pods bound (`race_logs.NodeWay.line`)
+    node_way: str = ""
 
     def row(self) -> str:
         zones = " ".join(f"{z[-1]}{n}" for z, n in sorted(self.zones.items()))
@@ -407,6 +413,8 @@ def run_once(
         audit = _cluster_dir() / "logs" / "audit.log"
         result.by_client, result.by_call = audit_counts(audit, start, time.time())
         created = audit_creates(audit, start, time.time(), "nodeclaims")
+        if audit.exists():
+            result.node_way = audit_node_way(audit, start, time.time()).line(start)
         if created:  # --audit: when the apiserver stored them
             result.first_claim, result.last_claim = created[0] - start, created[-1] - start
         elif watch.claims:
@@ -664,6 +672,8 @@ def main() -> int:
                 print(run.row(), flush=True)
                 if run.by_client:
                     print("          by client: " + ", ".join(f"{c} {n}" for c, n in run.by_client.most_common()))
+                if run.node_way:
+                    print(f"          {run.node_way}")
         print(f"medians at {pods} pods:")
         for side in sides:
             runs = [r for r in results if r.side == side and r.pods == pods]

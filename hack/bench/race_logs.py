@@ -1,11 +1,13 @@
 """What the race reads from the logs: the apiserver's audit log (requests by client, verb and
-resource; when NodeClaims were stored) and each controller's own log (what its solves planned)."""
+resource; when NodeClaims were stored; the Nodes' way from their creation to the pods bound there)
+and each controller's own log (what its solves planned)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -117,3 +119,70 @@ def audit_creates(path: Path, start: float, end: float, resource: str) -> list[f
             if when is not None and start <= when <= end:
                 out.append(when)
     return sorted(out)
+
+
+# kube-controller-manager's node lifecycle controller, as the audit log names it (`client_of`)
+NODE_LIFECYCLE = "kcm/node-controller"
+
+
+@dataclass
+class NodeWay:
+    """When the apiserver stored each step of the burst's Nodes, epoch seconds, sorted: each Node's
+    creation; kube-controller-manager's first patch of it, which takes off the
+    `node.kubernetes.io/not-ready:NoSchedule` taint the apiserver's TaintNodesByCondition admission put
+    on it (no workload pod tolerates that taint: a pod is bound only after it); each pod's binding."""
+
+    created: list[float] = field(default_factory=list)
+    taint_off: list[float] = field(default_factory=list)
+    bound: list[float] = field(default_factory=list)
+
+    def taint_pace(self) -> float:
+        """Nodes a second kube-controller-manager took the taint off at, first to last (0: fewer than 2)."""
+        if len(self.taint_off) < 2 or self.taint_off[-1] <= self.taint_off[0]:
+            return 0.0
+        return (len(self.taint_off) - 1) / (self.taint_off[-1] - self.taint_off[0])
+
+    def line(self, start: float) -> str:
+        """One line of the run's timeline, in seconds after ``start`` (the apply)."""
+
+        def span(times: list[float]) -> str:
+            return f"{times[0] - start:.1f}-{times[-1] - start:.1f} s" if times else "-"
+
+        return (
+            f"Nodes created {span(self.created)} ({len(self.created)}), not-ready taint off {span(self.taint_off)} "
+            f"({self.taint_pace():.1f} Nodes/s, kube-controller-manager), pods bound {span(self.bound)}"
+        )
+
+
+def audit_node_way(path: Path, start: float, end: float) -> NodeWay:
+    """The Nodes' way from creation to their pods bound, from ``start`` to ``end`` (epoch seconds), as
+    the apiserver's audit log saw it (``NodeWay``)."""
+    created: list[float] = []
+    taint_off: dict[str, float] = {}
+    bound: list[float] = []
+    if not path.exists():
+        return NodeWay()
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            if '"ResponseComplete"' not in line or ('"nodes"' not in line and '"binding"' not in line):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("stage") != "ResponseComplete" or (event.get("responseStatus") or {}).get("code", 0) >= 300:
+                continue
+            when = _when(event.get("stageTimestamp"))
+            if when is None or not start <= when <= end:
+                continue
+            ref = event.get("objectRef") or {}
+            verb, resource, sub = event.get("verb"), ref.get("resource"), ref.get("subresource")
+            if verb == "create" and resource == "nodes" and not sub:
+                created.append(when)
+            elif verb == "create" and resource == "pods" and sub == "binding":
+                bound.append(when)
+            elif verb == "patch" and resource == "nodes" and not sub and ref.get("name"):
+                user = str((event.get("user") or {}).get("username") or "")
+                if client_of(str(event.get("userAgent") or ""), user) == NODE_LIFECYCLE:
+                    taint_off.setdefault(str(ref["name"]), when)
+    return NodeWay(created=sorted(created), taint_off=sorted(taint_off.values()), bound=sorted(bound))

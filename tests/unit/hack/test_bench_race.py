@@ -147,6 +147,58 @@ def test_nodeclaims_are_timed_when_the_apiserver_stored_them(tmp_path: Any) -> N
     assert got == [2.25, 5.5]
 
 
+def test_the_nodes_way_is_read_from_the_audit_log_created_taint_off_and_pods_bound(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from hack.bench.race_logs import audit_node_way
+
+    def event(verb: str, resource: str, at: float, *, agent: str = "joiner", code: int = 201, **ref: str) -> str:
+        return json.dumps(
+            {
+                "stage": "ResponseComplete",
+                "verb": verb,
+                "userAgent": agent,
+                "user": {"username": "admin"},
+                "objectRef": {"resource": resource, **ref},
+                "responseStatus": {"code": code},
+                "stageTimestamp": f"2026-11-28T13:00:{at:09.6f}Z",
+            }
+        )
+
+    kcm = "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/$Format/node-controller"
+    log = Path(tmp_path) / "audit.log"
+    log.write_text(
+        "\n".join(
+            [
+                event("create", "nodes", 1.0, name="a"),
+                event("create", "nodes", 2.0, name="b"),
+                event("create", "nodes", 2.5, name="c", code=409),  # refused: not made
+                event("patch", "nodes", 1.5, name="a", agent="joiner"),  # joiner opening it: not the taint
+                event("patch", "nodes", 3.0, name="a", agent=kcm, code=200),
+                event("patch", "nodes", 3.5, name="a", agent=kcm, code=200),  # a later patch: the first counts
+                event("patch", "nodes", 5.0, name="b", agent=kcm, code=200),
+                event("create", "pods", 4.0, name="p", subresource="binding"),
+                event("create", "pods", 6.0, name="q", subresource="binding"),
+                event("create", "pods", 40.0, name="r", subresource="binding"),  # after the run
+                event("patch", "nodes", 0.5, name="system", agent=kcm, code=200),  # before it
+            ]
+        )
+    )
+    start = audit_node_way(log, 0, 2e9).created[0] - 1.0
+    way = audit_node_way(log, start + 0.9, start + 30)
+    assert [round(t - start, 1) for t in way.created] == [1.0, 2.0]
+    assert [round(t - start, 1) for t in way.taint_off] == [3.0, 5.0]
+    assert [round(t - start, 1) for t in way.bound] == [4.0, 6.0]
+    assert way.taint_pace() == 0.5
+    assert way.line(start) == (
+        "Nodes created 1.0-2.0 s (2), not-ready taint off 3.0-5.0 s (0.5 Nodes/s, kube-controller-manager), "
+        "pods bound 4.0-6.0 s"
+    )
+    assert audit_node_way(Path(tmp_path) / "none.log", 0, 1).line(0) == (
+        "Nodes created - (0), not-ready taint off - (0.0 Nodes/s, kube-controller-manager), pods bound -"
+    )
+
+
 def test_a_burst_in_waves_scales_every_deployment_up_to_all_its_replicas_by_the_last() -> None:
     from hack.bench.race import in_wave
 
