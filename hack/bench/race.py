@@ -299,7 +299,8 @@ def run_once(
     if daemonset:
         cluster.apply([log_agent(cluster.create_namespace("agents"))])
     if system:
-        cluster.apply([system_node()])
+        # in a zone both sides buy in (the catalog's first)
+        cluster.apply([system_node(min(zone for _, zone, _ in prices(json.loads(catalog.read_text()))))])
         eventually(lambda: _ready(cluster.get("node", "system-0")), timeout=60, what="the system Node Ready")
     capacity = ["spot", "on-demand"]
     tmp = Path(tempfile.mkdtemp(prefix=f"race-{side}-"))

@@ -276,13 +276,18 @@ def workloads(
 SYSTEM_NODE_LABEL = "race.joiner.sh/system"
 
 
-def system_node() -> Obj:
+def system_node(zone: str) -> Obj:
     """The Node every real cluster has before a burst comes: one of the node pool its own add-ons run
     on, tainted `CriticalAddonsOnly` (as EKS and GKE system pools are) so that no workload pod lands
     there. kwok plays it like the Nodes the controllers buy. Without it, a pod tried before any Node
     exists fails with "no nodes available", which kube-scheduler counts as an error: such a pod goes
     back on its back-off timer whatever happens, where a pod refused by a Node's taint waits for a
-    Node whose taints it tolerates."""
+    Node whose taints it tolerates.
+
+    ``zone``: one the catalog offers machines in, as a real cluster's system pool shares its zones.
+    kube-scheduler counts a tainted Node's zone among a zone spread's domains (its default
+    ``nodeTaintsPolicy: Ignore``), so a zone no machine can be bought in would hold every pod of
+    such a spread at a skew it cannot fix."""
     name = "system-0"
     resources = {"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
     return {
@@ -295,7 +300,7 @@ def system_node() -> Obj:
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
-                ZONE: "us-east-1a",
+                ZONE: zone,
             },
             "annotations": {"kwok.x-k8s.io/node": "fake"},
         },
