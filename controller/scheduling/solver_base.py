@@ -49,6 +49,10 @@ _ROLLOUT_BUDGET: Final = 400
 """Rollouts per solve: small problems are fully covered, large ones only pay for their tail."""
 
 
+# (requirements, slot index, allowed zones): what `Packing._pin_zone` memoizes its zones by
+PinKey = tuple[Requirements, int, frozenset[str] | None]
+
+
 class SolverBase:
     """Inputs, derived tables and shared state of one solve; the later stages subclass it."""
 
@@ -91,7 +95,10 @@ class SolverBase:
         self._offer_cache: dict[tuple[Requirement | None, Requirement | None, int], tuple[Offering, ...]] = {}
         self._inter_cache: dict[tuple[Requirements, Requirements], Requirements | None] = {}
         self._inter_ids: dict[tuple[int, int], tuple[Requirements, Requirements, Requirements | None]] = {}
-        self._pin_cache: dict[tuple[Requirements, int, frozenset[str] | None], Requirements | None] = {}
+        # (requirements, slot, allowed zones) -> the zones of the cheapest offerings, or None: no zone
+        # to pin to, or the requirements as they are (one zone, already pinned)
+        self._pin_cache: dict[PinKey, tuple[str, ...] | Requirements | None] = {}
+        self._pinned_to: dict[tuple[Requirements, str], Requirements | None] = {}
         # (a variant, a zone) -> the variant in that zone, and whether it can be met (solver_topology)
         self._zoned: dict[tuple[Requirements, str], tuple[Requirements, bool]] = {}
         self._canon: dict[Requirements, Requirements] = {}
@@ -284,6 +291,8 @@ class SolverBase:
             labels.setdefault(LABEL_HOSTNAME, en.name)
             n.labels = labels
             n.zone = en.labels.get(LABEL_ZONE)
+            if n.zone is not None:
+                st.zone_nodes[n.zone] = st.zone_nodes.get(n.zone, 0) + 1
             n.taints = tuple(t for t in en.taints if t.blocks_scheduling())
             st.existing.append(n)
         st.usage = [{name: p.template.usage.get(name) for name in p.limit_names} for p in self.pools]

@@ -433,6 +433,9 @@ class State:
         # up to date with placed_zone / placed_total so a term's count is one look-up
         self.agg_zone: list[dict[str, int]] = []
         self.agg_total: list[int] = []
+        # nodes per zone so far, existing and new (replicas counted): a pinned node's zone among equal
+        # prices goes to the zone with the fewest (`Packing._pin_zone`)
+        self.zone_nodes: dict[str, int] = {}
         self.node_counter = 0
         self.split_counter = 0
 
@@ -448,6 +451,7 @@ class State:
         s.placed_total = dict(self.placed_total)
         s.agg_zone = [dict(a) for a in self.agg_zone]
         s.agg_total = list(self.agg_total)
+        s.zone_nodes = dict(self.zone_nodes)
         s.node_counter = self.node_counter
         s.split_counter = self.split_counter
         return s

@@ -150,22 +150,39 @@ class Packer(Explanations):
         return k, new_reqs
 
     def _pin_zone(self, reqs: Requirements, slot: Slot, allowed: frozenset[str] | None) -> Requirements | None:
-        """``reqs`` pinned to the cheapest allowed zone the slot offers (None: no such zone).
+        """``reqs`` pinned to the cheapest allowed zone the slot offers (None: no such zone); among
+        zones of equal price, the one with the fewest nodes so far (``State.zone_nodes``), then by
+        name: groups that keep to one zone (a zone affinity, say) are dealt over the zones instead of
+        all to the first (seven of them put 4 in one zone of four, and 40 % of a 3,000-pod plan's
+        nodes with them).
 
-        Memoized: it depends on nothing but its arguments."""
+        The zones are memoized per arguments; the choice among them reads the counts each time."""
         key = (reqs, slot.idx, allowed)
+        hit: tuple[str, ...] | Requirements | None
         if key in self._pin_cache:
-            return self._pin_cache[key]
-        offers = self._offerings(reqs, slot)
-        zones = sorted({o.zone for o in offers if allowed is None or o.zone in allowed})
-        out: Requirements | None = reqs
-        if not zones:
-            out = None
-        elif len(zones) > 1 or reqs.get(LABEL_ZONE) is None:
-            best = min((o for o in offers if o.zone in zones), key=lambda o: (o.price, o.zone))
-            out = self._intersect(reqs, Requirements((Requirement.in_(LABEL_ZONE, best.zone),)))
-        self._pin_cache[key] = out
-        return out
+            hit = self._pin_cache[key]
+        else:
+            offers = self._offerings(reqs, slot)
+            zones = sorted({o.zone for o in offers if allowed is None or o.zone in allowed})
+            if not zones:
+                hit = None
+            elif len(zones) > 1 or reqs.get(LABEL_ZONE) is None:
+                price = min(o.price for o in offers if o.zone in zones)
+                hit = tuple(sorted({o.zone for o in offers if o.zone in zones and o.price == price}))
+            else:
+                hit = reqs
+            self._pin_cache[key] = hit
+        if not isinstance(hit, tuple):
+            return hit
+        if len(hit) == 1:
+            zone = hit[0]
+        else:
+            counts = self.state.zone_nodes
+            zone = min(hit, key=lambda z: (counts.get(z, 0), z))
+        pin = (reqs, zone)
+        if pin not in self._pinned_to:
+            self._pinned_to[pin] = self._intersect(reqs, Requirements((Requirement.in_(LABEL_ZONE, zone),)))
+        return self._pinned_to[pin]
 
     def _min_values_ok(self, node: Node, g: Group, k: int, reqs: Requirements) -> bool:
         if k <= 0:
@@ -210,7 +227,11 @@ class Packer(Explanations):
             if node.existing is None:
                 zr = reqs.get(LABEL_ZONE)
                 if zr is not None:
+                    before = node.zone
                     node.zone = zr.single_value()
+                    if before is None and node.zone is not None:
+                        zones = self.state.zone_nodes
+                        zones[node.zone] = zones.get(node.zone, 0) + node.mult
         total = k * node.mult
         part.placed += total
         part.remaining -= total
@@ -297,6 +318,9 @@ class Packer(Explanations):
         node.reqs = sim.node.reqs
         zr = node.reqs.get(LABEL_ZONE)
         node.zone = zr.single_value() if zr is not None else None
+        if node.zone is not None:
+            zones = self.state.zone_nodes
+            zones[node.zone] = zones.get(node.zone, 0) + mult
         for part, k in sim.pattern:
             self._add(node, part, k)
         usage = self.state.usage[sim.slot.pool.idx]

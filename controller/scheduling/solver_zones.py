@@ -2,7 +2,8 @@
 
 Where the cheapest offering of a new node's instance type and capacity type has the same price in
 several zones, the node goes to the one of those zones with the fewest nodes so far -- existing
-nodes first, then the plan's new nodes in order -- ties by zone name, and that zone comes first
+nodes and the new nodes that cannot move (kept to one zone by their pods, or a gang's) first, then
+the movable new nodes in order -- ties by zone name, and that zone comes first
 among the equal prices in every candidate's offerings (the NodeClaim still allows every zone, so a
 zone without capacity falls back to the next). A gang's nodes are left as placed: they keep to
 one zone. Runs on the final plan, after local search re-solved nodes on their own.
@@ -25,17 +26,31 @@ def spread_zones(plan: Plan, existing_nodes: Sequence[ExistingNode]) -> Plan:
         zone = existing.labels.get(LABEL_ZONE)
         if zone is not None:
             count[zone] = count.get(zone, 0) + 1
+    movable = [node.gang is None and len(_tied(node)) > 1 for node in plan.new_nodes]
+    for node, moves in zip(plan.new_nodes, movable, strict=True):
+        if not moves:  # where the zones stand before the movable nodes are dealt out
+            count[node.choice.zone] = count.get(node.choice.zone, 0) + 1
     memo: dict[tuple[int, str], tuple[tuple[InstanceCandidate, ...], InstanceChoice]] = {}
     out: list[NewNodeClaim] = []
     changed = False
-    for node in plan.new_nodes:
-        if node.gang is None:
+    for node, moves in zip(plan.new_nodes, movable, strict=True):
+        if moves:
             moved = _prefer(node, count, memo)
             changed = changed or moved is not node
             node = moved
-        count[node.choice.zone] = count.get(node.choice.zone, 0) + 1
+            count[node.choice.zone] = count.get(node.choice.zone, 0) + 1
         out.append(node)
     return replace(plan, new_nodes=tuple(out)) if changed else plan
+
+
+def _tied(node: NewNodeClaim) -> list[str]:
+    """The zones the node's cheapest offering has at its price and capacity type."""
+    choice = node.choice
+    return [
+        o.zone
+        for o in node.candidates[0].offerings
+        if o.price == choice.price and o.capacity_type == choice.capacity_type
+    ]
 
 
 def _prefer(
@@ -44,11 +59,7 @@ def _prefer(
     memo: dict[tuple[int, str], tuple[tuple[InstanceCandidate, ...], InstanceChoice]],
 ) -> NewNodeClaim:
     choice = node.choice
-    tied = [
-        o.zone
-        for o in node.candidates[0].offerings
-        if o.price == choice.price and o.capacity_type == choice.capacity_type
-    ]
+    tied = _tied(node)
     if len(tied) < 2:
         return node
     zone = min(tied, key=lambda z: (count.get(z, 0), z))

@@ -182,6 +182,45 @@ def test_a_gang_keeps_to_one_zone_on_equal_prices() -> None:
         assert len({n.choice.zone for n in plan.new_nodes}) == 1
 
 
+def test_groups_kept_to_one_zone_are_dealt_over_the_zones_on_equal_prices() -> None:
+    # each app's pods must share a zone (a required pod affinity to their own app over the zone):
+    # on equal prices the apps go to different zones, not all to the first
+    t = itype("c.xlarge", cpu=4, mem_gi=8, price=0.16)
+    pools = [pool("default", [t])]
+    pending = [
+        p
+        for app in ("x", "y", "z")
+        for p in pods(app, 4, labels={"app": app}, affinity=[anti(ZONE, app)], requests=res(cpu="3", memory="4Gi"))
+    ]
+    plan = solve(pods=pending, node_pools=pools)
+    check_plan(plan, pending=pending, pools=pools)
+    zone_of = {k: n.choice.zone for n in plan.new_nodes for k in n.pods}
+    apps = {app: {zone_of[f"default/{app}-{i}"] for i in range(4)} for app in ("x", "y", "z")}
+    assert all(len(zones) == 1 for zones in apps.values()), apps  # each app in one zone
+    assert {z for zones in apps.values() for z in zones} == {"zone-a", "zone-b", "zone-c"}, apps
+    assert Counter(n.choice.zone for n in plan.new_nodes) == {"zone-a": 4, "zone-b": 4, "zone-c": 4}
+    assert plan == solve(pods=pending, node_pools=pools)  # deterministic
+
+
+def test_nodes_free_to_move_fill_the_zones_the_pinned_nodes_left_short() -> None:
+    # pods kept to zone-a by their node selector, on a node the plan lists after the plain pods' two:
+    # those go to the other zones (dealt in plan order, the first would have gone to zone-a too)
+    pools = [
+        pool(
+            "default",
+            [itype("c.xlarge", cpu=4, mem_gi=8, price=0.16), itype("c.2xlarge", cpu=8, mem_gi=16, price=0.32)],
+        )
+    ]
+    plain = pods("w", 2, requests=res(cpu="7", memory="1Gi"))
+    pinned = pods("a", 2, requests=res(cpu="3", memory="1Gi"), selector={ZONE: "zone-a"})
+    plan = solve(pods=[*plain, *pinned], node_pools=pools)
+    check_plan(plan, pending=[*plain, *pinned], pools=pools)
+    assert [n.pods for n in plan.new_nodes][-1] == ("default/a-0", "default/a-1")
+    zone_of = {k: n.choice.zone for n in plan.new_nodes for k in n.pods}
+    assert {zone_of["default/a-0"], zone_of["default/a-1"]} == {"zone-a"}
+    assert sorted((zone_of["default/w-0"], zone_of["default/w-1"])) == ["zone-b", "zone-c"]
+
+
 def test_unavailable_offerings_are_avoided() -> None:
     t = itype("c.xlarge", cpu=4, mem_gi=8, price=0.16, spot=0.05)
     pools = [pool("default", [t])]
