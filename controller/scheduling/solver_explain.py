@@ -55,8 +55,36 @@ class Explanations(CandidateTypes):
             if allowed is not None and not allowed:
                 return "pod (anti-)affinity on topology.kubernetes.io/zone leaves no zone"
         if g.zone_spread is not None and zone is not None:
-            return f"{g.zone_spread.describe()} needs it in zone {zone}"
+            needs = f"{g.zone_spread.describe()} needs it in zone {zone}"
+            tainted = self._tainted_domain(g, zone)
+            return f"{needs} ({tainted})" if tainted else needs
         return None
+
+    def _tainted_domain(self, g: Group, zone: str) -> str | None:
+        """Why ``zone`` is one of the group's zone spread's domains, when only Nodes whose taints the pod
+        does not tolerate make it one: kube-scheduler counts their zone too (``nodeTaintsPolicy:
+        Ignore``, the default), so a zone with only, say, the add-ons' tainted Nodes and no machine to
+        buy holds the spread at a skew nothing can fix. None when that is not the case."""
+        term = g.zone_spread
+        if term is None or term.honor_taints:
+            return None
+        if zone in self._eligible_zones(g, honor_affinity=term.honor_affinity, honor_taints=True):
+            return None
+        names = sorted(
+            n.existing.name
+            for n in self.state.existing
+            if n.existing is not None
+            and n.zone == zone
+            and not n.cordoned
+            and self._untolerated(g.tol_key, n.taints) is not None
+        )
+        if not names:
+            return None
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        return (
+            f"zone {zone} is one of its domains only through Node {names[0]}{more}, whose taints the pod "
+            "does not tolerate; nodeTaintsPolicy: Honor would leave such Nodes out"
+        )
 
     def _pool_reason(self, pool: Pool, g: Group, zone: str | None) -> str | None:
         """Why the pool cannot host the group (None: it could, as far as static checks go)."""

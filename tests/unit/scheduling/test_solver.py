@@ -407,6 +407,33 @@ def test_free_capacity_beats_preferences() -> None:
 # --- reasons ----------------------------------------------------------------------------------
 
 
+def test_a_zone_only_tainted_nodes_make_a_spread_domain_is_named_with_the_policy_that_leaves_it_out() -> None:
+    # the add-ons' Node, tainted, in a zone no pool can buy in: kube-scheduler counts its zone among
+    # the spread's domains (nodeTaintsPolicy: Ignore), so pods that must go there fit nowhere
+    addons = node(
+        "addons-0",
+        zone="zone-x",
+        allocatable=res(cpu="4", memory="16Gi", pods=110),
+        taints=[Taint(key="CriticalAddonsOnly", value="true", effect="NoSchedule")],
+    )
+    p = pool("default", CPU_TYPES)
+    pending = pods("web", 4, labels={"app": "web"}, spread=[spread(ZONE, "web")])
+    plan = solve(pods=pending, node_pools=[p], existing_nodes=[addons])
+    assert plan.unschedulable
+    reason = next(iter(plan.unschedulable.values()))
+    assert "needs it in zone zone-x (zone zone-x is one of its domains only through Node addons-0" in reason
+    assert "nodeTaintsPolicy: Honor would leave such Nodes out" in reason
+    honored = [replace(w, spread=(replace(w.spread[0], honor_node_taints=True),)) for w in pending]
+    plan = solve(pods=honored, node_pools=[p], existing_nodes=[addons])
+    assert not plan.unschedulable
+    check_plan(plan, pending=honored, pools=[p], existing=[addons])
+    # a zone a pool does buy in is not such a case: no hint there
+    tolerated = pods("ok", 4, labels={"app": "ok"}, spread=[spread(ZONE, "ok")])
+    addons_a = replace(addons, labels={**addons.labels, ZONE: "zone-a"})
+    plan = solve(pods=tolerated, node_pools=[p], existing_nodes=[addons_a])
+    assert not plan.unschedulable
+
+
 def test_reasons_name_the_pool_and_the_cause() -> None:
     gpu = pool("gpu", GPU_TYPES, taints=[GPU_TAINT])
     cpu = pool("cpu", CPU_TYPES)
