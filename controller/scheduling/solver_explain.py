@@ -76,6 +76,7 @@ class Explanations(CandidateTypes):
             if n.existing is not None
             and n.zone == zone
             and not n.cordoned
+            and (not term.honor_affinity or any(v.matches(n.labels) for v in g.required))
             and self._untolerated(g.tol_key, n.taints) is not None
         )
         if not names:
