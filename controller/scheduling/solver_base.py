@@ -292,7 +292,7 @@ class SolverBase:
             n.labels = labels
             n.zone = en.labels.get(LABEL_ZONE)
             if n.zone is not None:
-                st.zone_nodes[n.zone] = st.zone_nodes.get(n.zone, 0) + 1
+                st.count_zone_nodes(n.zone, 1)
             n.taints = tuple(t for t in en.taints if t.blocks_scheduling())
             st.existing.append(n)
         st.usage = [{name: p.template.usage.get(name) for name in p.limit_names} for p in self.pools]

@@ -456,6 +456,10 @@ class State:
         s.split_counter = self.split_counter
         return s
 
+    def count_zone_nodes(self, zone: str, nodes: int) -> None:
+        """``nodes`` more nodes (a batch's replicas) are in ``zone``."""
+        self.zone_nodes[zone] = self.zone_nodes.get(zone, 0) + nodes
+
 
 class Sim:
     """The outcome of simulating one candidate node."""

@@ -230,8 +230,7 @@ class Packer(Explanations):
                     before = node.zone
                     node.zone = zr.single_value()
                     if before is None and node.zone is not None:
-                        zones = self.state.zone_nodes
-                        zones[node.zone] = zones.get(node.zone, 0) + node.mult
+                        self.state.count_zone_nodes(node.zone, node.mult)
         total = k * node.mult
         part.placed += total
         part.remaining -= total
@@ -319,8 +318,7 @@ class Packer(Explanations):
         zr = node.reqs.get(LABEL_ZONE)
         node.zone = zr.single_value() if zr is not None else None
         if node.zone is not None:
-            zones = self.state.zone_nodes
-            zones[node.zone] = zones.get(node.zone, 0) + mult
+            self.state.count_zone_nodes(node.zone, mult)
         for part, k in sim.pattern:
             self._add(node, part, k)
         usage = self.state.usage[sim.slot.pool.idx]

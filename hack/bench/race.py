@@ -298,9 +298,10 @@ def run_once(
     ns = cluster.create_namespace("race")
     if daemonset:
         cluster.apply([log_agent(cluster.create_namespace("agents"))])
+    table = prices(json.loads(catalog.read_text()))  # both sides' offerings: $/h, and their zones
     if system:
         # in a zone both sides buy in (the catalog's first)
-        cluster.apply([system_node(min(zone for _, zone, _ in prices(json.loads(catalog.read_text()))))])
+        cluster.apply([system_node(min(zone for _, zone, _ in table))])
         eventually(lambda: _ready(cluster.get("node", "system-0")), timeout=60, what="the system Node Ready")
     capacity = ["spot", "on-demand"]
     tmp = Path(tempfile.mkdtemp(prefix=f"race-{side}-"))
@@ -414,7 +415,7 @@ def run_once(
         audit = _cluster_dir() / "logs" / "audit.log"
         result.by_client, result.by_call = audit_counts(audit, start, time.time())
         created = audit_creates(audit, start, time.time(), "nodeclaims")
-        if audit.exists():
+        if result.by_client:  # the audit log saw this run (a cluster started with --audit)
             result.node_way = audit_node_way(audit, start, time.time()).line(start)
         if created:  # --audit: when the apiserver stored them
             result.first_claim, result.last_claim = created[0] - start, created[-1] - start
@@ -433,7 +434,6 @@ def run_once(
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
-    table = prices(json.loads(catalog.read_text()))
     nodes = cluster.items("nodes")
     used = {p["spec"].get("nodeName") for p in cluster.items("pods", namespace=ns)}
     zones: Counter[str] = Counter()

@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 
 def _when(value: str | None) -> float | None:
@@ -61,32 +63,55 @@ def client_of(user_agent: str, username: str) -> str:
     return program
 
 
+def _completed(
+    path: Path, start: float, end: float, *, stamp: str = "stageTimestamp", keep: Callable[[str], bool] | None = None
+) -> Iterator[tuple[dict[str, Any], float]]:
+    """The audit log's ResponseComplete events from ``start`` to ``end`` (epoch seconds, by their
+    ``stamp``), each with that time; ``keep`` looks at a line before it is parsed (a cheap filter)."""
+    if not path.exists():
+        return
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            if keep is not None and not keep(line):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("stage") != "ResponseComplete":
+                continue
+            when = _when(event.get(stamp))
+            if when is not None and start <= when <= end:
+                yield event, when
+
+
+def _created(event: dict[str, Any], resource: str) -> bool:
+    """Whether the event stored a new ``resource`` (a create answered 201, not of a subresource)."""
+    ref = event.get("objectRef") or {}
+    return (
+        event.get("verb") == "create"
+        and ref.get("resource") == resource
+        and not ref.get("subresource")
+        and (event.get("responseStatus") or {}).get("code") == 201
+    )
+
+
 def audit_counts(path: Path, start: float, end: float) -> tuple[Counter[str], Counter[tuple[str, str, str]]]:
     """Requests the apiserver's audit log (``JOINER_APISERVER_AUDIT=1``, see hack/cluster.sh) saw
     from ``start`` to ``end`` (epoch seconds), watches aside: by client, and by client, verb and
     resource[/subresource]."""
     clients: Counter[str] = Counter()
     calls: Counter[tuple[str, str, str]] = Counter()
-    if not path.exists():
-        return clients, calls
-    with path.open(errors="replace") as lines:
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("stage") != "ResponseComplete" or event.get("verb") == "watch":
-                continue
-            when = _when(event.get("requestReceivedTimestamp"))
-            if when is None or not start <= when <= end:
-                continue
-            ref = event.get("objectRef") or {}
-            resource = str(ref.get("resource") or event.get("requestURI", "?").split("?", 1)[0])
-            if ref.get("subresource"):
-                resource += f"/{ref['subresource']}"
-            client = client_of(str(event.get("userAgent") or ""), str((event.get("user") or {}).get("username") or ""))
-            clients[client] += 1
-            calls[(client, str(event.get("verb")), resource)] += 1
+    for event, _when_received in _completed(path, start, end, stamp="requestReceivedTimestamp"):
+        if event.get("verb") == "watch":
+            continue
+        ref = event.get("objectRef") or {}
+        resource = str(ref.get("resource") or event.get("requestURI", "?").split("?", 1)[0])
+        if ref.get("subresource"):
+            resource += f"/{ref['subresource']}"
+        client = client_of(str(event.get("userAgent") or ""), str((event.get("user") or {}).get("username") or ""))
+        clients[client] += 1
+        calls[(client, str(event.get("verb")), resource)] += 1
     return clients, calls
 
 
@@ -95,30 +120,8 @@ def audit_creates(path: Path, start: float, end: float, resource: str) -> list[f
     sorted): its audit log's ResponseComplete of the create. This process's own watch sees a
     NodeClaim later, the more the busier the machine (1.5 s late for the last of 156 NodeClaims on
     the GPU workload)."""
-    out: list[float] = []
-    if not path.exists():
-        return out
-    with path.open(errors="replace") as lines:
-        for line in lines:
-            if '"create"' not in line or resource not in line:
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            ref = event.get("objectRef") or {}
-            if event.get("stage") != "ResponseComplete" or event.get("verb") != "create":
-                continue
-            if (
-                ref.get("resource") != resource
-                or ref.get("subresource")
-                or (event.get("responseStatus") or {}).get("code") != 201
-            ):
-                continue
-            when = _when(event.get("stageTimestamp"))
-            if when is not None and start <= when <= end:
-                out.append(when)
-    return sorted(out)
+    lines = _completed(path, start, end, keep=lambda line: '"create"' in line and resource in line)
+    return sorted(when for event, when in lines if _created(event, resource))
 
 
 # kube-controller-manager's node lifecycle controller, as the audit log names it (`client_of`)
@@ -157,32 +160,21 @@ class NodeWay:
 def audit_node_way(path: Path, start: float, end: float) -> NodeWay:
     """The Nodes' way from creation to their pods bound, from ``start`` to ``end`` (epoch seconds), as
     the apiserver's audit log saw it (``NodeWay``)."""
-    created: list[float] = []
+    way = NodeWay()
     taint_off: dict[str, float] = {}
-    bound: list[float] = []
-    if not path.exists():
-        return NodeWay()
-    with path.open(errors="replace") as lines:
-        for line in lines:
-            if '"ResponseComplete"' not in line or ('"nodes"' not in line and '"binding"' not in line):
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("stage") != "ResponseComplete" or (event.get("responseStatus") or {}).get("code", 0) >= 300:
-                continue
-            when = _when(event.get("stageTimestamp"))
-            if when is None or not start <= when <= end:
-                continue
-            ref = event.get("objectRef") or {}
-            verb, resource, sub = event.get("verb"), ref.get("resource"), ref.get("subresource")
-            if verb == "create" and resource == "nodes" and not sub:
-                created.append(when)
-            elif verb == "create" and resource == "pods" and sub == "binding":
-                bound.append(when)
-            elif verb == "patch" and resource == "nodes" and not sub and ref.get("name"):
-                user = str((event.get("user") or {}).get("username") or "")
-                if client_of(str(event.get("userAgent") or ""), user) == NODE_LIFECYCLE:
-                    taint_off.setdefault(str(ref["name"]), when)
-    return NodeWay(created=sorted(created), taint_off=sorted(taint_off.values()), bound=sorted(bound))
+    for event, when in _completed(path, start, end, keep=lambda line: '"nodes"' in line or '"binding"' in line):
+        ref = event.get("objectRef") or {}
+        if (event.get("responseStatus") or {}).get("code", 0) >= 300:
+            continue
+        if _created(event, "nodes"):
+            way.created.append(when)
+        elif event.get("verb") == "create" and ref.get("resource") == "pods" and ref.get("subresource") == "binding":
+            way.bound.append(when)
+        elif event.get("verb") == "patch" and ref.get("resource") == "nodes" and not ref.get("subresource"):
+            user = str((event.get("user") or {}).get("username") or "")
+            if ref.get("name") and client_of(str(event.get("userAgent") or ""), user) == NODE_LIFECYCLE:
+                taint_off.setdefault(str(ref["name"]), when)
+    way.created.sort()
+    way.bound.sort()
+    way.taint_off = sorted(taint_off.values())
+    return way

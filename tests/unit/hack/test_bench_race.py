@@ -78,9 +78,21 @@ def test_the_gpu_workload_asks_for_every_pod_and_the_gpus_of_each_shape() -> Non
     assert all(GPU not in d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] for d in cpu_only)
 
 
+def pods_of(deployments: list[dict[str, Any]]) -> list[Any]:
+    """Every replica of the Deployments as the solver's pods, in namespace ``race``."""
+    from controller.scheduling.kubeconv import pod_from_dict
+
+    pods = []
+    for d in deployments:
+        template, name = d["spec"]["template"], d["metadata"]["name"]
+        for i in range(d["spec"]["replicas"]):
+            meta = {"name": f"{name}-{i}", "namespace": "race", "labels": dict(template["metadata"]["labels"])}
+            pods.append(pod_from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}))
+    return pods
+
+
 def test_the_diverse_workload_is_karpenters_benchmark_mix_as_deployments_and_its_plan_keeps_every_spread() -> None:
     from controller.scheduling import NodePoolTemplate, solve
-    from controller.scheduling.kubeconv import pod_from_dict
     from hack.bench.checker import check_plan, summarize
 
     deployments = workloads("race", 350, MIXES["diverse"], CONSTRAINTS["diverse"], LABELS["diverse"])
@@ -94,13 +106,7 @@ def test_the_diverse_workload_is_karpenters_benchmark_mix_as_deployments_and_its
     assert term["whenUnsatisfiable"] == "DoNotSchedule"
     # one a Node across all seven anti-affinity Deployments
     assert all(by_name[f"hostname-anti-affinity-{v}"]["metadata"]["labels"]["anti"] == "nginx" for v in "abcdefg")
-    pods = []
-    for d in deployments:
-        template, name = d["spec"]["template"], d["metadata"]["name"]
-        labels = dict(template["metadata"]["labels"])
-        for i in range(d["spec"]["replicas"]):
-            meta = {"name": f"{name}-{i}", "namespace": "race", "labels": labels}
-            pods.append(pod_from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}))
+    pods = pods_of(deployments)
     types = karpenter_types(json.loads(builtin_catalog_text()))
     catalog = parse_catalog_text(json.dumps(joiner_catalog(types)), source="race")
     pool = NodePoolTemplate(name="race", instance_types=catalog)
@@ -267,18 +273,10 @@ def test_a_zone_spread_is_kept_with_the_system_node_in_a_zone_of_the_catalog_and
     1,000 pods, with the system Node in us-east-1a and the catalog's machines in test-zone-a to d,
     stopped with 189 of them Pending)."""
     from controller.scheduling import NodePoolTemplate, solve
-    from controller.scheduling.kubeconv import pod_from_dict
     from controller.scheduling.kubeconv_nodes import node_from_dict
 
     deployments = workloads("race", 350, MIXES["diverse"], CONSTRAINTS["diverse"], LABELS["diverse"])
-    pods = []
-    for d in deployments:
-        if not d["metadata"]["name"].startswith("zone-spread"):
-            continue
-        template, name = d["spec"]["template"], d["metadata"]["name"]
-        for i in range(d["spec"]["replicas"]):
-            meta = {"name": f"{name}-{i}", "namespace": "race", "labels": dict(template["metadata"]["labels"])}
-            pods.append(pod_from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}))
+    pods = pods_of([d for d in deployments if d["metadata"]["name"].startswith("zone-spread")])
     assert pods
     catalog_json = joiner_catalog(karpenter_types(json.loads(builtin_catalog_text())))
     zones = sorted({zone for _, zone, _ in prices(catalog_json)})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 
@@ -347,8 +348,7 @@ async def test_a_reserved_nodes_room_left_over_stays_reserved_while_a_pod_planne
 
         await h.eventually(registered, f"{claim} registered")
 
-    def reserved(node: str) -> bool:
-        return reserved_to_its_pods(h, node)
+    reserved = functools.partial(reserved_to_its_pods, h)
 
     await h.eventually(lambda: reserved("nc-a") and reserved("nc-b"), "both opened reserved")
     await bind_and_wait(h, "pa", "nc-a")
@@ -379,8 +379,7 @@ async def test_a_reserved_node_whose_pods_are_bound_stays_reserved_for_a_while_a
     for claim in ("nc-a", "nc-b"):
         await h.create_claim(claim, instance_types=["cpu-4"])
 
-    def reserved(node: str) -> bool:
-        return reserved_to_its_pods(h, node)
+    reserved = functools.partial(reserved_to_its_pods, h)
 
     await h.eventually(lambda: reserved("nc-a") and reserved("nc-b"), "both opened reserved")
     for node in ("nc-a", "nc-b"):
